@@ -1,0 +1,74 @@
+"""Errors a user of leaseq can meet.
+
+Every error says what to do about it and never echoes a password or a whole payload.
+"""
+
+from __future__ import annotations
+
+
+class LeaseqError(Exception):
+    """Base class of every error leaseq raises on purpose."""
+
+
+class InvalidInput(LeaseqError, ValueError):
+    """Something given to leaseq was refused before anything was written."""
+
+
+class InvalidJobId(InvalidInput):
+    """A job id is empty, not a string, or longer than 512 bytes in UTF-8."""
+
+
+class InvalidQueueName(InvalidInput):
+    """A queue name does not match ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``."""
+
+
+class InvalidPayload(InvalidInput):
+    """A payload is not a JSON object leaseq can store and give back unchanged."""
+
+
+class InvalidPolicy(InvalidInput):
+    """A queue policy has an unknown key or a value out of range."""
+
+
+class InvalidURL(InvalidInput):
+    """A store URL cannot be used. The message shows the URL with its password masked."""
+
+
+class JobConflict(LeaseqError):
+    """The same job id was enqueued again, without a revision, with a different payload.
+
+    Pass ``on_conflict="keep"`` to keep the stored job, or ``"replace"`` to replace its payload,
+    or give a ``revision`` so leaseq can tell a new version from a replay.
+    """
+
+    def __init__(self, queue: str, job_ids: list[str]):
+        self.queue = queue
+        self.job_ids = job_ids
+        shown = ", ".join(repr(i[:80]) for i in job_ids[:5])
+        more = f" and {len(job_ids) - 5} more" if len(job_ids) > 5 else ""
+        super().__init__(
+            f"queue {queue!r}: job id {shown}{more} already exists with a different payload "
+            "and no revision; nothing was written. Pass on_conflict='keep' or 'replace', "
+            "or give a revision."
+        )
+
+
+class JobNotFound(LeaseqError, LookupError):
+    """No job with this id in this queue."""
+
+    def __init__(self, queue: str, job_id: str):
+        self.queue = queue
+        self.job_id = job_id
+        super().__init__(f"queue {queue!r} has no job {job_id[:200]!r}")
+
+
+class StoreUnavailable(LeaseqError):
+    """The store could not be reached (or was lost). The message never holds a password."""
+
+
+class UnsupportedOperation(LeaseqError):
+    """This store cannot do what was asked (for example a transaction on a standalone MongoDB)."""
+
+
+class TopologyError(LeaseqError):
+    """The broker's queues or exchanges are missing or were declared with other arguments."""

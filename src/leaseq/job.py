@@ -1,0 +1,233 @@
+"""The job record, its statuses and failure kinds, and the outcomes a handler can raise."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from leaseq.errors import LeaseqError
+
+
+class JobStatus(StrEnum):
+    """The built-in statuses. An app may also finish a job with its own terminal status."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+#: Statuses a job can be claimed from; every other status is terminal.
+LIVE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.PROCESSING})
+
+
+def is_terminal(status: str) -> bool:
+    return status not in LIVE_STATUSES
+
+
+class Failure(StrEnum):
+    """Why a job is in quarantine (status ``failed``)."""
+
+    PERMANENT = "permanent"  # the handler said so (leaseq.Permanent or a listed exception)
+    EXHAUSTED = "exhausted"  # transient errors until max_attempts was spent
+    EXPIRED = "expired"  # the lease ran out on the last attempt (crash, hang, OOM kill)
+    INVALID = "invalid"  # payload does not fit the task, or the task is unknown
+
+
+class Outcome(StrEnum):
+    """What enqueue did with one job."""
+
+    CREATED = "created"
+    UNCHANGED = "unchanged"
+    UPDATED = "updated"
+    REVIVED = "revived"
+    CONFLICT = "conflict"
+
+
+OnConflict = Literal["raise", "keep", "replace"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job_id: str
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to enqueue, already validated (see ``leaseq.validate``).
+
+    ``payload_json`` is the canonical JSON text of ``payload`` (sorted keys, no spaces): stores
+    compare it to tell a replay from a conflict.
+    """
+
+    job_id: str
+    payload: dict[str, Any]
+    payload_json: str
+    task: str | None = None
+    revision: str | None = None
+    delay_s: float = 0.0
+    max_attempts: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What fences every write after a claim: the job id and the epoch the claim set."""
+
+    job_id: str
+    lease_epoch: int
+
+
+@dataclass(slots=True)
+class Job:
+    """One job record (DESIGN.md §2). Timestamps are timezone-aware UTC, from the store's clock.
+
+    ``lease_lost`` is not stored: the worker sets it when a heartbeat finds the lease gone, so a
+    long handler can check it and stop early.
+    """
+
+    id: str
+    queue: str
+    status: str
+    payload: dict[str, Any]
+    task: str | None = None
+    attempts: int = 0
+    max_attempts: int = 5
+    lease_until: datetime | None = None
+    lease_epoch: int = 0
+    worker_id: str | None = None
+    error: str | None = None
+    failure: str | None = None
+    revision: str | None = None
+    stale: bool = False
+    result: Any = None
+    result_key: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    first_seen_at: datetime | None = None
+    published_at: datetime | None = None
+    lease_lost: bool = field(default=False, compare=False)
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.id, self.lease_epoch)
+
+    @property
+    def attempt(self) -> int:
+        """The number of this attempt (1 for the first claim)."""
+        return self.attempts
+
+    def effect_key(self, name: str) -> str:
+        """A key that is the same on every attempt of this job at this revision.
+
+        Send it as the idempotency key of a remote call (a payment, an upload) so that a
+        retried attempt cannot make the effect twice. A new revision of the job gets new keys.
+        """
+        raw = "\x1f".join((self.queue, self.id, self.revision or "", name))
+        return "lq-" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view (timestamps as ISO 8601 strings)."""
+        out: dict[str, Any] = {}
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            if name == "lease_lost":
+                continue
+            value = getattr(self, name)
+            out[name] = value.isoformat() if isinstance(value, datetime) else value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One event in a job's history. ``reason`` is safe to show: never the payload."""
+
+    at: datetime
+    job_id: str
+    event: str
+    attempt: int | None = None
+    lease_epoch: int | None = None
+    worker_id: str | None = None
+    reason: str | None = None
+    data: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(),
+            "job_id": self.job_id,
+            "event": self.event,
+            "attempt": self.attempt,
+            "lease_epoch": self.lease_epoch,
+            "worker_id": self.worker_id,
+            "reason": self.reason,
+            "data": dict(self.data) if self.data else None,
+        }
+
+
+# --- outcomes a handler raises -------------------------------------------------------------
+
+
+class Retry(Exception):
+    """Try again later. ``delay_s=None`` means the queue's backoff."""
+
+    def __init__(self, reason: str = "retry requested", *, delay_s: float | None = None):
+        super().__init__(reason)
+        self.delay_s = delay_s
+
+
+class Permanent(Exception):
+    """Stop now: the job goes to quarantine as ``failed(permanent)`` with this reason."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Snooze(Exception):
+    """Not the job's fault: put it back for ``delay_s`` and give the attempt back."""
+
+    def __init__(self, delay_s: float = 0.0, reason: str = "snoozed"):
+        super().__init__(reason)
+        self.delay_s = delay_s
+
+
+class LeaseLost(LeaseqError):
+    """The lease was taken by another claim (or the job was cancelled): nothing was written."""
+
+    def __init__(self, queue: str, job_id: str, lease_epoch: int):
+        self.queue = queue
+        self.job_id = job_id
+        self.lease_epoch = lease_epoch
+        super().__init__(
+            f"queue {queue!r}: lease on job {job_id[:200]!r} (epoch {lease_epoch}) is no longer "
+            "held; the write was refused"
+        )
+
+
+EVENTS = (
+    "enqueued",
+    "claimed",
+    "heartbeat_lost",
+    "result_saved",
+    "retry_scheduled",
+    "snoozed",
+    "quarantined",
+    "reclaimed",
+    "retried",
+    "cancelled",
+    "published",
+    "received",
+    "ack_sent",
+)
+
+
+def safe_reason(exc: BaseException | str, limit: int = 500) -> str:
+    """The journal's reason for an error: its type and the last ``limit`` characters of it."""
+    if isinstance(exc, str):
+        return exc[-limit:]
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[-limit:]}" if text else type(exc).__name__

@@ -1,0 +1,90 @@
+"""Queue policy: attempts, lease, heartbeat and backoff, with their defaults."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from leaseq.errors import InvalidPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """How one queue (or one task) treats its jobs. Validated when built; unknown keys raise."""
+
+    max_attempts: int = 5
+    """Claims a job may have before it is quarantined. Defaults to 5."""
+    lease_s: float = 900.0
+    """How long a claim owns the job without a heartbeat. Defaults to 900 s."""
+    heartbeat_every_s: float | None = None
+    """How often the worker extends the lease. Defaults to lease_s / 3."""
+    backoff_base_s: float = 60.0
+    """First retry delay before jitter. Defaults to 60 s."""
+    backoff_cap_s: float = 3600.0
+    """Longest retry delay before jitter. Defaults to 3,600 s."""
+    max_payload_bytes: int = 1_048_576
+    """Largest payload, as canonical JSON in UTF-8. Defaults to 1 MiB."""
+
+    def __post_init__(self) -> None:
+        _check_int(self.max_attempts, "max_attempts", 1, 1_000_000)
+        _check_number(self.lease_s, "lease_s", 0.001)
+        _check_number(self.backoff_base_s, "backoff_base_s", 0.0)
+        _check_number(self.backoff_cap_s, "backoff_cap_s", 0.0)
+        _check_int(self.max_payload_bytes, "max_payload_bytes", 2, 1 << 30)
+        if self.heartbeat_every_s is None:
+            object.__setattr__(self, "heartbeat_every_s", self.lease_s / 3)
+        _check_number(self.heartbeat_every_s, "heartbeat_every_s", 0.001)
+        if self.heartbeat_every_s >= self.lease_s:  # type: ignore[operator]
+            raise InvalidPolicy(
+                f"heartbeat_every_s ({self.heartbeat_every_s}) must be shorter than "
+                f"lease_s ({self.lease_s}), or every lease would lapse between beats"
+            )
+
+    @classmethod
+    def build(cls, base: QueuePolicy | None = None, **options: Any) -> QueuePolicy:
+        """A policy from keyword options; unknown keys raise ``InvalidPolicy``."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidPolicy(
+                f"unknown queue policy option(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        base = base or cls()
+        if "lease_s" in options and "heartbeat_every_s" not in options:
+            options["heartbeat_every_s"] = None  # follow the new lease
+        return replace(base, **options)
+
+    def as_dict(self) -> Mapping[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def backoff_s(self, attempts: int, rng: random.Random | None = None) -> float:
+        """Delay before the next try after ``attempts`` claims (1 = after the first)."""
+        return backoff_s(attempts, self.backoff_base_s, self.backoff_cap_s, rng)
+
+
+def backoff_s(
+    attempts: int, base_s: float, cap_s: float, rng: random.Random | None = None
+) -> float:
+    """``min(base · 2^(attempts−1), cap) · uniform(1.0, 1.5)``; the jitter spreads retries."""
+    exponent = max(attempts, 1) - 1
+    # 2**exponent overflows float past ~1024; the cap has long won by then.
+    raw = cap_s if exponent > 64 else min(base_s * (2.0**exponent), cap_s)
+    return raw * (rng or random).uniform(1.0, 1.5)
+
+
+def _check_number(value: Any, name: str, minimum: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidPolicy(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value < minimum:
+        raise InvalidPolicy(f"{name} must be a finite number ≥ {minimum}, got {value!r}")
+
+
+def _check_int(value: Any, name: str, minimum: int, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidPolicy(f"{name} must be a whole number, got {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise InvalidPolicy(f"{name} must be between {minimum} and {maximum}, got {value}")

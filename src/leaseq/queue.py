@@ -1,0 +1,260 @@
+"""``Queue``: one named queue over a store, with its policy. Validates, then calls the store."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from leaseq import validate
+from leaseq.errors import InvalidInput
+from leaseq.job import (
+    EnqueueResult,
+    Failure,
+    Job,
+    JobSpec,
+    JournalEntry,
+    Lease,
+    OnConflict,
+    is_terminal,
+    safe_reason,
+)
+from leaseq.policy import QueuePolicy
+
+if TYPE_CHECKING:
+    from leaseq.stores.base import Store
+
+_ON_CONFLICT = ("raise", "keep", "replace")
+
+
+class Queue:
+    """The low-level API: ``while jobs := q.claim(worker_id): ...``. Thread-safe."""
+
+    def __init__(self, store: Store, name: str, policy: QueuePolicy | None = None, **options: Any):
+        self.store = store
+        self.name = validate.queue_name(name)
+        self.policy = QueuePolicy.build(policy, **options)
+        self._rng = random.Random()
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r} on {self.store.url}>"
+
+    # --- producers ------------------------------------------------------------------------
+
+    def spec(
+        self,
+        job_id: str,
+        payload: Mapping[str, Any],
+        *,
+        task: str | None = None,
+        revision: str | None = None,
+        delay_s: float = 0,
+        max_attempts: int | None = None,
+    ) -> JobSpec:
+        """A validated job description, for ``enqueue_many`` or ``complete(then=...)``."""
+        if task is not None and (not isinstance(task, str) or not task or len(task) > 200):
+            raise InvalidInput("task must be a non-empty string of at most 200 characters")
+        if revision is not None and (not isinstance(revision, str) or len(revision) > 512):
+            raise InvalidInput("revision must be a string of at most 512 characters")
+        attempts = self.policy.max_attempts if max_attempts is None else max_attempts
+        QueuePolicy.build(self.policy, max_attempts=attempts)  # range check
+        return JobSpec(
+            job_id=validate.job_id(job_id),
+            payload=dict(payload) if isinstance(payload, Mapping) else payload,
+            payload_json=validate.payload(payload, self.policy.max_payload_bytes),
+            task=task,
+            revision=revision,
+            delay_s=validate.delay_s(delay_s),
+            max_attempts=attempts,
+        )
+
+    def enqueue(
+        self,
+        job_id: str,
+        payload: Mapping[str, Any],
+        *,
+        task: str | None = None,
+        revision: str | None = None,
+        delay_s: float = 0,
+        max_attempts: int | None = None,
+        on_conflict: OnConflict = "raise",
+        connection: Any = None,
+    ) -> EnqueueResult:
+        """Insert or idempotently upsert one job (see ``Store.enqueue_many`` for outcomes)."""
+        spec = self.spec(job_id, payload, task=task, revision=revision, delay_s=delay_s,
+                         max_attempts=max_attempts)
+        return self._enqueue([spec], on_conflict, connection)[0]
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[JobSpec | Mapping[str, Any]],
+        *,
+        on_conflict: OnConflict = "raise",
+        connection: Any = None,
+    ) -> list[EnqueueResult]:
+        """Enqueue many jobs in one transaction. Each item is a ``JobSpec`` or a dict with
+        ``job_id``, ``payload`` and optionally ``task``, ``revision``, ``delay_s``,
+        ``max_attempts``. All are validated before anything is written."""
+        specs = [j if isinstance(j, JobSpec) else self._spec_from_dict(j) for j in jobs]
+        return self._enqueue(specs, on_conflict, connection) if specs else []
+
+    def _spec_from_dict(self, item: Mapping[str, Any]) -> JobSpec:
+        if not isinstance(item, Mapping) or "job_id" not in item or "payload" not in item:
+            raise InvalidInput("each job must be a JobSpec or a dict with job_id and payload")
+        extra = set(item) - {"job_id", "payload", "task", "revision", "delay_s", "max_attempts"}
+        if extra:
+            raise InvalidInput(f"unknown job field(s): {', '.join(sorted(extra))}")
+        options = {k: v for k, v in item.items() if k not in ("job_id", "payload")}
+        return self.spec(item["job_id"], item["payload"], **options)
+
+    def _enqueue(
+        self, specs: Sequence[JobSpec], on_conflict: str, connection: Any
+    ) -> list[EnqueueResult]:
+        if on_conflict not in _ON_CONFLICT:
+            raise InvalidInput(f"on_conflict must be one of {', '.join(_ON_CONFLICT)}")
+        results = self.store.enqueue_many(self.name, specs, on_conflict, connection)  # type: ignore[arg-type]
+        if connection is None:  # in a caller's transaction the job is visible only at commit
+            self.store.notify_local(self.name)
+        return results
+
+    # --- workers ---------------------------------------------------------------------------
+
+    def claim(self, worker_id: str, limit: int = 1, *, lease_s: float | None = None) -> list[Job]:
+        """Atomically take up to ``limit`` ready jobs (``[]`` when none)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidInput(f"limit must be a whole number from 1 to 10000, got {limit!r}")
+        if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
+            raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+        return self.store.claim(self.name, worker_id, limit, self._lease_s(lease_s))
+
+    def claim_id(self, job_id: str, worker_id: str, *, lease_s: float | None = None) -> Job | None:
+        """Claim this one job if it is ready now, else None (used by broker delivery)."""
+        return self.store.claim_id(self.name, validate.job_id(job_id), worker_id,
+                                   self._lease_s(lease_s))
+
+    def heartbeat(
+        self, jobs: Iterable[Job | Lease], *, lease_s: float | None = None
+    ) -> list[str]:
+        """Extend the leases still held; returns the ids of those lost."""
+        leases = [j.lease if isinstance(j, Job) else j for j in jobs]
+        if not leases:
+            return []
+        return self.store.heartbeat_many(self.name, leases, self._lease_s(lease_s))
+
+    def complete(
+        self,
+        job: Job | Lease,
+        result: Any = None,
+        *,
+        status: str = "done",
+        result_key: str | None = None,
+        then: Iterable[JobSpec | tuple[str, JobSpec]] = (),
+    ) -> Job:
+        """Finish the job (fenced). ``then``: follow-up jobs written in the same transaction,
+        as ``JobSpec`` (this queue) or ``(queue_name, JobSpec)``. Raises ``LeaseLost``."""
+        result_json = validate.result(result, self.policy.max_payload_bytes)
+        follow: dict[str, list[JobSpec]] = {}
+        for item in then:
+            name, spec = (self.name, item) if isinstance(item, JobSpec) else item
+            follow.setdefault(validate.queue_name(name), []).append(spec)
+        return self.store.complete(
+            self.name, _lease(job), result_json, validate.terminal_status(status),
+            result_key, list(follow.items()),
+        )
+
+    def retry_later(
+        self, job: Job, error: BaseException | str, delay_s: float | None = None
+    ) -> Job:
+        """Back to pending after ``delay_s`` (None: the policy's backoff for this attempt);
+        ``failed(exhausted)`` when attempts are spent. Raises ``LeaseLost``."""
+        delay = (self.policy.backoff_s(job.attempts, self._rng) if delay_s is None
+                 else validate.delay_s(delay_s))
+        return self.store.retry_later(self.name, job.lease, _error_text(error),
+                                      safe_reason(error), delay)
+
+    def snooze(self, job: Job | Lease, delay_s: float = 0, reason: str = "snoozed") -> Job:
+        """Back to pending after ``delay_s``, the attempt given back. Raises ``LeaseLost``."""
+        return self.store.snooze(self.name, _lease(job), validate.delay_s(delay_s),
+                                 safe_reason(reason))
+
+    def fail(
+        self, job: Job | Lease, error: BaseException | str, failure: str = Failure.PERMANENT
+    ) -> Job:
+        """Quarantine the job as ``failed(failure)``. Raises ``LeaseLost``."""
+        if failure not in tuple(Failure):
+            raise InvalidInput(f"failure must be one of {', '.join(Failure)}, got {failure!r}")
+        return self.store.fail(self.name, _lease(job), _error_text(error), safe_reason(error),
+                               str(failure))
+
+    # --- upkeep and operators -------------------------------------------------------------
+
+    def reclaim_expired(self) -> tuple[int, int]:
+        """``(failed, returned)``: spent expired jobs quarantined, the rest made ready."""
+        return self.store.reclaim_expired(self.name)
+
+    def purge(self, older_than_s: Mapping[str, float] | None = None, **by_status: float) -> int:
+        """Delete terminal jobs per status older than the given seconds, e.g.
+        ``q.purge(done=86400, tombstone=30 * 86400)``. Returns how many were deleted."""
+        rules = {**(older_than_s or {}), **by_status}
+        for status, age in rules.items():
+            validate.terminal_status(status)
+            validate.delay_s(age, f"retention for {status}")
+        return self.store.purge(self.name, rules) if rules else 0
+
+    def retry(self, job_id: str) -> bool:
+        return self.store.retry(self.name, validate.job_id(job_id))
+
+    def cancel(self, job_id: str) -> bool:
+        return self.store.cancel(self.name, validate.job_id(job_id))
+
+    def outbox_due(self, limit: int = 100) -> list[Job]:
+        return self.store.outbox_due(self.name, limit)
+
+    def mark_published(self, job_ids: Iterable[str]) -> int:
+        ids = list(job_ids)
+        return self.store.mark_published(self.name, ids) if ids else 0
+
+    # --- inspection ------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job | None:
+        return self.store.get(self.name, validate.job_id(job_id))
+
+    def list(self, status: str | None = None, limit: int = 100, after_id: str | None = None
+             ) -> list[Job]:
+        return self.store.list(self.name, status, limit, after_id)
+
+    def counts(self) -> dict[str, int]:
+        return self.store.counts(self.name)
+
+    def ready(self) -> int:
+        return self.store.ready(self.name)
+
+    def oldest_pending_age_s(self) -> float:
+        return self.store.oldest_pending_age_s(self.name)
+
+    def journal(self, job_id: str) -> list[JournalEntry]:
+        return self.store.journal(self.name, validate.job_id(job_id))
+
+    def is_finished(self, job_id: str) -> bool:
+        job = self.get(job_id)
+        return job is not None and is_terminal(job.status)
+
+    def _lease_s(self, lease_s: float | None) -> float:
+        if lease_s is None:
+            return self.policy.lease_s
+        value = validate.delay_s(lease_s, "lease_s")
+        if value <= 0:
+            raise InvalidInput("lease_s must be > 0")
+        return value
+
+
+def _lease(job: Job | Lease) -> Lease:
+    return job.lease if isinstance(job, Job) else job
+
+
+def _error_text(error: BaseException | str) -> str:
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}"
+    else:
+        text = str(error)
+    return validate.error_text(text) or ""

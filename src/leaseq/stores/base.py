@@ -1,0 +1,305 @@
+"""The store protocol: the primitives of DESIGN.md §3 that every store implements.
+
+A store owns the records of many queues. Every primitive names its queue. Rules for all stores:
+
+* Every written timestamp comes from the store's own clock (SQLite's ``julianday('now')``,
+  PostgreSQL's ``now()``, MongoDB's ``$$NOW``), shifted by ``time_offset_s`` (tests only).
+* ``lease_until`` is the lease while ``processing`` and the not-before while ``pending``.
+  Pending jobs written by leaseq's SQL stores always carry one (enqueue time + delay); a pending
+  job with none (an adopted MongoDB document) is ready at once.
+* Every write after a claim is fenced: it matches ``queue + id + lease_epoch + status =
+  'processing'``. When nothing matches, nothing is written and ``LeaseLost`` is raised.
+* A *stale* job (its payload got a new revision while it was processing) is never finished by
+  its worker: complete, retry_later and fail turn into a snooze (attempt given back, ready now),
+  and the returned ``Job`` shows ``status == "pending"``.
+* Every transition to ``pending`` clears ``published_at`` (the outbox then owes a publish).
+* Each state change writes its journal event in the same transaction, where the store has
+  transactions. A journal entry never holds the payload.
+
+Input has been validated by ``leaseq.queue.Queue`` before a store sees it.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from leaseq.job import (
+    EnqueueResult,
+    Job,
+    JobSpec,
+    JournalEntry,
+    Lease,
+    OnConflict,
+    Outcome,
+    is_terminal,
+)
+
+if TYPE_CHECKING:
+    from leaseq.queue import Queue
+
+
+class Store(abc.ABC):
+    """One database that holds leaseq's jobs. Thread-safe; open with ``leaseq.connect``."""
+
+    #: The URL with its password masked: safe to print.
+    url: str
+    #: Test-only: seconds added to the store's clock in every query ("advance time").
+    time_offset_s: float = 0.0
+    #: Whether ``enqueue_many(connection=…)`` and ``complete(then=…)`` are atomic.
+    supports_transactions: bool = True
+
+    # --- set-up and upkeep ------------------------------------------------------------------
+
+    def queue(self, name: str, **policy: Any) -> Queue:
+        """A handle on one queue with its policy (see ``QueuePolicy``)."""
+        from leaseq.queue import Queue
+
+        return Queue(self, name, **policy)
+
+    @abc.abstractmethod
+    def migrate(self) -> int:
+        """Create or upgrade the schema (idempotent, safe to race). Returns the schema version."""
+
+    @abc.abstractmethod
+    def server_now(self) -> datetime:
+        """The store's clock (plus ``time_offset_s``), timezone-aware UTC."""
+
+    @abc.abstractmethod
+    def queues(self) -> list[str]:
+        """Names of the queues that hold at least one job, sorted. Empty list when none."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections. The store is unusable afterwards."""
+
+    def drop(self) -> None:
+        """Delete everything this store created (tables, schema, collections). For tests."""
+        raise NotImplementedError
+
+    # --- producers ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue_many(
+        self,
+        queue: str,
+        specs: Sequence[JobSpec],
+        on_conflict: OnConflict = "raise",
+        connection: Any = None,
+    ) -> list[EnqueueResult]:
+        """Insert or idempotently upsert jobs, all in one transaction; one result per spec.
+
+        Per job, against the stored record with the same id (ids may repeat in one call; a
+        later spec sees the effect of an earlier one):
+
+        * none → insert ``pending``, not-before = now + ``delay_s`` → ``created``
+        * spec.revision given and equal to the stored revision → ``unchanged``
+        * spec.revision given and different → payload, task and revision replaced, then by
+          the stored status: terminal → ``pending`` with attempts 0, failure/result cleared,
+          not-before = now + delay → ``revived``; ``pending`` → not-before = now + delay →
+          ``updated``; ``processing`` → marked stale (lease untouched) → ``updated``
+        * no spec.revision and the same payload (``payload_json``) → ``unchanged``
+        * no spec.revision and another payload → by ``on_conflict``: ``"raise"`` rolls the
+          whole call back and raises ``JobConflict`` naming the ids; ``"keep"`` → ``conflict``
+          and nothing changes; ``"replace"`` → as a new revision (revision set to None)
+
+        Journal: ``enqueued`` with the outcome as reason, for created / updated / revived.
+        ``connection``: the caller's open transaction (a DB-API connection of this store's
+        kind) to write through; the caller commits. Stores that cannot raise
+        ``UnsupportedOperation``.
+        """
+
+    # --- workers ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+        """Atomically take up to ``limit`` claimable jobs; ``[]`` when none.
+
+        Claimable: ``attempts < max_attempts`` and (``pending`` with not-before ≤ now or
+        none, or ``processing`` with ``lease_until`` < now). Taken in order of not-before
+        (then id). Each taken job: ``processing``, ``worker_id``, lease_until = now +
+        ``lease_s``, attempts + 1, lease_epoch + 1, stale cleared. Two concurrent claims never
+        take the same job. Journal: ``claimed`` (reason ``redelivered`` when the job was
+        taken from an expired lease).
+        """
+
+    @abc.abstractmethod
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+        """Claim this one job if it is claimable now (broker delivery); else None, no write."""
+
+    @abc.abstractmethod
+    def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
+        """Extend every lease still held to now + ``lease_s``, in one statement.
+
+        Returns the ids of the leases no longer held (job gone, other epoch, not processing),
+        in the order given; ``[]`` when all are held. A lost lease is never resurrected.
+        Journal: ``heartbeat_lost`` for each lost one that still exists.
+        """
+
+    @abc.abstractmethod
+    def complete(
+        self,
+        queue: str,
+        lease: Lease,
+        result_json: str | None,
+        status: str = "done",
+        result_key: str | None = None,
+        then: Sequence[tuple[str, Sequence[JobSpec]]] = (),
+    ) -> Job:
+        """Fenced finish: ``status`` (``done`` or an app terminal one), result saved, lease
+        cleared. ``then``: follow-up jobs ``(queue, specs)`` enqueued in the same transaction
+        (``on_conflict="keep"``). Stale job → snooze instead. Raises ``LeaseLost`` when fenced
+        out (and then writes nothing, follow-ups included). Journal: ``result_saved``.
+        """
+
+    @abc.abstractmethod
+    def retry_later(
+        self, queue: str, lease: Lease, error: str, reason: str, delay_s: float
+    ) -> Job:
+        """Fenced: back to ``pending`` with not-before = now + ``delay_s`` and ``error`` kept;
+        when attempts are spent, ``failed(exhausted)`` instead. Stale job → snooze.
+        ``LeaseLost`` when fenced out. Journal: ``retry_scheduled`` or ``quarantined``.
+        """
+
+    @abc.abstractmethod
+    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
+        """Fenced: back to ``pending`` with not-before = now + ``delay_s`` and attempts − 1
+        (never below 0). ``LeaseLost`` when fenced out. Journal: ``snoozed``.
+        """
+
+    @abc.abstractmethod
+    def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
+        """Fenced: quarantine as ``failed`` with ``failure`` and ``error``; lease cleared.
+        Stale job → snooze. ``LeaseLost`` when fenced out. Journal: ``quarantined``.
+        """
+
+    # --- upkeep ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def reclaim_expired(self, queue: str) -> tuple[int, int]:
+        """Two steps in this order (the other way round a spent job would be claimable for a
+        moment): expired ``processing`` with attempts spent → ``failed(expired)``; then the
+        other expired ``processing`` → ``pending``, ready now. Returns ``(failed, returned)``;
+        ``(0, 0)`` when none. Journal: ``quarantined`` / ``reclaimed``.
+        """
+
+    @abc.abstractmethod
+    def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
+        """Delete jobs (and their journal) whose status is a key of ``older_than_s`` and whose
+        ``updated_at`` is older than its value in seconds. Live statuses are refused by the
+        caller. Returns how many jobs were deleted; 0 when none.
+        """
+
+    # --- operators -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def retry(self, queue: str, job_id: str) -> bool:
+        """Operator retry of a terminal job (failed, cancelled, done, app terminal): back to
+        ``pending``, attempts 0, failure cleared, ready now. False when the job is live
+        (pending / processing); ``JobNotFound`` when there is no such job. Journal: ``retried``.
+        """
+
+    @abc.abstractmethod
+    def cancel(self, queue: str, job_id: str) -> bool:
+        """Operator cancel of a ``pending``, ``processing`` or ``failed`` job (a processing
+        job's worker is then fenced out). False for other terminal statuses; ``JobNotFound``
+        when there is no such job. Journal: ``cancelled``.
+        """
+
+    # --- inspection ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get(self, queue: str, job_id: str) -> Job | None:
+        """The job, or None."""
+
+    @abc.abstractmethod
+    def list(
+        self, queue: str, status: str | None = None, limit: int = 100, after_id: str | None = None
+    ) -> list[Job]:
+        """Jobs ordered by id (after ``after_id``, for paging), optionally of one status."""
+
+    @abc.abstractmethod
+    def counts(self, queue: str) -> dict[str, int]:
+        """Jobs by status; statuses with no job are left out; ``{}`` for an empty queue."""
+
+    @abc.abstractmethod
+    def ready(self, queue: str) -> int:
+        """How many jobs are claimable now (the number an autoscaler should scale on)."""
+
+    @abc.abstractmethod
+    def oldest_pending_age_s(self, queue: str) -> float:
+        """Seconds since the longest-waiting claimable job became ready; 0.0 when none."""
+
+    @abc.abstractmethod
+    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        """The job's events, oldest first; ``[]`` when none."""
+
+    @abc.abstractmethod
+    def record(
+        self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
+        lease_epoch: int | None = None, worker_id: str | None = None,
+        reason: str | None = None, data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append one event to a job's journal on its own (events with no state change, such
+        as a broker's ``received`` or ``ack_sent``)."""
+
+    # --- broker outbox (DESIGN.md §5) ----------------------------------------------------
+
+    @abc.abstractmethod
+    def outbox_due(self, queue: str, limit: int) -> list[Job]:
+        """Pending jobs that are due now and not yet published (``published_at`` empty), in
+        not-before order; ``[]`` when none. Reads only."""
+
+    @abc.abstractmethod
+    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
+        """Set ``published_at`` = now on those of ``job_ids`` still ``pending`` and unpublished
+        (call only after the broker confirmed). Returns how many were marked. Journal:
+        ``published``."""
+
+    # --- wake-ups --------------------------------------------------------------------------
+
+    #: Whether ``wait_for_work`` hears enqueues made by other processes (PostgreSQL NOTIFY).
+    supports_push_wakeups: bool = False
+
+    def notify_local(self, queue: str) -> None:
+        """Wake this process's workers now: a job was enqueued through this store object."""
+        self._wakeup_event().set()
+
+    def wait_for_work(self, queues: Sequence[str], timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` until a job may have become ready in one of ``queues``.
+
+        True when woken (by an enqueue in this process, or a push wake-up from another),
+        False on timeout. A wake-up is a hint: the caller still claims to find out.
+        """
+        event = self._wakeup_event()
+        woken = event.wait(timeout_s)
+        event.clear()
+        return woken
+
+    def _wakeup_event(self) -> threading.Event:
+        event = self.__dict__.get("_leaseq_wakeup")
+        if event is None:
+            event = self.__dict__.setdefault("_leaseq_wakeup", threading.Event())
+        return event
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,
+                  on_conflict: OnConflict) -> Outcome:
+    """What an enqueue does to an existing job (DESIGN.md §3); shared by the SQL stores."""
+    if spec.revision is not None:
+        if spec.revision == revision:
+            return Outcome.UNCHANGED
+    elif payload_json == spec.payload_json:
+        return Outcome.UNCHANGED
+    elif on_conflict != "replace":
+        return Outcome.CONFLICT
+    return Outcome.REVIVED if is_terminal(status) else Outcome.UPDATED

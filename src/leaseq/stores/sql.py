@@ -1,0 +1,38 @@
+"""Named SQL queries: ``.sql`` files split on ``-- name: NAME`` lines (as aiosql and River do)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def load_queries(package: str, filename: str, **substitutions: str) -> dict[str, str]:
+    """Read ``filename`` from ``package`` and return ``{name: sql}``.
+
+    ``{key}`` placeholders are replaced by ``substitutions`` (for example the store's clock
+    expression), so each query's text stays whole in its file.
+    """
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        sql = body.strip()
+        for key, value in substitutions.items():
+            sql = sql.replace("{" + key + "}", value)
+        if name in queries:
+            raise ValueError(f"{filename}: query {name!r} is defined twice")
+        queries[name] = sql
+    return queries
+
+
+def migrations(package: str) -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` for each ``migrations/NNN_name.sql`` of ``package``, in order."""
+    folder = resources.files(package).joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{3})_([a-z0-9_]+)\.sql", entry.name)
+        if match:
+            found.append((int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    return sorted(found)

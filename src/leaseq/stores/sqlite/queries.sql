@@ -1,0 +1,189 @@
+-- SQLite queries of leaseq. {now} is SQLite's own clock in Unix seconds plus the test-only
+-- offset :off; it is the same value for every use inside one statement.
+
+-- name: now
+SELECT {now} AS now;
+
+-- name: find_existing
+SELECT id, status, payload, revision FROM leaseq_jobs WHERE queue = :queue AND id = :id;
+
+-- name: insert_job
+INSERT INTO leaseq_jobs (queue, id, task, status, payload, attempts, max_attempts, lease_until,
+                         lease_epoch, revision, created_at, updated_at, first_seen_at)
+VALUES (:queue, :id, :task, 'pending', :payload, 0, :max_attempts, {now} + :delay_s,
+        0, :revision, {now}, {now}, {now});
+
+-- name: revive_job
+UPDATE leaseq_jobs
+SET status = 'pending', payload = :payload, task = :task, revision = :revision,
+    max_attempts = :max_attempts, attempts = 0, failure = NULL, result = NULL,
+    result_key = NULL, stale = 0, worker_id = NULL, lease_until = {now} + :delay_s,
+    published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id;
+
+-- name: update_pending
+UPDATE leaseq_jobs
+SET payload = :payload, task = :task, revision = :revision, max_attempts = :max_attempts,
+    lease_until = {now} + :delay_s, published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id;
+
+-- A processing job keeps its lease; its worker's finish becomes a snooze (see base.py).
+-- name: mark_stale
+UPDATE leaseq_jobs
+SET payload = :payload, task = :task, revision = :revision, max_attempts = :max_attempts,
+    stale = 1, updated_at = {now}
+WHERE queue = :queue AND id = :id;
+
+-- The inner SELECT repeats the partial index's predicate word for word so SQLite uses it.
+-- name: claim
+UPDATE leaseq_jobs
+SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+    lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
+    updated_at = {now}
+WHERE queue = :queue AND id IN (
+    SELECT id FROM leaseq_jobs
+    WHERE queue = :queue
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    ORDER BY lease_until, id
+    LIMIT :limit)
+RETURNING *;
+
+-- name: claim_id
+UPDATE leaseq_jobs
+SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+    lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
+    updated_at = {now}
+WHERE queue = :queue AND id = :id
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND (lease_until IS NULL OR (lease_until <= {now} AND (status = 'pending' OR lease_until < {now})))
+RETURNING *;
+
+-- :leases is a JSON array of [id, lease_epoch] pairs.
+-- name: heartbeat
+UPDATE leaseq_jobs
+SET lease_until = {now} + :lease_s
+WHERE queue = :queue AND status = 'processing'
+  AND (id, lease_epoch) IN (
+      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
+RETURNING id;
+
+-- name: journal_heartbeat_lost
+INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, reason)
+SELECT queue, id, {now}, 'heartbeat_lost', attempts, :lease_epoch,
+       'lease epoch ' || :lease_epoch || ' lost; job is ' || status || ' at epoch ' || lease_epoch
+FROM leaseq_jobs WHERE queue = :queue AND id = :id;
+
+-- name: fenced_row
+SELECT stale, attempts, max_attempts FROM leaseq_jobs
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing';
+
+-- name: complete
+UPDATE leaseq_jobs
+SET status = :status, result = :result, result_key = :result_key, failure = NULL,
+    lease_until = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+RETURNING *;
+
+-- name: retry_later
+UPDATE leaseq_jobs
+SET status = 'pending', error = :error, lease_until = {now} + :delay_s, published_at = NULL,
+    updated_at = {now}
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+RETURNING *;
+
+-- name: fail
+UPDATE leaseq_jobs
+SET status = 'failed', failure = :failure, error = :error, lease_until = NULL,
+    updated_at = {now}
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+RETURNING *;
+
+-- name: snooze
+UPDATE leaseq_jobs
+SET status = 'pending', attempts = max(attempts - 1, 0), lease_until = {now} + :delay_s,
+    stale = 0, published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+RETURNING *;
+
+-- Step 1 of reclaim: spent jobs are buried before step 2 can make them pending.
+-- name: expire_spent
+UPDATE leaseq_jobs
+SET status = 'failed', failure = 'expired', lease_until = NULL, updated_at = {now},
+    error = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
+            || coalesce(' (worker ' || worker_id || ')', '')
+WHERE queue = :queue AND status = 'processing' AND attempts >= max_attempts
+  AND lease_until < {now}
+RETURNING id, attempts, lease_epoch, worker_id;
+
+-- name: return_expired
+UPDATE leaseq_jobs
+SET status = 'pending', lease_until = {now}, stale = 0, published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND status = 'processing' AND attempts < max_attempts
+  AND lease_until < {now}
+RETURNING id, attempts, lease_epoch, worker_id;
+
+-- name: operator_retry
+UPDATE leaseq_jobs
+SET status = 'pending', attempts = 0, failure = NULL, stale = 0, worker_id = NULL,
+    lease_until = {now}, published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id AND status NOT IN ('pending', 'processing')
+RETURNING attempts, lease_epoch;
+
+-- name: operator_cancel
+UPDATE leaseq_jobs
+SET status = 'cancelled', lease_until = NULL, stale = 0, updated_at = {now}
+WHERE queue = :queue AND id = :id AND status IN ('pending', 'processing', 'failed')
+RETURNING attempts, lease_epoch;
+
+-- name: exists
+SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND id = :id;
+
+-- name: purge_journal
+DELETE FROM leaseq_journal
+WHERE queue = :queue AND job_id IN (
+    SELECT id FROM leaseq_jobs
+    WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s);
+
+-- name: purge_jobs
+DELETE FROM leaseq_jobs
+WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s;
+
+-- name: get
+SELECT * FROM leaseq_jobs WHERE queue = :queue AND id = :id;
+
+-- name: list
+SELECT * FROM leaseq_jobs
+WHERE queue = :queue AND (:status IS NULL OR status = :status) AND id > :after_id
+ORDER BY id LIMIT :limit;
+
+-- name: counts
+SELECT status, count(*) AS n FROM leaseq_jobs WHERE queue = :queue GROUP BY status;
+
+-- name: ready
+SELECT count(*) AS n, {now} - min(lease_until) AS age FROM leaseq_jobs
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now});
+
+-- name: queues
+SELECT DISTINCT queue FROM leaseq_jobs ORDER BY queue;
+
+-- name: journal
+SELECT * FROM leaseq_journal WHERE queue = :queue AND job_id = :id ORDER BY seq;
+
+-- name: record
+INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
+VALUES (:queue, :id, {now}, :event, :attempt, :lease_epoch, :worker_id, :reason, :data);
+
+-- name: outbox_due
+SELECT * FROM leaseq_jobs
+WHERE queue = :queue AND status = 'pending' AND published_at IS NULL
+  AND attempts < max_attempts AND lease_until <= {now}
+ORDER BY lease_until, id LIMIT :limit;
+
+-- name: mark_published
+UPDATE leaseq_jobs SET published_at = {now}
+WHERE queue = :queue AND status = 'pending' AND published_at IS NULL
+  AND id IN (SELECT value FROM json_each(:ids))
+RETURNING id, attempts, lease_epoch;

@@ -1,0 +1,425 @@
+"""SQLite store: WAL, a busy timeout, every write under ``BEGIN IMMEDIATE``.
+
+Safe for many threads (one connection, one lock) and for several processes on one host (each
+process opens its own connection; ``BEGIN IMMEDIATE`` takes the database's write lock before
+the first read, so the read-decide-write of enqueue and of every fenced finish is atomic).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
+from leaseq.job import (
+    EnqueueResult,
+    Failure,
+    Job,
+    JobSpec,
+    JournalEntry,
+    Lease,
+    LeaseLost,
+    OnConflict,
+    Outcome,
+)
+from leaseq.stores.base import Store, decide_upsert
+from leaseq.stores.sql import load_queries, migrations
+from leaseq.validate import redact_url
+
+# Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
+NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
+STALE_REASON = "stale revision: the payload changed while this attempt ran"
+
+Q = load_queries(__package__, "queries.sql", now=NOW)
+
+
+class SQLiteStore(Store):
+    def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self.time_offset_s = time_offset_s
+        self._lock = threading.RLock()
+        try:
+            self._conn = self._open(path, busy_timeout_ms)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open SQLite database {path!r}: {exc}") from None
+        self.migrate()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLiteStore:
+        parts = urlsplit(url)
+        if parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
+            raise InvalidURL(
+                f"SQLite URLs look like sqlite:///relative/jobs.db, sqlite:////abs/jobs.db or "
+                f"sqlite:///:memory:; got {redact_url(url)}"
+            )
+        query = dict(parse_qsl(parts.query))
+        unknown = set(query) - {"busy_timeout_ms"}
+        if unknown:
+            raise InvalidURL(f"unknown SQLite URL option(s) {', '.join(sorted(unknown))}; "
+                             "known: busy_timeout_ms")
+        if "busy_timeout_ms" in query:
+            try:
+                options.setdefault("busy_timeout_ms", int(query["busy_timeout_ms"]))
+            except ValueError:
+                raise InvalidURL("busy_timeout_ms must be a whole number") from None
+        return cls(parts.path[1:], **options)
+
+    @staticmethod
+    def _open(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+        if path != ":memory:":
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise sqlite3.OperationalError(f"folder {folder!r} does not exist")
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                               timeout=busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if path != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL is durable across process crashes in WAL mode (only an OS crash or power
+        # loss may roll back the last transactions); FULL costs an fsync per commit.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        params["off"] = self.time_offset_s
+        return params
+
+    @contextmanager
+    def _tx(self, connection: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction, or the caller's own open one (``connection=``)."""
+        if connection is not None:
+            yield connection
+            return
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailable(f"SQLite database {self.path!r} is busy: {exc}") from None
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _rows(self, conn: sqlite3.Connection, name: str, **params: Any) -> list[dict[str, Any]]:
+        cursor = conn.execute(Q[name], self._params(**params))
+        columns = [c[0] for c in cursor.description] if cursor.description else []
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+    def _read(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._rows(self._conn, name, **params)
+
+    def _journal(self, conn: sqlite3.Connection, queue: str, job_id: str, event: str,
+                 attempt: int | None = None, lease_epoch: int | None = None,
+                 worker_id: str | None = None, reason: str | None = None,
+                 data: Mapping[str, Any] | None = None) -> None:
+        conn.execute(Q["record"], self._params(
+            queue=queue, id=job_id, event=event, attempt=attempt, lease_epoch=lease_epoch,
+            worker_id=worker_id, reason=reason, data=json.dumps(data) if data else None))
+
+    # --- set-up -----------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        with self._lock:
+            conn = self._conn
+            conn.execute("CREATE TABLE IF NOT EXISTS leaseq_schema "
+                         "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
+            done = {r[0] for r in conn.execute("SELECT version FROM leaseq_schema")}
+            latest = max(done, default=0)
+            for version, name, sql in migrations(__package__):
+                if version in done:
+                    continue
+                # Migrations use IF NOT EXISTS, so two processes racing here both succeed.
+                conn.executescript(
+                    f"BEGIN IMMEDIATE;\n{sql}\nINSERT OR IGNORE INTO leaseq_schema "
+                    f"VALUES ({version}, '{name}', julianday('now'));\nCOMMIT;"
+                )
+                latest = version
+            return latest
+
+    def server_now(self) -> datetime:
+        return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
+
+    def queues(self) -> list[str]:
+        return [r["queue"] for r in self._read("queues")]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def drop(self) -> None:
+        with self._lock:
+            self._conn.executescript(
+                "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
+                "DROP TABLE IF EXISTS leaseq_schema;")
+
+    # --- producers -------------------------------------------------------------------------
+
+    def enqueue_many(self, queue: str, specs: Sequence[JobSpec], on_conflict: OnConflict = "raise",
+                     connection: Any = None) -> list[EnqueueResult]:
+        if connection is not None and not isinstance(connection, sqlite3.Connection):
+            raise TypeError("connection= must be a sqlite3.Connection on the SQLite store")
+        with self._tx(connection) as conn:
+            return self._enqueue(conn, queue, specs, on_conflict)
+
+    def _enqueue(self, conn: sqlite3.Connection, queue: str, specs: Sequence[JobSpec],
+                 on_conflict: OnConflict) -> list[EnqueueResult]:
+        results: list[EnqueueResult] = []
+        conflicts: list[str] = []
+        for spec in specs:
+            found = self._rows(conn, "find_existing", queue=queue, id=spec.job_id)
+            outcome = self._upsert(conn, queue, spec, found[0] if found else None, on_conflict)
+            if outcome is Outcome.CONFLICT and on_conflict == "raise":
+                conflicts.append(spec.job_id)
+            results.append(EnqueueResult(spec.job_id, outcome))
+        if conflicts:
+            raise JobConflict(queue, conflicts)  # the transaction rolls back
+        return results
+
+    def _upsert(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
+                old: dict[str, Any] | None, on_conflict: OnConflict) -> Outcome:
+        params = self._params(queue=queue, id=spec.job_id, task=spec.task,
+                              payload=spec.payload_json, revision=spec.revision,
+                              delay_s=spec.delay_s, max_attempts=spec.max_attempts)
+        if old is None:
+            conn.execute(Q["insert_job"], params)
+            return self._enqueued(conn, queue, spec, Outcome.CREATED)
+        outcome = decide_upsert(old["status"], old["payload"], old["revision"], spec,
+                                on_conflict)
+        if outcome is Outcome.REVIVED:
+            conn.execute(Q["revive_job"], params)
+        elif outcome is Outcome.UPDATED:
+            live = "mark_stale" if old["status"] == "processing" else "update_pending"
+            conn.execute(Q[live], params)
+        else:
+            return outcome
+        return self._enqueued(conn, queue, spec, outcome)
+
+    def _enqueued(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
+                  outcome: Outcome) -> Outcome:
+        self._journal(conn, queue, spec.job_id, "enqueued", reason=outcome.value,
+                      data={"revision": spec.revision} if spec.revision else None)
+        return outcome
+
+    # --- workers ---------------------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+        with self._tx() as conn:
+            rows = self._rows(conn, "claim", queue=queue, worker_id=worker_id, lease_s=lease_s,
+                              limit=limit)
+            self._journal_claims(conn, queue, rows)
+        return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))  # type: ignore[arg-type, return-value]
+
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+        with self._tx() as conn:
+            rows = self._rows(conn, "claim_id", queue=queue, id=job_id, worker_id=worker_id,
+                              lease_s=lease_s)
+            self._journal_claims(conn, queue, rows)
+        return _job(rows[0]) if rows else None
+
+    def _journal_claims(self, conn: sqlite3.Connection, queue: str,
+                        rows: list[dict[str, Any]]) -> None:
+        conn.executemany(Q["record"], [self._params(
+            queue=queue, id=r["id"], event="claimed", attempt=r["attempts"],
+            lease_epoch=r["lease_epoch"], worker_id=r["worker_id"],
+            reason="redelivered" if r["attempts"] > 1 else None, data=None) for r in rows])
+
+    def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
+        pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
+        with self._tx() as conn:
+            held = {r["id"] for r in self._rows(conn, "heartbeat", queue=queue, leases=pairs,
+                                                lease_s=lease_s)}
+            lost = [lease for lease in leases if lease.job_id not in held]
+            for lease in lost:
+                conn.execute(Q["journal_heartbeat_lost"], self._params(
+                    queue=queue, id=lease.job_id, lease_epoch=lease.lease_epoch))
+        return [lease.job_id for lease in lost]
+
+    def _fenced(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> dict[str, Any]:
+        rows = self._rows(conn, "fenced_row", queue=queue, id=lease.job_id,
+                          lease_epoch=lease.lease_epoch)
+        if not rows:
+            raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
+        return rows[0]
+
+    def _finish(self, conn: sqlite3.Connection, queue: str, lease: Lease, query: str,
+                **params: Any) -> dict[str, Any]:
+        rows = self._rows(conn, query, queue=queue, id=lease.job_id,
+                          lease_epoch=lease.lease_epoch, **params)
+        if not rows:  # _fenced checked under the same write lock; this is belt and braces
+            raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
+        return rows[0]
+
+    def _snooze_in(self, conn: sqlite3.Connection, queue: str, lease: Lease, delay_s: float,
+                   reason: str) -> Job:
+        row = self._finish(conn, queue, lease, "snooze", delay_s=delay_s)
+        self._journal(conn, queue, lease.job_id, "snoozed", row["attempts"], lease.lease_epoch,
+                      row["worker_id"], reason)
+        return _job(row)
+
+    def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
+                 result_key: str | None = None,
+                 then: Sequence[tuple[str, Sequence[JobSpec]]] = ()) -> Job:
+        with self._tx() as conn:
+            if self._fenced(conn, queue, lease)["stale"]:
+                return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+            row = self._finish(conn, queue, lease, "complete", status=status,
+                               result=result_json, result_key=result_key)
+            self._journal(conn, queue, lease.job_id, "result_saved", row["attempts"],
+                          lease.lease_epoch, row["worker_id"], status)
+            for next_queue, specs in then:
+                self._enqueue(conn, next_queue, specs, "keep")
+        return _job(row)
+
+    def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
+                    delay_s: float) -> Job:
+        with self._tx() as conn:
+            fenced = self._fenced(conn, queue, lease)
+            if fenced["stale"]:
+                return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+            if fenced["attempts"] >= fenced["max_attempts"]:
+                return self._fail_in(conn, queue, lease, error, reason, Failure.EXHAUSTED)
+            row = self._finish(conn, queue, lease, "retry_later", error=error, delay_s=delay_s)
+            self._journal(conn, queue, lease.job_id, "retry_scheduled", row["attempts"],
+                          lease.lease_epoch, row["worker_id"], reason, {"delay_s": delay_s})
+        return _job(row)
+
+    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
+        with self._tx() as conn:
+            return self._snooze_in(conn, queue, lease, delay_s, reason)
+
+    def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
+        with self._tx() as conn:
+            if self._fenced(conn, queue, lease)["stale"]:
+                return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+            return self._fail_in(conn, queue, lease, error, reason, failure)
+
+    def _fail_in(self, conn: sqlite3.Connection, queue: str, lease: Lease, error: str,
+                 reason: str, failure: str) -> Job:
+        row = self._finish(conn, queue, lease, "fail", error=error, failure=failure)
+        self._journal(conn, queue, lease.job_id, "quarantined", row["attempts"],
+                      lease.lease_epoch, row["worker_id"], f"{failure}: {reason}")
+        return _job(row)
+
+    # --- upkeep ----------------------------------------------------------------------------
+
+    def reclaim_expired(self, queue: str) -> tuple[int, int]:
+        with self._tx() as conn:
+            spent = self._rows(conn, "expire_spent", queue=queue)
+            returned = self._rows(conn, "return_expired", queue=queue)
+            for rows, event, reason in ((spent, "quarantined", "expired: lease ran out"),
+                                        (returned, "reclaimed", "lease expired")):
+                for r in rows:
+                    self._journal(conn, queue, r["id"], event, r["attempts"], r["lease_epoch"],
+                                  r["worker_id"], reason)
+        return len(spent), len(returned)
+
+    def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
+        deleted = 0
+        with self._tx() as conn:
+            for status, age in older_than_s.items():
+                params = self._params(queue=queue, status=status, older_than_s=age)
+                conn.execute(Q["purge_journal"], params)
+                deleted += conn.execute(Q["purge_jobs"], params).rowcount
+        return deleted
+
+    # --- operators -------------------------------------------------------------------------
+
+    def retry(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_retry", "retried")
+
+    def cancel(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_cancel", "cancelled")
+
+    def _operator(self, queue: str, job_id: str, query: str, event: str) -> bool:
+        with self._tx() as conn:
+            rows = self._rows(conn, query, queue=queue, id=job_id)
+            if not rows:
+                if not self._rows(conn, "exists", queue=queue, id=job_id):
+                    raise JobNotFound(queue, job_id)
+                return False
+            self._journal(conn, queue, job_id, event, rows[0]["attempts"],
+                          rows[0]["lease_epoch"], reason="operator")
+        return True
+
+    # --- broker outbox --------------------------------------------------------------------
+
+    def outbox_due(self, queue: str, limit: int) -> list[Job]:
+        return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
+
+    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
+        with self._tx() as conn:
+            rows = self._rows(conn, "mark_published", queue=queue, ids=json.dumps(list(job_ids)))
+            for r in rows:
+                self._journal(conn, queue, r["id"], "published", r["attempts"], r["lease_epoch"])
+        return len(rows)
+
+    # --- inspection ------------------------------------------------------------------------
+
+    def get(self, queue: str, job_id: str) -> Job | None:
+        rows = self._read("get", queue=queue, id=job_id)
+        return _job(rows[0]) if rows else None
+
+    def list(self, queue: str, status: str | None = None, limit: int = 100,
+             after_id: str | None = None) -> list[Job]:
+        rows = self._read("list", queue=queue, status=status, limit=limit, after_id=after_id or "")
+        return [_job(r) for r in rows]
+
+    def counts(self, queue: str) -> dict[str, int]:
+        return {r["status"]: r["n"] for r in self._read("counts", queue=queue)}
+
+    def ready(self, queue: str) -> int:
+        return int(self._read("ready", queue=queue)[0]["n"])
+
+    def oldest_pending_age_s(self, queue: str) -> float:
+        age = self._read("ready", queue=queue)[0]["age"]
+        return max(float(age), 0.0) if age is not None else 0.0
+
+    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
+
+    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
+               lease_epoch: int | None = None, worker_id: str | None = None,
+               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+        with self._tx() as conn:
+            self._journal(conn, queue, job_id, event, attempt, lease_epoch, worker_id, reason,
+                          data)
+
+
+def _dt(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def _job(row: dict[str, Any]) -> Job:
+    return Job(
+        id=row["id"], queue=row["queue"], status=row["status"],
+        payload=json.loads(row["payload"]), task=row["task"], attempts=row["attempts"],
+        max_attempts=row["max_attempts"], lease_until=_dt(row["lease_until"]),
+        lease_epoch=row["lease_epoch"], worker_id=row["worker_id"], error=row["error"],
+        failure=row["failure"], revision=row["revision"], stale=bool(row["stale"]),
+        result=None if row["result"] is None else json.loads(row["result"]),
+        result_key=row["result_key"], created_at=_dt(row["created_at"]),
+        updated_at=_dt(row["updated_at"]), first_seen_at=_dt(row["first_seen_at"]),
+        published_at=_dt(row["published_at"]),
+    )
+
+
+def _entry(row: dict[str, Any]) -> JournalEntry:
+    return JournalEntry(
+        at=_dt(row["at"]), job_id=row["job_id"], event=row["event"],  # type: ignore[arg-type]
+        attempt=row["attempt"], lease_epoch=row["lease_epoch"], worker_id=row["worker_id"],
+        reason=row["reason"], data=json.loads(row["data"]) if row["data"] else None,
+    )

@@ -1,0 +1,154 @@
+"""Input checks shared by every store: run before anything is written."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from leaseq.errors import InvalidInput, InvalidJobId, InvalidPayload, InvalidQueueName
+
+MAX_JOB_ID_BYTES = 512
+MAX_ERROR_CHARS = 2000
+
+#: Fields of the record; in MongoDB they sit beside the payload's own keys, so a payload may
+#: not use them at its top level (on every store, so a job moves between stores unchanged).
+RESERVED_KEYS = frozenset(
+    {
+        "_id", "id", "queue", "task", "status", "payload", "attempts", "max_attempts",
+        "lease_until", "lease_epoch", "worker_id", "error", "failure", "revision", "stale",
+        "result", "result_key", "created_at", "updated_at", "first_seen_at", "published_at",
+    }
+)  # fmt: skip
+
+_QUEUE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_STATUS_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def queue_name(name: Any) -> str:
+    if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
+        raise InvalidQueueName(
+            f"queue name {str(name)[:80]!r} is not allowed: use 1-64 characters of letters, "
+            "digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def job_id(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidJobId("a job id must be a non-empty string")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidJobId("a job id must be valid Unicode (no lone surrogates)") from None
+    if size > MAX_JOB_ID_BYTES:
+        raise InvalidJobId(f"a job id may have at most {MAX_JOB_ID_BYTES} bytes, got {size}")
+    if "\x00" in value:
+        raise InvalidJobId("a job id may not contain NUL characters")
+    return value
+
+
+def terminal_status(status: Any) -> str:
+    """An app-chosen finishing status: ``done`` or a lower-case name that is not a live state."""
+    if not isinstance(status, str) or not _STATUS_RE.fullmatch(status):
+        raise InvalidInput(f"status {str(status)[:80]!r} must match [a-z][a-z0-9_]{{0,63}}")
+    if status in ("pending", "processing"):
+        raise InvalidInput(f"a job cannot be finished with the live status {status!r}")
+    return status
+
+
+def delay_s(value: Any, name: str = "delay_s") -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"{name} must be a finite number ≥ 0, got {value!r}")
+    if value > 10 * 365 * 86400:
+        raise InvalidInput(f"{name} may be at most ten years, got {value!r}")
+    return float(value)
+
+
+def payload(value: Any, max_bytes: int) -> str:
+    """Check a payload and give its canonical JSON text (sorted keys, no spaces)."""
+    if not isinstance(value, Mapping):
+        raise InvalidPayload(f"a payload must be a JSON object (a dict), got {type(value).__name__}")
+    for key in value:
+        if key in RESERVED_KEYS:
+            raise InvalidPayload(
+                f"payload key {key!r} is reserved for the job record; rename it"
+            )
+    _check_keys(value, depth=0)
+    return canonical_json(value, max_bytes, what="payload")
+
+
+def result(value: Any, max_bytes: int) -> str | None:
+    """A handler's result as canonical JSON, or None when there is none."""
+    if value is None:
+        return None
+    return canonical_json(value, max_bytes, what="result")
+
+
+def canonical_json(value: Any, max_bytes: int, what: str) -> str:
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False,
+                          ensure_ascii=False)
+    except ValueError as exc:
+        raise InvalidPayload(f"{what} holds a value JSON cannot carry (NaN or Infinity?): "
+                             f"{str(exc)[:200]}") from None
+    except TypeError as exc:
+        raise InvalidPayload(f"{what} is not JSON: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise InvalidPayload(f"{what} is nested too deeply to store") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidPayload(f"{what} holds a string that is not valid Unicode "
+                             "(a lone surrogate)") from None
+    if size > max_bytes:
+        raise InvalidPayload(f"{what} is {size} bytes as JSON; the limit is {max_bytes}")
+    return text
+
+
+_MAX_DEPTH = 100
+
+
+def _check_keys(value: Any, depth: int) -> None:
+    """Keys must be strings without '$' first, '.' or NUL: MongoDB can't store them as given."""
+    if depth > _MAX_DEPTH:
+        raise InvalidPayload(f"payload is nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidPayload(f"payload keys must be strings, got {type(key).__name__}")
+            if key.startswith("$") or "." in key or "\x00" in key:
+                raise InvalidPayload(
+                    f"payload key {key[:80]!r} may not start with '$' or hold '.' or NUL"
+                )
+            _check_keys(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_keys(item, depth + 1)
+
+
+def error_text(text: str | None) -> str | None:
+    """Error text as stored: its last 2,000 characters (the end of a traceback says most)."""
+    if text is None:
+        return None
+    return text[-MAX_ERROR_CHARS:]
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password (and any ``password=`` query value) masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostinfo = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostinfo}" if ":" in userinfo else f"{user}@{hostinfo}"
+    query = re.sub(r"(?i)(password|passwd|pwd)=[^&]*", r"\1=***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
