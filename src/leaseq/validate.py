@@ -73,7 +73,8 @@ def delay_s(value: Any, name: str = "delay_s") -> float:
 def payload(value: Any, max_bytes: int) -> str:
     """Check a payload and give its canonical JSON text (sorted keys, no spaces)."""
     if not isinstance(value, Mapping):
-        raise InvalidPayload(f"a payload must be a JSON object (a dict), got {type(value).__name__}")
+        kind = type(value).__name__
+        raise InvalidPayload(f"a payload must be a JSON object (a dict), got {kind}")
     for key in value:
         if key in RESERVED_KEYS:
             raise InvalidPayload(
