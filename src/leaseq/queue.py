@@ -15,6 +15,7 @@ from leaseq.job import (
     JobSpec,
     JournalEntry,
     Lease,
+    LeaseLost,
     OnConflict,
     is_terminal,
     safe_reason,
@@ -161,6 +162,19 @@ class Queue:
             self.name, _lease(job), result_json, validate.terminal_status(status),
             result_key, list(follow.items()),
         )
+
+    def complete_many(
+        self, items: Iterable[Job | tuple[Job | Lease, Any]], *, status: str = "done"
+    ) -> list[Job | LeaseLost]:
+        """Finish many jobs in one transaction: each item a job or ``(job, result)``. Each is
+        fenced on its own; returns per item the resulting ``Job`` or its ``LeaseLost``."""
+        status = validate.terminal_status(status)
+        batch = []
+        for item in items:
+            job, result = item if isinstance(item, tuple) else (item, None)
+            batch.append((_lease(job), validate.result(result, self.policy.max_payload_bytes),
+                          status, None))
+        return self.store.complete_many(self.name, batch) if batch else []
 
     def retry_later(
         self, job: Job, error: BaseException | str, delay_s: float | None = None

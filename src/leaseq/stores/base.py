@@ -33,6 +33,7 @@ from leaseq.job import (
     JobSpec,
     JournalEntry,
     Lease,
+    LeaseLost,
     OnConflict,
     Outcome,
     is_terminal,
@@ -154,6 +155,21 @@ class Store(abc.ABC):
         (``on_conflict="keep"``). Stale job → snooze instead. Raises ``LeaseLost`` when fenced
         out (and then writes nothing, follow-ups included). Journal: ``result_saved``.
         """
+
+    def complete_many(
+        self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
+    ) -> list[Job | LeaseLost]:
+        """Finish many jobs at once: each item is ``(lease, result_json, status, result_key)``
+        and is fenced on its own, exactly as ``complete`` (stale → snooze). Returns, per item
+        in order, the resulting ``Job`` or the ``LeaseLost`` it met (not raised). Stores
+        override this with one transaction for the batch; this fallback loops."""
+        out: list[Job | LeaseLost] = []
+        for lease, result_json, status, result_key in items:
+            try:
+                out.append(self.complete(queue, lease, result_json, status, result_key))
+            except LeaseLost as exc:
+                out.append(exc)
+        return out
 
     @abc.abstractmethod
     def retry_later(

@@ -85,6 +85,23 @@ SET status = :status, result = :result, result_key = :result_key, failure = NULL
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
 RETURNING *;
 
+-- :items is a JSON array of [id, lease_epoch, status, result_json, result_key]. Stale jobs
+-- are left out here (they become snoozes one by one).
+-- name: complete_many
+WITH i AS MATERIALIZED (  -- materialized so the plan drives from the items into the primary key
+    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS lease_epoch,
+           json_extract(value, '$[2]') AS status, json_extract(value, '$[3]') AS result,
+           json_extract(value, '$[4]') AS result_key
+    FROM json_each(:items))
+UPDATE leaseq_jobs
+SET status = i.status, result = i.result, result_key = i.result_key, failure = NULL,
+    lease_until = NULL, updated_at = {now}
+FROM i
+WHERE leaseq_jobs.queue = :queue AND leaseq_jobs.id = i.id
+  AND leaseq_jobs.lease_epoch = i.lease_epoch AND leaseq_jobs.status = 'processing'
+  AND leaseq_jobs.stale = 0
+RETURNING *;
+
 -- name: retry_later
 UPDATE leaseq_jobs
 SET status = 'pending', error = :error, lease_until = {now} + :delay_s, published_at = NULL,
@@ -178,8 +195,9 @@ VALUES (:queue, :id, {now}, :event, :attempt, :lease_epoch, :worker_id, :reason,
 
 -- name: outbox_due
 SELECT * FROM leaseq_jobs
-WHERE queue = :queue AND status = 'pending' AND published_at IS NULL
-  AND attempts < max_attempts AND lease_until <= {now}
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND status = 'pending' AND published_at IS NULL
 ORDER BY lease_until, id LIMIT :limit;
 
 -- name: mark_published

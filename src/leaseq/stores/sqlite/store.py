@@ -284,6 +284,31 @@ class SQLiteStore(Store):
                 self._enqueue(conn, next_queue, specs, "keep")
         return _job(row)
 
+    def complete_many(self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
+                      ) -> list[Job | LeaseLost]:
+        payload = json.dumps([[lease.job_id, lease.lease_epoch, status, result, key]
+                              for lease, result, status, key in items])
+        with self._tx() as conn:
+            done = {r["id"]: r for r in self._rows(conn, "complete_many", queue=queue,
+                                                   items=payload)}
+            conn.executemany(Q["record"], [self._params(
+                queue=queue, id=r["id"], event="result_saved", attempt=r["attempts"],
+                lease_epoch=r["lease_epoch"], worker_id=r["worker_id"], reason=r["status"],
+                data=None) for r in done.values()])
+            return [self._settle(conn, queue, lease, done) for lease, *_ in items]
+
+    def _settle(self, conn: sqlite3.Connection, queue: str, lease: Lease,
+                done: dict[str, dict[str, Any]]) -> Job | LeaseLost:
+        """An item of complete_many: done, or a stale job's snooze, or LeaseLost."""
+        row = done.get(lease.job_id)
+        if row is not None and row["lease_epoch"] == lease.lease_epoch:
+            return _job(row)
+        try:
+            self._fenced(conn, queue, lease)  # still held here means stale
+            return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+        except LeaseLost as exc:
+            return exc
+
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
                     delay_s: float) -> Job:
         with self._tx() as conn:

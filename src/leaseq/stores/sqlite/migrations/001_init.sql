@@ -29,6 +29,11 @@ CREATE INDEX IF NOT EXISTS leaseq_jobs_claimable
     ON leaseq_jobs (queue, lease_until, id)
     WHERE status IN ('pending', 'processing') AND attempts < max_attempts;
 
+-- reclaim_expired walks the leased jobs in lease order.
+CREATE INDEX IF NOT EXISTS leaseq_jobs_leased
+    ON leaseq_jobs (queue, lease_until)
+    WHERE status = 'processing';
+
 CREATE INDEX IF NOT EXISTS leaseq_jobs_status
     ON leaseq_jobs (queue, status, updated_at);
 
