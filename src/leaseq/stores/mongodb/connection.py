@@ -1,0 +1,146 @@
+"""URL options, the client's settings, and pymongo's errors mapped to leaseq's."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from pymongo import MongoClient
+from pymongo.errors import ConfigurationError, ConnectionFailure, OperationFailure
+
+from leaseq import validate
+from leaseq.errors import InvalidURL, StoreUnavailable, UnsupportedOperation
+
+#: MongoDB's error code for a transaction on a standalone server ("Transaction numbers are
+#: only allowed on a replica set member or mongos").
+NO_TRANSACTIONS = 20
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,64}")
+_OURS = ("prefix", "ttl")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class MongoOptions:
+    """What a ``mongodb://`` URL says beyond what pymongo reads itself."""
+
+    mongo_url: str
+    """The URL handed to ``MongoClient`` (leaseq's own options taken out)."""
+    database: str = "leaseq"
+    """From the URL's path. Defaults to ``leaseq``."""
+    prefix: str = "leaseq_"
+    """Collection name = prefix + queue; the journal is prefix + ``journal``.
+    Defaults to ``leaseq_``."""
+    ttl_s: Mapping[str, float] = field(default_factory=dict)
+    """Terminal status → seconds after ``updated_at`` at which MongoDB's TTL monitor deletes
+    the job (``ttl=tombstone:2592000,done:86400``). Defaults to none."""
+    client_options: Mapping[str, Any] = field(default_factory=dict)
+    """Defaults leaseq adds when the URL does not set them: ``w=majority``,
+    ``retryWrites=true``, timezone-aware datetimes."""
+
+
+def parse_url(url: str) -> MongoOptions:
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise InvalidURL(f"cannot parse MongoDB URL {validate.redact_url(url)}: {exc}") from None
+    ours = {k: v for k, v in query if k in _OURS}
+    rest = [(k, v) for k, v in query if k not in _OURS]
+    database = unquote(parts.path.lstrip("/")) or "leaseq"
+    if "/" in database or "." in database or " " in database:
+        raise InvalidURL(f"MongoDB database name {database[:80]!r} is not allowed")
+    prefix = ours.get("prefix", "leaseq_")
+    if not _PREFIX_RE.fullmatch(prefix):
+        raise InvalidURL("prefix= may hold up to 64 letters, digits, '_', '.' or '-'")
+    given = {k.lower() for k, _ in rest}
+    client_options: dict[str, Any] = {"tz_aware": True}
+    if "w" not in given:
+        client_options["w"] = "majority"
+    if "retrywrites" not in given:
+        client_options["retryWrites"] = True
+    return MongoOptions(
+        mongo_url=urlunsplit(parts._replace(query=urlencode(rest))),
+        database=database, prefix=prefix, ttl_s=parse_ttl(ours.get("ttl", "")),
+        client_options=client_options,
+    )
+
+
+def open_client(url: str) -> tuple[MongoOptions, MongoClient[Any]]:
+    """The parsed options and a client (it connects lazily; SRV names resolve here)."""
+    parsed = parse_url(url)
+    try:
+        return parsed, MongoClient(parsed.mongo_url, **parsed.client_options)
+    except ConfigurationError as exc:  # InvalidURI, SRV lookup failures
+        text = mask(str(exc), secrets_of(url))
+        raise InvalidURL(f"cannot use {validate.redact_url(url)}: {text[:300]}") from None
+
+
+def parse_ttl(text: str) -> dict[str, float]:
+    """``"tombstone:2592000,done:86400"`` → ``{"tombstone": 2592000.0, "done": 86400.0}``."""
+    rules: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        status, sep, seconds = item.partition(":")
+        try:
+            value = float(seconds) if sep else -1.0
+        except ValueError:
+            value = -1.0
+        if value < 1:
+            raise InvalidURL(f"ttl= takes status:seconds pairs (seconds ≥ 1), got {item[:80]!r}")
+        rules[check_ttl_status(status)] = value
+    return rules
+
+
+def check_ttl_status(status: str) -> str:
+    try:
+        return validate.terminal_status(status)
+    except ValueError as exc:  # InvalidInput: a TTL on a live status would delete live jobs
+        raise InvalidURL(f"ttl= status: {exc}") from None
+
+
+def guarded(method: F) -> F:
+    """Map pymongo's connection errors to ``StoreUnavailable`` (password masked) and a
+    transaction on a standalone server to ``UnsupportedOperation``."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OperationFailure as exc:
+            if exc.code == NO_TRANSACTIONS:
+                raise UnsupportedOperation(no_transactions_message(self.url)) from None
+            raise
+        except (ConnectionFailure, ConfigurationError) as exc:
+            text = mask(f"{type(exc).__name__}: {exc}", self.secrets)
+            raise StoreUnavailable(f"MongoDB at {self.url} is unavailable: {text[:500]}. "
+                                   "Check the URL, the network and the server.") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def no_transactions_message(url: str) -> str:
+    return (f"MongoDB at {url} is a standalone server: transactions need a replica set or "
+            "mongos. Enqueue without connection= (each job is still written atomically), "
+            "or run MongoDB as a replica set (a single-node one is enough).")
+
+
+def mask(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def secrets_of(url: str) -> tuple[str, ...]:
+    """The URL's password as written and decoded, to mask it in any error text."""
+    try:
+        userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    except ValueError:
+        return ()
+    if ":" not in userinfo:
+        return ()
+    raw = userinfo.split(":", 1)[1]
+    return tuple(s for s in {raw, unquote(raw)} if s)

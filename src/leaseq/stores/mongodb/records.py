@@ -1,0 +1,71 @@
+"""Stored documents → leaseq's ``Job`` and ``JournalEntry``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from leaseq.job import Job, JournalEntry, Lease
+from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
+
+
+def dt(value: Any) -> datetime | None:
+    """BSON dates are UTC; a client built without ``tz_aware`` returns them naive."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def job(queue: str, doc: Mapping[str, Any]) -> Job:
+    """A job from its document; fields an adopted document lacks take their defaults."""
+    result = doc.get("result")
+    return Job(
+        id=doc["_id"], queue=queue, status=doc.get("status", "pending"),
+        payload=payload_of(doc), task=doc.get("task"),
+        attempts=int(doc.get("attempts") or 0),
+        max_attempts=int(doc.get("max_attempts") or DEFAULT_MAX_ATTEMPTS),
+        lease_until=dt(doc.get("lease_until")), lease_epoch=int(doc.get("lease_epoch") or 0),
+        worker_id=doc.get("worker_id"), error=doc.get("error"), failure=doc.get("failure"),
+        revision=doc.get("revision"), stale=bool(doc.get("stale")),
+        result=json.loads(result) if isinstance(result, str) else result,
+        result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
+        updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
+        published_at=dt(doc.get("published_at")),
+    )
+
+
+def entry(doc: Mapping[str, Any]) -> JournalEntry:
+    return JournalEntry(
+        at=dt(doc.get("at")), job_id=doc["job_id"], event=doc["event"],  # type: ignore[arg-type]
+        attempt=doc.get("attempt"), lease_epoch=doc.get("lease_epoch"),
+        worker_id=doc.get("worker_id"), reason=doc.get("reason"), data=doc.get("data"),
+    )
+
+
+def claimed_fields(found: Job) -> dict[str, Any]:
+    return {"attempt": found.attempts, "lease_epoch": found.lease_epoch,
+            "worker_id": found.worker_id,
+            "reason": "redelivered" if found.attempts > 1 else None}
+
+
+def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:
+    return (doc is not None and doc.get("status") == PROCESSING
+            and doc.get("lease_epoch") == lease.lease_epoch)
+
+
+def lost_fields(doc: Mapping[str, Any], lease: Lease) -> dict[str, Any]:
+    return {"attempt": doc.get("attempts", 0), "lease_epoch": lease.lease_epoch,
+            "reason": f"lease epoch {lease.lease_epoch} lost; job is {doc.get('status')} "
+                      f"at epoch {doc.get('lease_epoch', 0)}"}
+
+
+def fields(doc: Mapping[str, Any], lease: Lease, reason: str | None) -> dict[str, Any]:
+    return {"attempt": doc.get("attempts", 0), "lease_epoch": lease.lease_epoch,
+            "worker_id": doc.get("worker_id"), "reason": reason}
+
+
+def moved(doc: Mapping[str, Any], reason: str | None) -> dict[str, Any]:
+    return {"attempt": doc.get("attempts", 0), "lease_epoch": doc.get("lease_epoch", 0),
+            "worker_id": doc.get("worker_id"), "reason": reason}

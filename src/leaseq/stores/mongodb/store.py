@@ -1,0 +1,495 @@
+"""MongoDB store: one collection per queue, every write one atomic single-document statement.
+
+Atomicity without transactions: each primitive changes each job with one
+``find_one_and_update`` / ``update_many`` whose filter carries the whole guard (claimable,
+fenced, still expired), so two workers can never both win. Transactions (replica set or mongos)
+are used only where the protocol needs several documents to change together: ``enqueue_many``
+and ``complete(then=…)``. The journal is written right after the change it records, outside it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from bson import ObjectId
+from pymongo import ReturnDocument, UpdateOne
+from pymongo.client_session import ClientSession
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from leaseq import validate
+from leaseq.errors import (
+    InvalidInput,
+    InvalidQueueName,
+    InvalidURL,
+    JobConflict,
+    JobNotFound,
+    UnsupportedOperation,
+)
+from leaseq.job import (
+    EnqueueResult,
+    Job,
+    JobSpec,
+    JournalEntry,
+    Lease,
+    LeaseLost,
+    OnConflict,
+    Outcome,
+)
+from leaseq.stores.base import Store
+from leaseq.stores.mongodb import documents as D
+from leaseq.stores.mongodb import records
+from leaseq.stores.mongodb.connection import (
+    check_ttl_status,
+    guarded,
+    no_transactions_message,
+    open_client,
+    secrets_of,
+)
+
+AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
+SCHEMA_VERSION = 1
+#: Index option conflicts: an equivalent index already exists under another name or options
+#: (an adopted collection's own TTL index, say). The operator's index is kept.
+_INDEX_EXISTS = (85, 86)
+_OUTCOMES = {D.CREATE: Outcome.CREATED, D.KEEP: Outcome.UNCHANGED, D.REVIVE: Outcome.REVIVED,
+             D.UPDATE: Outcome.UPDATED, D.STALE: Outcome.UPDATED, "conflict": Outcome.CONFLICT}
+Event = tuple[str, str, str, dict[str, Any]]  # queue, job id, event, fields
+
+
+class MongoStore(Store):
+    """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
+
+    def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",
+                 ttl_s: Mapping[str, float] | None = None, time_offset_s: float = 0.0,
+                 client: Any = None):
+        self.url = validate.redact_url(url)
+        self.secrets = secrets_of(url)  # masked in every error text
+        self.time_offset_s = time_offset_s
+        self._db = database
+        self._client = client if client is not None else getattr(database, "client", None)
+        self._owns_client = client is not None
+        self._prefix = prefix
+        self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
+        self._ready: set[str] = set()
+        self.supports_transactions = self._probe_transactions()
+        self.migrate()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MongoStore:
+        unknown = set(options) - {"prefix", "ttl_s", "time_offset_s"}
+        if unknown:
+            raise InvalidURL(f"unknown MongoDB store option(s) {', '.join(sorted(unknown))}; "
+                             "known: prefix, ttl_s, time_offset_s")
+        parsed, client = open_client(url)
+        options.setdefault("prefix", parsed.prefix)
+        options.setdefault("ttl_s", parsed.ttl_s)
+        try:
+            return cls(client[parsed.database], url=url, client=client, **options)
+        except BaseException:
+            client.close()
+            raise
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def _off(self) -> float:
+        return self.time_offset_s
+
+    @guarded
+    def _probe_transactions(self) -> bool:
+        hello = self._db.command("hello")
+        return "setName" in hello or hello.get("msg") == "isdbgrid"
+
+    def _name(self, queue: str) -> str:
+        if queue == "journal":
+            raise InvalidQueueName(f"queue name 'journal' is taken on MongoDB: "
+                                   f"{self._prefix}journal holds the journal")
+        return self._prefix + queue
+
+    def _coll(self, queue: str) -> Any:
+        """The queue's collection; its indexes are made on first use (outside any session)."""
+        name = self._name(queue)
+        if name not in self._ready:
+            self._create_indexes(self._db[name], D.job_indexes(self._ttl_s))
+            self._ready.add(name)
+        return self._db[name]
+
+    @property
+    def _journal(self) -> Any:
+        return self._db[self._prefix + "journal"]
+
+    @staticmethod
+    def _create_indexes(coll: Any, specs: Sequence[tuple[Any, dict[str, Any]]]) -> None:
+        for keys, options in specs:
+            try:
+                coll.create_index(keys, **options)
+            except OperationFailure as exc:
+                if exc.code not in _INDEX_EXISTS:
+                    raise
+
+    def _log(self, events: Sequence[Event], session: Any = None) -> None:
+        """Append journal entries, stamped by the server clock, in one round trip."""
+        if not events:
+            return
+        ops = [UpdateOne({"_id": ObjectId()},
+                         D.journal_entry(q, job_id, event, fields, self._off), upsert=True)
+               for q, job_id, event, fields in events]
+        self._journal.bulk_write(ops, ordered=True, session=session)
+
+    def _transaction(self, work: Callable[[Any], Any]) -> Any:
+        if not self.supports_transactions:
+            return work(None)
+        with self._client.start_session() as session:
+            return session.with_transaction(work)
+
+    # --- set-up -----------------------------------------------------------------------------
+
+    @guarded
+    def migrate(self) -> int:
+        self._create_indexes(self._journal, D.journal_indexes())
+        for queue in self.queues():
+            self._coll(queue)
+        return SCHEMA_VERSION
+
+    @guarded
+    def server_now(self) -> Any:
+        local = records.dt(self._db.command("hello")["localTime"])
+        return local + timedelta(seconds=self._off)  # type: ignore[operator]
+
+    @guarded
+    def queues(self) -> list[str]:
+        found = []
+        for name in self._db.list_collection_names(
+                filter={"name": {"$regex": "^" + re.escape(self._prefix)}}):
+            queue = name[len(self._prefix):]
+            if queue == "journal" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", queue):
+                continue
+            if self._db[name].find_one({}, {"_id": 1}) is not None:
+                found.append(queue)
+        return sorted(found)
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    @guarded
+    def drop(self) -> None:
+        for name in self._db.list_collection_names(
+                filter={"name": {"$regex": "^" + re.escape(self._prefix)}}):
+            self._db.drop_collection(name)
+        self._ready.clear()
+
+    # --- producers -------------------------------------------------------------------------
+
+    @guarded
+    def enqueue_many(self, queue: str, specs: Sequence[JobSpec], on_conflict: OnConflict = "raise",
+                     connection: Any = None) -> list[EnqueueResult]:
+        self._coll(queue)  # indexes first: createIndexes may not run inside a transaction
+        if connection is not None:
+            self._check_session(connection)
+            return self._enqueue(connection, queue, specs, on_conflict)
+        if not self.supports_transactions and on_conflict == "raise":
+            self._refuse_conflicts(queue, specs)
+        return self._transaction(lambda s: self._enqueue(s, queue, specs, on_conflict))
+
+    def _check_session(self, session: Any) -> None:
+        if not isinstance(session, ClientSession):
+            raise TypeError("connection= must be a pymongo ClientSession on the MongoDB store")
+        if not self.supports_transactions:
+            raise UnsupportedOperation(no_transactions_message(self.url))
+        if not session.in_transaction:
+            raise InvalidInput("connection= must be a session inside a transaction: call "
+                               "session.start_transaction() (or with_transaction) first")
+
+    def _enqueue(self, session: Any, queue: str, specs: Sequence[JobSpec],
+                 on_conflict: OnConflict) -> list[EnqueueResult]:
+        results, events, conflicts = [], [], []
+        for spec in specs:
+            outcome = self._upsert(self._coll(queue), spec, on_conflict, session)
+            results.append(EnqueueResult(spec.job_id, outcome))
+            if outcome is Outcome.CONFLICT and on_conflict == "raise":
+                conflicts.append(spec.job_id)
+            elif outcome in (Outcome.CREATED, Outcome.UPDATED, Outcome.REVIVED):
+                data = {"revision": spec.revision} if spec.revision else None
+                events.append((queue, spec.job_id, "enqueued",
+                               {"reason": outcome.value, "data": data}))
+        self._log(events, session)
+        if conflicts:  # in a transaction this aborts it; see _refuse_conflicts otherwise
+            raise JobConflict(queue, conflicts)
+        return results
+
+    def _upsert(self, coll: Any, spec: JobSpec, on_conflict: str, session: Any) -> Outcome:
+        payload = json.loads(spec.payload_json)  # canonical key order, the same on every replay
+        pipeline = D.upsert(payload, spec.task, spec.revision, spec.max_attempts, spec.delay_s,
+                            on_conflict, self._off)
+        for tries_left in (1, 0):
+            try:
+                before = coll.find_one_and_update({"_id": spec.job_id}, pipeline, upsert=True,
+                                                  return_document=BEFORE, session=session)
+                break
+            except DuplicateKeyError:  # a concurrent upsert inserted the same new id first
+                if not tries_left:
+                    raise
+        return _OUTCOMES[D.upsert_outcome(before, payload, spec.revision, on_conflict)]
+
+    def _refuse_conflicts(self, queue: str, specs: Sequence[JobSpec]) -> None:
+        """Without transactions, ``raise`` must find its conflicts before the first write.
+
+        A producer racing in between can still make a conflict appear later; the pipeline
+        never writes one, but the jobs of the batch written before it stay written.
+        """
+        ids = list({spec.job_id for spec in specs})
+        stored = self._coll(queue).find({"_id": {"$in": ids}})
+        conflicts = D.batch_conflicts({d["_id"]: d for d in stored}, specs)
+        if conflicts:
+            raise JobConflict(queue, conflicts)
+
+    # --- workers ---------------------------------------------------------------------------
+
+    @guarded
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+        coll, jobs = self._coll(queue), []
+        for _ in range(limit):  # each claim is one atomic document; a batch is a loop
+            doc = coll.find_one_and_update(D.claimable(self._off),
+                                           D.claim(worker_id, lease_s, self._off),
+                                           sort=D.CLAIM_SORT, return_document=AFTER)
+            if doc is None:
+                break
+            jobs.append(records.job(queue, doc))
+        self._log([(queue, j.id, "claimed", records.claimed_fields(j)) for j in jobs])
+        return jobs
+
+    @guarded
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+        doc = self._coll(queue).find_one_and_update(
+            D.claimable_id(job_id, self._off), D.claim(worker_id, lease_s, self._off),
+            return_document=AFTER)
+        if doc is None:
+            return None
+        found = records.job(queue, doc)
+        self._log([(queue, job_id, "claimed", records.claimed_fields(found))])
+        return found
+
+    @guarded
+    def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
+        pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
+        coll = self._coll(queue)
+        done = coll.update_many(D.held(pairs), D.extend(lease_s, self._off))
+        if done.matched_count == len(set(pairs)):
+            return []  # every lease held: one round trip
+        # A lease not held at the update is never held again (the epoch only grows), so the
+        # documents read now name exactly the lost ones.
+        now = {d["_id"]: d for d in coll.find({"_id": {"$in": [p[0] for p in pairs]}},
+                                              D.FENCE_PROJECTION)}
+        lost = [lease for lease in leases if not records.holds(now.get(lease.job_id), lease)]
+        self._log([(queue, lease.job_id, "heartbeat_lost",
+                    records.lost_fields(now[lease.job_id], lease))
+                   for lease in lost if lease.job_id in now])
+        return [lease.job_id for lease in lost]
+
+    def _finish(self, queue: str, lease: Lease, update: list[dict[str, Any]],
+                session: Any = None) -> tuple[dict[str, Any], bool]:
+        """The fenced write, or the snooze a stale job gets instead: ``(document, stale)``.
+
+        Two filters instead of a ``$cond`` on ``stale``: which one matched says which write
+        happened. ``stale`` only turns true while processing and only a claim (a new epoch)
+        clears it, so it cannot change between the two statements of the same epoch.
+        """
+        coll = self._coll(queue)
+        doc = coll.find_one_and_update(D.fenced(lease.job_id, lease.lease_epoch, stale=False),
+                                       update, return_document=AFTER, session=session)
+        if doc is not None:
+            return doc, False
+        doc = coll.find_one_and_update(D.fenced(lease.job_id, lease.lease_epoch, stale=True),
+                                       D.snooze(0.0, self._off), return_document=AFTER,
+                                       session=session)
+        if doc is None:
+            raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
+        self._log([(queue, lease.job_id, "snoozed", records.fields(doc, lease, D.STALE_REASON))],
+                  session)
+        return doc, True
+
+    @guarded
+    def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
+                 result_key: str | None = None,
+                 then: Sequence[tuple[str, Sequence[JobSpec]]] = ()) -> Job:
+        for next_queue, _ in then:
+            self._coll(next_queue)  # indexes before the transaction
+
+        def work(session: Any) -> Job:
+            doc, stale = self._finish(queue, lease, D.complete(
+                status, result_json, result_key, self._off), session)
+            if not stale:
+                saved = records.fields(doc, lease, status)
+                self._log([(queue, lease.job_id, "result_saved", saved)], session)
+                for next_queue, specs in then:
+                    self._enqueue(session, next_queue, specs, "keep")
+            return records.job(queue, doc)
+
+        return self._transaction(work) if then else work(None)
+
+    @guarded
+    def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
+                    delay_s: float) -> Job:
+        doc, stale = self._finish(queue, lease, D.retry_later(error, delay_s, self._off))
+        if not stale and doc["status"] == "failed":
+            self._log([(queue, lease.job_id, "quarantined",
+                        records.fields(doc, lease, f"exhausted: {reason}"))])
+        elif not stale:
+            self._log([(queue, lease.job_id, "retry_scheduled",
+                        {**records.fields(doc, lease, reason), "data": {"delay_s": delay_s}})])
+        return records.job(queue, doc)
+
+    @guarded
+    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
+        doc = self._coll(queue).find_one_and_update(
+            D.fenced(lease.job_id, lease.lease_epoch), D.snooze(delay_s, self._off),
+            return_document=AFTER)
+        if doc is None:
+            raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
+        self._log([(queue, lease.job_id, "snoozed", records.fields(doc, lease, reason))])
+        return records.job(queue, doc)
+
+    @guarded
+    def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
+        doc, stale = self._finish(queue, lease, D.fail(error, failure, self._off))
+        if not stale:
+            self._log([(queue, lease.job_id, "quarantined",
+                        records.fields(doc, lease, f"{failure}: {reason}"))])
+        return records.job(queue, doc)
+
+    # --- upkeep ----------------------------------------------------------------------------
+
+    @guarded
+    def reclaim_expired(self, queue: str) -> tuple[int, int]:
+        # Order matters (DESIGN.md §3): bury the spent ones before any can become pending.
+        spent = self._move(queue, D.expired(self._off, spent=True), D.expire_spent(self._off),
+                           "failed")
+        returned = self._move(queue, D.expired(self._off, spent=False),
+                              D.return_expired(self._off), D.PENDING)
+        self._log([(queue, d["_id"], "quarantined", records.moved(d, "expired: lease ran out"))
+                   for d in spent])
+        self._log([(queue, d["_id"], "reclaimed", records.moved(d, "lease expired"))
+                   for d in returned])
+        return len(spent), len(returned)
+
+    def _move(self, queue: str, query: dict[str, Any], update: list[dict[str, Any]],
+              status: str) -> list[dict[str, Any]]:
+        """``update_many`` the documents ``query`` finds, returning the ones it moved.
+
+        The update repeats the whole filter, so a document that changed after the read is
+        skipped; when the count says so, a second read keeps those now in ``status`` at the
+        epoch they were read with (a claim in between would have raised the epoch).
+        """
+        coll = self._coll(queue)
+        found = list(coll.find(query, D.FENCE_PROJECTION))
+        if not found:
+            return []
+        ids = [d["_id"] for d in found]
+        if coll.update_many({**query, "_id": {"$in": ids}}, update).matched_count == len(found):
+            return found
+        now = {d["_id"]: d for d in coll.find({"_id": {"$in": ids}}, D.FENCE_PROJECTION)}
+        return [d for d in found if (n := now.get(d["_id"])) is not None
+                and n.get("status") == status and n.get("lease_epoch") == d.get("lease_epoch")]
+
+    @guarded
+    def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
+        coll, deleted = self._coll(queue), 0
+        for status, age in older_than_s.items():
+            query = D.purgeable(status, age, self._off)
+            while ids := [d["_id"] for d in coll.find(query, {"_id": 1}).limit(1000)]:
+                gone = coll.delete_many({**query, "_id": {"$in": ids}}).deleted_count
+                left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
+                self._journal.delete_many({"queue": queue,
+                                           "job_id": {"$in": [i for i in ids if i not in left]}})
+                deleted += gone
+                if not gone:
+                    break
+        return deleted
+
+    # --- operators -------------------------------------------------------------------------
+
+    @guarded
+    def retry(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, D.operator_retryable(job_id),
+                              D.operator_retry(self._off), "retried")
+
+    @guarded
+    def cancel(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, D.cancellable(job_id),
+                              D.operator_cancel(self._off), "cancelled")
+
+    def _operator(self, queue: str, job_id: str, query: dict[str, Any],
+                  update: list[dict[str, Any]], event: str) -> bool:
+        coll = self._coll(queue)
+        doc = coll.find_one_and_update(query, update, return_document=AFTER)
+        if doc is None:
+            if coll.find_one({"_id": job_id}, {"_id": 1}) is None:
+                raise JobNotFound(queue, job_id)
+            return False
+        self._log([(queue, job_id, event, {"attempt": doc.get("attempts", 0),
+                                           "lease_epoch": doc.get("lease_epoch", 0),
+                                           "reason": "operator"})])
+        return True
+
+    # --- broker outbox --------------------------------------------------------------------
+
+    @guarded
+    def outbox_due(self, queue: str, limit: int) -> list[Job]:
+        cursor = self._coll(queue).find(D.outbox_due(self._off)).sort(D.CLAIM_SORT).limit(limit)
+        return [records.job(queue, d) for d in cursor]
+
+    @guarded
+    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
+        marked = self._move(queue, D.unpublished(job_ids), D.mark_published(self._off),
+                            D.PENDING)
+        self._log([(queue, d["_id"], "published", records.moved(d, None)) for d in marked])
+        return len(marked)
+
+    # --- inspection ------------------------------------------------------------------------
+
+    @guarded
+    def get(self, queue: str, job_id: str) -> Job | None:
+        doc = self._coll(queue).find_one({"_id": job_id})
+        return None if doc is None else records.job(queue, doc)
+
+    @guarded
+    def list(self, queue: str, status: str | None = None, limit: int = 100,
+             after_id: str | None = None) -> list[Job]:
+        cursor = self._coll(queue).find(D.listing(status, after_id)).sort("_id", 1).limit(limit)
+        return [records.job(queue, d) for d in cursor]
+
+    @guarded
+    def counts(self, queue: str) -> dict[str, int]:
+        return {r["_id"]: r["n"] for r in self._coll(queue).aggregate(D.counts())}
+
+    def _ready(self, queue: str) -> dict[str, Any]:
+        rows = list(self._coll(queue).aggregate(D.ready(self._off)))
+        return rows[0] if rows else {"n": 0, "age_ms": None}
+
+    @guarded
+    def ready(self, queue: str) -> int:
+        return int(self._ready(queue)["n"])
+
+    @guarded
+    def oldest_pending_age_s(self, queue: str) -> float:
+        age_ms = self._ready(queue).get("age_ms")
+        return max(float(age_ms) / 1000.0, 0.0) if age_ms is not None else 0.0
+
+    @guarded
+    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        cursor = self._journal.find(D.journal_of(queue, job_id)).sort(D.JOURNAL_SORT)
+        return [records.entry(d) for d in cursor]
+
+    @guarded
+    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
+               lease_epoch: int | None = None, worker_id: str | None = None,
+               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+        self._log([(queue, job_id, event, {
+            "attempt": attempt, "lease_epoch": lease_epoch, "worker_id": worker_id,
+            "reason": reason, "data": dict(data) if data else None})])
+

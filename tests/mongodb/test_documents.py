@@ -1,0 +1,281 @@
+"""The documents the MongoDB store sends, asserted against the shapes of issue 5 and
+DESIGN.md §3. Pure builders, no server (see mongo_fakes.py for why these are store-specific)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from leaseq.job import JobSpec
+from leaseq.stores.mongodb import documents as D
+
+NOW = {"$dateAdd": {"startDate": "$$NOW", "unit": "millisecond", "amount": 0}}
+
+
+def walk(node: Any) -> list[Any]:
+    """Every dict, list and scalar inside a document."""
+    found = [node]
+    if isinstance(node, dict):
+        for value in node.values():
+            found += walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += walk(value)
+    return found
+
+
+def keys_in(node: Any) -> set[str]:
+    return {k for item in walk(node) if isinstance(item, dict) for k in item}
+
+
+def plus(ms: int) -> dict[str, Any]:
+    return {"$dateAdd": {"startDate": "$$NOW", "unit": "millisecond", "amount": ms}}
+
+
+# --- clock ---------------------------------------------------------------------------------
+
+
+def test_now_is_the_server_clock_shifted_by_the_offset_in_milliseconds():
+    # Given an offset of 1.5 s and a lease of 900 s
+    # Then both become one $dateAdd from $$NOW, in whole milliseconds
+    assert D.now(0) == NOW
+    assert D.now(1.5, 900) == plus(901_500)
+    assert isinstance(D.now(0.0004)["$dateAdd"]["amount"], int)
+
+
+def test_no_builder_reads_the_worker_clock():
+    # Every timestamp in every pipeline is rooted in $$NOW (no datetime values are sent)
+    pipelines = [D.claim("w", 30, 0), D.extend(30, 0), D.snooze(1, 0), D.fail("e", "x", 0),
+                 D.retry_later("e", 5, 0), D.complete("done", None, None, 0),
+                 D.expire_spent(0), D.return_expired(0), D.operator_retry(0),
+                 D.operator_cancel(0), D.mark_published(0),
+                 D.upsert({"a": 1}, None, None, 5, 0, "raise", 0)]
+    for pipeline in pipelines:
+        dates = [n for n in walk(pipeline) if isinstance(n, dict) and "$dateAdd" in n]
+        assert dates, pipeline
+        assert all(n["$dateAdd"]["startDate"] == "$$NOW" for n in dates)
+        assert "datetime" not in repr(pipeline)
+
+
+# --- claim ---------------------------------------------------------------------------------
+
+
+def test_claim_filter_has_the_three_branches_of_the_issue():
+    query = D.claimable(0)
+    assert query["$expr"] == {"$lt": [{"$ifNull": ["$attempts", 0]},
+                                      {"$ifNull": ["$max_attempts", 5]}]}
+    fresh, due, expired = query["$or"]
+    assert fresh == {"status": "pending", "lease_until": None}
+    assert due["status"] == "pending" and due["$expr"] == {"$lte": ["$lease_until", NOW]}
+    assert expired["status"] == "processing"
+    assert expired["$expr"] == {"$lt": ["$lease_until", NOW]}
+    # an aggregation null sorts below every date: only real dates may take the < branches
+    assert due["lease_until"] == expired["lease_until"] == {"$type": "date"}
+
+
+def test_claim_is_a_pipeline_update_with_server_lease_and_counters():
+    pipeline = D.claim("host:1:abcd1234", 900, 2)
+    assert isinstance(pipeline, list) and len(pipeline) == 1 and list(pipeline[0]) == ["$set"]
+    fields = pipeline[0]["$set"]
+    assert fields["status"] == "processing"
+    assert fields["worker_id"] == {"$literal": "host:1:abcd1234"}
+    assert fields["lease_until"] == plus(902_000)
+    assert fields["attempts"] == {"$add": [{"$ifNull": ["$attempts", 0]}, 1]}
+    assert fields["lease_epoch"] == {"$add": [{"$ifNull": ["$lease_epoch", 0]}, 1]}
+    assert fields["updated_at"] == plus(2000)
+    assert fields["stale"] is False
+    assert fields["first_seen_at"] == {"$ifNull": ["$first_seen_at", plus(2000)]}
+    assert fields["max_attempts"] == {"$ifNull": ["$max_attempts", 5]}
+
+
+def test_claim_sort_is_stable_not_before_then_id():
+    assert D.CLAIM_SORT == [("lease_until", 1), ("_id", 1)]
+
+
+def test_claim_id_is_the_claim_filter_for_one_id():
+    assert D.claimable_id("job-1", 0) == {"_id": "job-1", **D.claimable(0)}
+
+
+def test_no_set_on_insert_anywhere():
+    every = [D.claim("w", 1, 0), D.upsert({"a": 1}, "t", "r", 5, 3, "replace", 0)]
+    assert not any("$setOnInsert" in keys_in(p) for p in every)
+
+
+# --- fencing -------------------------------------------------------------------------------
+
+
+def test_fence_is_id_epoch_and_processing():
+    assert D.fenced("j", 7) == {"_id": "j", "lease_epoch": 7, "status": "processing"}
+    assert D.fenced("j", 7, stale=False)["stale"] == {"$ne": True}
+    assert D.fenced("j", 7, stale=True)["stale"] is True
+
+
+def test_heartbeat_filter_fences_each_lease_by_its_own_epoch():
+    query = D.held([("a", 1), ("b", 4)])
+    assert query == {"_id": {"$in": ["a", "b"]}, "status": "processing",
+                     "$or": [{"_id": "a", "lease_epoch": 1}, {"_id": "b", "lease_epoch": 4}]}
+    assert D.extend(60, 0) == [{"$set": {"lease_until": plus(60_000)}}]
+
+
+def test_finishes_clear_the_lease_and_keep_caller_values_literal():
+    done = D.complete("done", '{"$x":1}', "$key", 0)[0]["$set"]
+    assert done["result"] == {"$literal": '{"$x":1}'} and done["result_key"] == {"$literal": "$key"}
+    assert done["lease_until"] is None and done["status"] == {"$literal": "done"}
+    failed = D.fail("$boom", "permanent", 0)[0]["$set"]
+    assert failed == {"status": "failed", "failure": {"$literal": "permanent"},
+                      "error": {"$literal": "$boom"}, "lease_until": None, "updated_at": NOW}
+
+
+def test_retry_later_turns_into_exhausted_when_attempts_are_spent():
+    fields = D.retry_later("err", 30, 0)[0]["$set"]
+    spent = {"$gte": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}]}
+    assert fields["status"] == {"$cond": [spent, "failed", "pending"]}
+    assert fields["failure"] == {"$cond": [spent, "exhausted", None]}
+    assert fields["lease_until"] == {"$cond": [spent, None, plus(30_000)]}
+    # a transition to pending owes the outbox a publish
+    assert fields["published_at"] == {"$cond": [spent, "$published_at", None]}
+
+
+def test_snooze_gives_the_attempt_back_never_below_zero():
+    fields = D.snooze(5, 0)[0]["$set"]
+    assert fields["attempts"] == {"$max": [{"$subtract": [{"$ifNull": ["$attempts", 0]}, 1]}, 0]}
+    assert fields["status"] == "pending" and fields["published_at"] is None
+    assert fields["stale"] is False and fields["lease_until"] == plus(5000)
+
+
+@pytest.mark.parametrize("pipeline", [D.snooze(0, 0), D.return_expired(0),
+                                      D.operator_retry(0)])
+def test_every_transition_to_pending_clears_published_at(pipeline):
+    assert pipeline[0]["$set"]["status"] == "pending"
+    assert pipeline[0]["$set"]["published_at"] is None
+
+
+# --- reclaim -------------------------------------------------------------------------------
+
+
+def test_reclaim_step_one_takes_only_spent_expired_jobs():
+    spent = {"$gte": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}]}
+    assert D.expired(0, spent=True) == {
+        "status": "processing", "lease_until": {"$type": "date"},
+        "$expr": {"$and": [{"$lt": ["$lease_until", NOW]}, spent]}}
+    assert D.expired(0, spent=False)["$expr"]["$and"][1] == {"$not": [spent]}
+    fields = D.expire_spent(0)[0]["$set"]
+    assert fields["status"] == "failed" and fields["failure"] == "expired"
+    assert fields["lease_until"] is None
+    back = D.return_expired(0)[0]["$set"]
+    assert back["status"] == "pending" and back["lease_until"] == NOW
+
+
+# --- indexes -------------------------------------------------------------------------------
+
+
+def test_indexes_claim_index_and_ttl_only_with_a_partial_filter():
+    specs = D.job_indexes({"tombstone": 2_592_000, "done": 86_400})
+    assert specs[0] == ([("status", 1), ("lease_until", 1)], {"name": "status_1_lease_until_1"})
+    ttl = [(keys, opts) for keys, opts in specs if "expireAfterSeconds" in opts]
+    assert len(ttl) == 2
+    for keys, opts in ttl:
+        assert keys == [("updated_at", 1)]
+        assert opts["partialFilterExpression"] == {"status": opts["name"].split("_", 2)[2]}
+    assert D.job_indexes({}) == specs[:1]  # no TTL asked: no TTL index at all
+
+
+# --- upsert --------------------------------------------------------------------------------
+
+
+def branches(pipeline: list[dict[str, Any]]) -> dict[str, Any]:
+    switch = pipeline[0]["$replaceWith"]["$let"]["in"]["$switch"]
+    assert switch["default"] == "$$ROOT"  # keep / conflict: the document as it was
+    return {b["case"]["$eq"][1]: b["then"]["$mergeObjects"] for b in switch["branches"]}
+
+
+def test_upsert_keeps_the_record_puts_the_payload_beside_it_then_the_branch_fields():
+    pipeline = D.upsert({"file": "$a.mp4"}, "sync", "md5-1", 7, 10, "raise", 0)
+    assert len(pipeline) == 1 and list(pipeline[0]) == ["$replaceWith"]
+    found = branches(pipeline)
+    assert set(found) == {"create", "revive", "update", "stale"}
+    record, payload, fields = found["create"]
+    assert record["$arrayToObject"]["$filter"]["cond"] == {"$in": ["$$this.k", D.RECORD_FIELDS]}
+    assert payload == {"$literal": {"file": "$a.mp4"}}
+    assert fields["first_seen_at"] == {"$ifNull": ["$first_seen_at", NOW]}
+    assert fields["lease_until"] == plus(10_000) and fields["attempts"] == 0
+    assert fields["lease_epoch"] == 0 and fields["revision"] == {"$literal": "md5-1"}
+
+
+def test_upsert_branch_fields_follow_the_protocol():
+    found = branches(D.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0))
+    revive = found["revive"][2]
+    assert revive["status"] == "pending" and revive["attempts"] == 0
+    assert revive["failure"] is None and revive["result"] is None
+    assert "lease_epoch" not in revive  # the epoch only ever grows
+    stale = found["stale"][2]
+    assert stale["stale"] is True and "lease_until" not in stale and "status" not in stale
+    update = found["update"][2]
+    assert update["published_at"] is None and "attempts" not in update
+
+
+def test_upsert_decision_is_computed_from_the_stored_document():
+    op = D.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0)[0]["$replaceWith"]["$let"]["vars"]["op"]
+    first, changed = op["$switch"]["branches"]
+    assert first == {"case": {"$eq": [{"$type": "$status"}, "missing"]}, "then": "create"}
+    assert changed["case"] == {"$ne": ["$revision", {"$literal": "r2"}]}
+    assert op["$switch"]["default"] == "keep"
+    # without a revision only "replace" may change the stored job
+    raise_op = D.upsert_op({"a": 1}, None, "raise")
+    assert raise_op["$switch"]["branches"][1]["case"] is False
+    replace_op = D.upsert_op({"a": 1}, None, "replace")
+    assert "$not" in replace_op["$switch"]["branches"][1]["case"]
+
+
+def test_same_payload_compares_top_level_keys_in_any_order():
+    expr = D.same_payload({"b": 2, "a": [1]})
+    size, *fields = expr["$and"]
+    assert size["$eq"][1] == 2
+    assert {f["$eq"][0]["$getField"]["field"]["$literal"] for f in fields} == {"a", "b"}
+
+
+@pytest.mark.parametrize(("before", "revision", "on_conflict", "expected"), [
+    (None, None, "raise", "create"),
+    ({"_id": "j", "status": "pending", "revision": "r1"}, "r1", "raise", "keep"),
+    ({"_id": "j", "status": "pending", "revision": "r1"}, "r2", "raise", "update"),
+    ({"_id": "j", "status": "processing", "revision": "r1"}, "r2", "raise", "stale"),
+    ({"_id": "j", "status": "tombstone", "revision": "r1"}, "r2", "raise", "revive"),
+    ({"_id": "j", "status": "done", "a": 1}, None, "raise", "keep"),
+    ({"_id": "j", "status": "done", "a": 2}, None, "raise", "conflict"),
+    ({"_id": "j", "status": "done", "a": 2}, None, "keep", "conflict"),
+    ({"_id": "j", "status": "done", "a": 2}, None, "replace", "revive"),
+    ({"_id": "j", "status": "done", "a": 1, "extra": 0}, None, "raise", "conflict"),
+])
+def test_upsert_outcome_mirrors_the_server_decision(before, revision, on_conflict, expected):
+    assert D.upsert_outcome(before, {"a": 1}, revision, on_conflict) == expected
+
+
+def test_payload_equality_is_bson_like():
+    assert D.bson_equal_payload({"a": 1, "b": 2}, {"b": 2, "a": 1.0})
+    assert not D.bson_equal_payload({"a": True}, {"a": 1})
+    assert not D.bson_equal_payload({"a": {"x": 1, "y": 2}}, {"a": {"y": 2, "x": 1}})
+
+
+def spec(job_id: str, payload: dict[str, Any], revision: str | None = None) -> JobSpec:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return JobSpec(job_id, payload, text, revision=revision)
+
+
+def test_batch_conflicts_sees_earlier_specs_of_the_same_batch():
+    stored = {"old": {"_id": "old", "status": "pending", "a": 1}}
+    specs = [spec("old", {"a": 1}), spec("new", {"a": 1}), spec("new", {"a": 2}),
+             spec("old", {"a": 3}, revision="r"), spec("old", {"a": 3})]
+    assert D.batch_conflicts(stored, specs) == ["new"]
+
+
+def test_payload_of_is_every_field_that_is_not_the_record():
+    doc = {"_id": "x", "status": "done", "attempts": 1, "name": "a.mp4", "md5": "ff"}
+    assert D.payload_of(doc) == {"name": "a.mp4", "md5": "ff"}
+
+
+def test_journal_entry_is_stamped_by_the_server():
+    pipeline = D.journal_entry("q", "j", "claimed", {"attempt": 1, "reason": "$r"}, 0)
+    fields = pipeline[0]["$set"]
+    assert fields["at"] == NOW and fields["reason"] == {"$literal": "$r"}

@@ -1,0 +1,338 @@
+"""The MongoDB store's control flow against a recording fake (see mongo_fakes.py): which statement
+it sends with which builder's document, in which order, and what it makes of the answer."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from unittest import mock
+
+import pytest
+from mongo_fakes import FakeDB, Result
+from pymongo import ReturnDocument
+from pymongo.client_session import ClientSession
+from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
+
+from leaseq.errors import (
+    InvalidQueueName,
+    JobConflict,
+    JobNotFound,
+    StoreUnavailable,
+    UnsupportedOperation,
+)
+from leaseq.job import JobSpec, Lease, LeaseLost, Outcome
+from leaseq.stores.mongodb import MongoStore
+from leaseq.stores.mongodb import documents as D
+
+Q = "leaseq_q"
+T0 = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def doc(job_id: str = "j1", **fields: Any) -> dict[str, Any]:
+    base = {"_id": job_id, "status": "processing", "attempts": 1, "max_attempts": 5,
+            "lease_epoch": 3, "worker_id": "w", "lease_until": T0, "updated_at": T0}
+    return {**base, **fields}
+
+
+def spec(job_id: str, payload: dict[str, Any], revision: str | None = None) -> JobSpec:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return JobSpec(job_id, payload, text, revision=revision)
+
+
+@pytest.fixture
+def db() -> FakeDB:
+    return FakeDB()
+
+
+@pytest.fixture
+def store(db: FakeDB) -> MongoStore:
+    return MongoStore(db, url="mongodb://u:s3cret@db.example/leaseq")
+
+
+def journal_events(db: FakeDB) -> list[tuple[str, str]]:
+    events = []
+    for args, _ in db.of("leaseq_journal", "bulk_write"):
+        for op in args[0]:
+            fields = op._doc[0]["$set"]
+            events.append((fields["job_id"]["$literal"], fields["event"]["$literal"]))
+    return events
+
+
+# --- set-up --------------------------------------------------------------------------------
+
+
+def test_indexes_are_made_once_per_queue_on_first_use(db, store):
+    # Given a store with a TTL rule  When a queue is used twice
+    store = MongoStore(db, ttl_s={"tombstone": 30 * 86400})
+    store.get("q", "a")
+    store.get("q", "b")
+    # Then its claim index and its partial TTL index were created once
+    created = [a[0] for a, _ in db.of(Q, "create_index")]
+    assert created == [[("status", 1), ("lease_until", 1)], [("updated_at", 1)]]
+    ttl = db.of(Q, "create_index")[1][1]
+    assert ttl["partialFilterExpression"] == {"status": "tombstone"}
+
+
+def test_an_equivalent_index_under_another_name_is_kept(db):
+    # Given an adopted collection whose own TTL index matches ours under another name
+    db[Q].answer("create_index", "ok", OperationFailure("exists", code=85))
+    store = MongoStore(db, ttl_s={"tombstone": 60})
+    # Then first use does not fail
+    assert store.get("q", "a") is None
+
+
+def test_the_journal_collection_name_is_not_a_queue(store):
+    with pytest.raises(InvalidQueueName):
+        store.get("journal", "a")
+
+
+def test_server_now_is_hello_local_time_plus_offset(store):
+    store.time_offset_s = 90
+    assert store.server_now() == T0 + timedelta(seconds=90)
+
+
+def test_supports_transactions_follows_the_deployment():
+    assert not MongoStore(FakeDB()).supports_transactions
+    assert MongoStore(FakeDB({"setName": "rs0", "localTime": T0})).supports_transactions
+    assert MongoStore(FakeDB({"msg": "isdbgrid", "localTime": T0})).supports_transactions
+
+
+def test_drop_drops_only_this_prefix(db, store):
+    db.names = ["leaseq_q", "leaseq_journal"]
+    store.drop()
+    assert db.dropped == ["leaseq_q", "leaseq_journal"]
+
+
+# --- claim ---------------------------------------------------------------------------------
+
+
+def test_claim_is_repeated_single_claims_until_none(db, store):
+    # Given two claimable jobs
+    db[Q].answer("find_one_and_update", doc("a", attempts=1), doc("b", attempts=2), None)
+    # When up to five are claimed
+    jobs = store.claim("q", "w", 5, 900)
+    # Then three single claims ran (the third found none), each with the claim documents
+    calls = db.of(Q, "find_one_and_update")
+    assert [j.id for j in jobs] == ["a", "b"] and len(calls) == 3
+    args, kwargs = calls[0]
+    assert args == (D.claimable(0), D.claim("w", 900, 0))
+    assert kwargs == {"sort": D.CLAIM_SORT, "return_document": ReturnDocument.AFTER}
+    # And both claims are journalled in one round trip, the second as a redelivery
+    assert journal_events(db) == [("a", "claimed"), ("b", "claimed")]
+    op = db.of("leaseq_journal", "bulk_write")[0][0][0][1]
+    assert op._doc[0]["$set"]["reason"] == {"$literal": "redelivered"}
+
+
+def test_claim_that_finds_nothing_writes_no_journal(db, store):
+    assert store.claim("q", "w", 3, 900) == []
+    assert db.of("leaseq_journal", "bulk_write") == []
+
+
+def test_claim_id_filters_on_the_id(db, store):
+    assert store.claim_id("q", "x", "w", 60) is None
+    assert db.of(Q, "find_one_and_update")[0][0][0] == D.claimable_id("x", 0)
+
+
+# --- heartbeat -----------------------------------------------------------------------------
+
+
+def test_heartbeat_with_every_lease_held_is_one_statement(db, store):
+    db[Q].answer("update_many", Result(matched_count=2))
+    assert store.heartbeat_many("q", [Lease("a", 1), Lease("b", 2)], 60) == []
+    assert db.sequence(Q) == ["update_many"]
+    args, _ = db.of(Q, "update_many")[0]
+    assert args == (D.held([("a", 1), ("b", 2)]), D.extend(60, 0))
+
+
+def test_heartbeat_names_the_lost_leases_in_order_and_journals_existing_ones(db, store):
+    # Given a held, a re-claimed and a deleted job
+    db[Q].answer("update_many", Result(matched_count=1))
+    db[Q].answer("find", [doc("a", lease_epoch=1), doc("b", lease_epoch=9)])
+    lost = store.heartbeat_many("q", [Lease("c", 1), Lease("a", 1), Lease("b", 2)], 60)
+    # Then the lost ones come back in the given order; only the existing one is journalled
+    assert lost == ["c", "b"]
+    assert journal_events(db) == [("b", "heartbeat_lost")]
+
+
+# --- fenced finishes -----------------------------------------------------------------------
+
+
+def test_complete_writes_the_fenced_finish(db, store):
+    db[Q].answer("find_one_and_update", doc(status="done", result='{"n":1}'))
+    job = store.complete("q", Lease("j1", 3), '{"n":1}')
+    args, kwargs = db.of(Q, "find_one_and_update")[0]
+    assert args == (D.fenced("j1", 3, stale=False), D.complete("done", '{"n":1}', None, 0))
+    assert kwargs["return_document"] == ReturnDocument.AFTER
+    assert job.status == "done" and job.result == {"n": 1}
+    assert journal_events(db) == [("j1", "result_saved")]
+
+
+def test_a_stale_job_is_snoozed_instead_of_finished(db, store):
+    # Given a job whose payload got a new revision while it ran
+    db[Q].answer("find_one_and_update", None, doc(status="pending", attempts=0))
+    # When its worker finishes it
+    job = store.fail("q", Lease("j1", 3), "boom", "boom", "permanent")
+    # Then the second, stale-only statement snoozed it
+    second = db.of(Q, "find_one_and_update")[1][0]
+    assert second == (D.fenced("j1", 3, stale=True), D.snooze(0.0, 0))
+    assert job.status == "pending"
+    assert journal_events(db) == [("j1", "snoozed")]
+
+
+def test_a_lost_lease_raises_and_writes_nothing_else(db, store):
+    spec_ = spec("next", {"a": 1})
+    with pytest.raises(LeaseLost):
+        store.complete("q", Lease("j1", 3), None, then=[("q", [spec_])])
+    assert db.sequence(Q) == ["find_one_and_update", "find_one_and_update"]
+    assert db.of("leaseq_journal", "bulk_write") == []
+
+
+def test_complete_then_enqueues_follow_ups_after_the_finish(db, store):
+    db[Q].answer("find_one_and_update", doc(status="done"), None)
+    store.complete("q", Lease("j1", 3), None, then=[("q", [spec("next", {"a": 1})])])
+    upsert = db.of(Q, "find_one_and_update")[1]
+    assert upsert[0][0] == {"_id": "next"} and upsert[1]["upsert"] is True
+    assert journal_events(db) == [("j1", "result_saved"), ("next", "enqueued")]
+
+
+def test_retry_later_on_the_last_attempt_is_quarantined(db, store):
+    db[Q].answer("find_one_and_update", doc(status="failed", failure="exhausted", attempts=5))
+    job = store.retry_later("q", Lease("j1", 3), "err", "err", 30)
+    assert job.failure == "exhausted"
+    assert journal_events(db) == [("j1", "quarantined")]
+
+
+def test_snooze_is_fenced_without_the_stale_split(db, store):
+    with pytest.raises(LeaseLost):
+        store.snooze("q", Lease("j1", 3), 5)
+    assert db.of(Q, "find_one_and_update")[0][0] == (D.fenced("j1", 3), D.snooze(5, 0))
+
+
+# --- reclaim, purge, outbox ----------------------------------------------------------------
+
+
+def test_reclaim_buries_spent_jobs_before_returning_the_others(db, store):
+    db[Q].answer("find", [doc("spent", attempts=5)], [doc("live")])
+    db[Q].answer("update_many", Result(matched_count=1), Result(matched_count=1))
+    assert store.reclaim_expired("q") == (1, 1)
+    first, second = (a for a, _ in db.of(Q, "update_many"))
+    assert first == ({**D.expired(0, spent=True), "_id": {"$in": ["spent"]}}, D.expire_spent(0))
+    assert second == ({**D.expired(0, spent=False), "_id": {"$in": ["live"]}},
+                      D.return_expired(0))
+    assert journal_events(db) == [("spent", "quarantined"), ("live", "reclaimed")]
+
+
+def test_reclaim_journals_only_what_it_moved_when_a_worker_raced_it(db, store):
+    # Given two expired jobs of which one is re-claimed between the read and the update
+    db[Q].answer("find", [], [doc("a"), doc("b")],
+                 [doc("a", status="pending"), doc("b", lease_epoch=4)])
+    db[Q].answer("update_many", Result(matched_count=1))
+    assert store.reclaim_expired("q") == (0, 1)
+    assert journal_events(db) == [("a", "reclaimed")]
+
+
+def test_mark_published_counts_what_it_marked(db, store):
+    db[Q].answer("find", [doc("a", status="pending")])
+    db[Q].answer("update_many", Result(matched_count=1))
+    assert store.mark_published("q", ["a", "b"]) == 1
+    assert db.of(Q, "update_many")[0][0][1] == D.mark_published(0)
+
+
+def test_purge_deletes_jobs_and_their_journal(db, store):
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}], [{"_id": "b"}], [])
+    db[Q].answer("delete_many", Result(deleted_count=1))
+    assert store.purge("q", {"done": 60}) == 1
+    journal = db.of("leaseq_journal", "delete_many")[0][0][0]
+    assert journal == {"queue": "q", "job_id": {"$in": ["a"]}}  # b survived: keep its journal
+
+
+# --- operators -----------------------------------------------------------------------------
+
+
+def test_operator_retry_of_a_missing_job_raises(store):
+    with pytest.raises(JobNotFound):
+        store.retry("q", "nope")
+
+
+def test_operator_cancel_of_a_done_job_is_false(db, store):
+    db[Q].answer("find_one", {"_id": "x"})
+    assert store.cancel("q", "x") is False
+    assert db.of(Q, "find_one_and_update")[0][0][0] == D.cancellable("x")
+
+
+# --- enqueue -------------------------------------------------------------------------------
+
+
+def test_enqueue_outcomes_come_from_the_pre_image(db, store):
+    db[Q].answer("find", [])
+    db[Q].answer("find_one_and_update", None, {"_id": "a", "status": "pending", "x": 1})
+    results = store.enqueue_many("q", [spec("a", {"x": 1}), spec("a", {"x": 1})])
+    assert [r.outcome for r in results] == [Outcome.CREATED, Outcome.UNCHANGED]
+    args, kwargs = db.of(Q, "find_one_and_update")[0]
+    assert args[0] == {"_id": "a"}
+    assert args[1] == D.upsert({"x": 1}, None, None, 5, 0.0, "raise", 0)
+    assert kwargs["upsert"] is True and kwargs["return_document"] == ReturnDocument.BEFORE
+    assert journal_events(db) == [("a", "enqueued")]
+
+
+def test_a_conflicting_batch_writes_nothing_without_transactions(db, store):
+    # Given a stored job and a batch whose second spec changes its payload without a revision
+    db[Q].answer("find", [{"_id": "b", "status": "done", "x": 1}])
+    with pytest.raises(JobConflict) as raised:
+        store.enqueue_many("q", [spec("a", {"x": 1}), spec("b", {"x": 2})])
+    # Then the conflict is found by the read before any write
+    assert raised.value.job_ids == ["b"]
+    assert db.sequence(Q) == ["find"]
+
+
+def test_keep_reports_a_conflict_and_the_pipeline_does_not_write_it(db, store):
+    db[Q].answer("find_one_and_update", {"_id": "b", "status": "done", "x": 1})
+    results = store.enqueue_many("q", [spec("b", {"x": 2})], on_conflict="keep")
+    assert results[0].outcome is Outcome.CONFLICT
+    op = db.of(Q, "find_one_and_update")[0][0][1][0]["$replaceWith"]["$let"]["vars"]["op"]
+    assert op["$switch"]["branches"][1]["case"] is False
+
+
+def test_enqueue_in_a_callers_session_on_a_standalone_server_is_refused(store):
+    session = mock.MagicMock(spec=ClientSession)
+    with pytest.raises(UnsupportedOperation, match="replica set"):
+        store.enqueue_many("q", [spec("a", {"x": 1})], connection=session)
+
+
+def test_enqueue_in_a_callers_transaction_writes_through_it():
+    db = FakeDB({"setName": "rs0", "localTime": T0})
+    store = MongoStore(db)
+    session = mock.MagicMock(spec=ClientSession, in_transaction=True)
+    store.enqueue_many("q", [spec("a", {"x": 1})], connection=session)
+    assert db.of(Q, "find_one_and_update")[0][1]["session"] is session
+    assert db.of("leaseq_journal", "bulk_write")[0][1]["session"] is session
+
+
+def test_on_a_replica_set_a_batch_runs_in_one_transaction():
+    db = FakeDB({"setName": "rs0", "localTime": T0})
+    session = mock.MagicMock()
+    session.with_transaction.side_effect = lambda work: work(session)
+    db.client = mock.MagicMock()
+    db.client.start_session.return_value.__enter__.return_value = session
+    store = MongoStore(db)
+    store.enqueue_many("q", [spec("a", {"x": 1})])
+    assert session.with_transaction.called
+    assert db.of(Q, "find_one_and_update")[0][1]["session"] is session
+    assert db.sequence(Q) == ["find_one_and_update"]  # no pre-read: the transaction rolls back
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def test_connection_errors_become_store_unavailable_with_the_password_masked(db, store):
+    db[Q].answer("find_one", ServerSelectionTimeoutError("auth u:s3cret@db.example failed"))
+    with pytest.raises(StoreUnavailable) as raised:
+        store.get("q", "a")
+    assert "s3cret" not in str(raised.value) and "***" in str(raised.value)
+
+
+def test_a_transaction_on_a_standalone_server_becomes_unsupported(db, store):
+    db[Q].answer("find_one", OperationFailure("Transaction numbers are only allowed", code=20))
+    with pytest.raises(UnsupportedOperation, match="standalone"):
+        store.get("q", "a")
