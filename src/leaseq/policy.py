@@ -71,8 +71,10 @@ def backoff_s(
 ) -> float:
     """``min(base · 2^(attempts−1), cap) · uniform(1.0, 1.5)``; the jitter spreads retries."""
     exponent = max(attempts, 1) - 1
-    # 2**exponent overflows float past ~1024; the cap has long won by then.
-    raw = cap_s if exponent > 64 else min(base_s * (2.0**exponent), cap_s)
+    try:
+        raw = min(math.ldexp(base_s, exponent), cap_s)
+    except OverflowError:  # base · 2^exponent is past any float: the cap has long won
+        raw = cap_s
     return raw * (rng or random).uniform(1.0, 1.5)
 
 

@@ -152,4 +152,6 @@ def redact_url(url: str) -> str:
         user = userinfo.split(":", 1)[0]
         netloc = f"{user}:***@{hostinfo}" if ":" in userinfo else f"{user}@{hostinfo}"
     query = re.sub(r"(?i)(password|passwd|pwd)=[^&]*", r"\1=***", parts.query)
+    if netloc == parts.netloc and query == parts.query:
+        return url  # nothing secret; urlunsplit would also drop an empty host ("sqlite:///")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

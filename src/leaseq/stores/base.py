@@ -123,8 +123,8 @@ class Store(abc.ABC):
         none, or ``processing`` with ``lease_until`` < now). Taken in order of not-before
         (then id). Each taken job: ``processing``, ``worker_id``, lease_until = now +
         ``lease_s``, attempts + 1, lease_epoch + 1, stale cleared. Two concurrent claims never
-        take the same job. Journal: ``claimed`` (reason ``redelivered`` when the job was
-        taken from an expired lease).
+        take the same job. Journal: ``claimed`` (reason ``redelivered`` on every claim after
+        the first, whether after a retry or from an expired lease).
         """
 
     @abc.abstractmethod

@@ -1,0 +1,1 @@
+"""The conformance suite's test classes, one module per area of the store protocol."""

@@ -1,0 +1,155 @@
+"""Retry and snooze: backoff bounds, the attempt budget, error text, and the stale revision."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from leaseq.errors import InvalidInput
+from leaseq.job import Job
+from leaseq.queue import Queue
+from leaseq.testing.harness import (
+    CLOCK_SLACK_S,
+    W1,
+    W2,
+    FreshStore,
+    advance_past,
+    events,
+    given_claimed,
+    must_get,
+    set_clock_before,
+)
+from leaseq.validate import MAX_ERROR_CHARS
+
+#: A worker's finishing writes; on a stale job each one must become a snooze.
+FINISHES: dict[str, Callable[[Queue, Job], Job]] = {
+    "complete": lambda q, job: q.complete(job, {"r": 1}, then=[q.spec("follow-up", {})]),
+    "retry_later": lambda q, job: q.retry_later(job, "boom", delay_s=300),
+    "fail": lambda q, job: q.fail(job, "boom"),
+}
+
+
+def _not_before_delay(store: Any, job: Job, call: Callable[[], Job]) -> tuple[Job, float, float]:
+    """Run ``call``; its job and the range its not-before can be from the store's now."""
+    before = store.server_now()
+    after_job = call()
+    after = store.server_now()
+    assert after_job.lease_until is not None
+    return (after_job, (after_job.lease_until - after).total_seconds(),
+            (after_job.lease_until - before).total_seconds())
+
+
+class RetrySuite:
+    def test_retry_later_uses_policy_backoff_within_bounds(self, leaseq_store: FreshStore) -> None:
+        # Given base 100 s, cap 250 s: attempt n waits min(100·2^(n−1), 250)·[1, 1.5]
+        q = leaseq_store.queue(max_attempts=5, backoff_base_s=100, backoff_cap_s=250)
+        q.enqueue("j1", {})
+        for n, low in ((1, 100.0), (2, 200.0), (3, 250.0), (4, 250.0)):
+            (job,) = q.claim(W1)
+            assert job.attempts == n
+            # When the worker asks for a retry with the policy's delay
+            back, shortest, longest = _not_before_delay(
+                leaseq_store.store, job, lambda job=job: q.retry_later(job, "try again"))
+            # Then not-before lands in the band, it is not claimable just before, and is after
+            assert back.status == "pending"
+            assert low - CLOCK_SLACK_S <= shortest <= longest <= 1.5 * low + CLOCK_SLACK_S
+            set_clock_before(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+            assert q.claim(W2) == [] and q.ready() == 0
+            advance_past(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+
+    def test_retry_later_with_explicit_delay(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        job = given_claimed(q)
+        back, shortest, longest = _not_before_delay(
+            leaseq_store.store, job, lambda: q.retry_later(job, "later", delay_s=42))
+        assert 42 - CLOCK_SLACK_S <= shortest <= longest <= 42 + CLOCK_SLACK_S
+        assert (back.attempts, back.error) == (1, "later")
+        assert events(q.journal(job.id))[-1] == "retry_scheduled"
+
+    def test_retry_later_on_last_attempt_fails_exhausted(self, leaseq_store: FreshStore) -> None:
+        # Given a job on its last attempt
+        q = leaseq_store.queue(max_attempts=2)
+        q.enqueue("j1", {})
+        q.retry_later(q.claim(W1)[0], "first", delay_s=0)
+        (job,) = q.claim(W1)
+        # When it asks for another retry, Then it is quarantined as exhausted
+        done = q.retry_later(job, ValueError("second"))
+        assert (done.status, done.failure, done.attempts) == ("failed", "exhausted", 2)
+        assert done.error == "ValueError: second"
+        assert events(q.journal("j1"))[-1] == "quarantined"
+        assert q.claim(W1) == []
+
+    @pytest.mark.parametrize("how", ["retry_later", "fail"])
+    def test_error_text_kept_as_its_last_2000_characters(
+        self, leaseq_store: FreshStore, how: str
+    ) -> None:
+        q = leaseq_store.queue()
+        job = given_claimed(q)
+        error = "HEAD" + "x" * 5000 + "TAIL"
+        after = (q.retry_later(job, error, delay_s=0) if how == "retry_later"
+                 else q.fail(job, error))
+        stored = must_get(q, job.id).error
+        assert stored == after.error == error[-MAX_ERROR_CHARS:]
+        reason = q.journal(job.id)[-1].reason or ""
+        assert "HEAD" not in reason and len(reason) <= 600  # a safe reason, not the whole text
+
+    def test_snooze_gives_the_attempt_back_and_is_ready_now(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        q = leaseq_store.queue()
+        job = given_claimed(q)
+        back = q.snooze(job, 0)
+        assert (back.status, back.attempts) == ("pending", 0)
+        again = q.claim(W2)
+        assert [(j.id, j.attempts, j.lease_epoch) for j in again] == [(job.id, 1, 2)]
+        assert "snoozed" in events(q.journal(job.id))
+
+    def test_snooze_with_delay_waits(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        job = given_claimed(q)
+        back, shortest, longest = _not_before_delay(
+            leaseq_store.store, job, lambda: q.snooze(job, 30))
+        assert 30 - CLOCK_SLACK_S <= shortest <= longest <= 30 + CLOCK_SLACK_S
+        set_clock_before(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+        assert q.claim(W1) == []
+        advance_past(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+        assert len(q.claim(W1)) == 1
+
+    @pytest.mark.parametrize("finish", sorted(FINISHES))
+    def test_finish_of_a_stale_job_becomes_a_snooze(
+        self, leaseq_store: FreshStore, finish: str
+    ) -> None:
+        # Given a job whose payload got a new revision while it was processing
+        q = leaseq_store.queue()
+        job = given_claimed(q, revision="r1")
+        assert q.enqueue(job.id, {"v": 2}, revision="r2").outcome == "updated"
+        marked = must_get(q, job.id)
+        assert (marked.status, marked.lease_until, marked.lease_epoch) == (
+            "processing", job.lease_until, job.lease_epoch)
+        # When its worker finishes it (any way)
+        back = FINISHES[finish](q, job)
+        # Then it is a snooze: pending, attempt given back, ready now, no follow-up written
+        assert (back.status, back.attempts) == ("pending", 0)
+        assert q.get("follow-up") is None
+        (again,) = q.claim(W2)
+        assert (again.payload, again.revision, again.attempts) == ({"v": 2}, "r2", 1)
+        assert events(q.journal(job.id))[-2:] == ["snoozed", "claimed"]
+
+    def test_stale_job_keeps_its_lease_until_finished(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        job = given_claimed(q, revision="r1")
+        q.enqueue(job.id, {"v": 2}, revision="r2")
+        assert q.heartbeat([job]) == []
+        assert q.claim(W2) == []
+
+    def test_bad_delay_is_refused_and_job_unchanged(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        job = given_claimed(q)
+        before = must_get(q, job.id)
+        with pytest.raises(InvalidInput):
+            q.retry_later(job, "boom", delay_s=-1)
+        with pytest.raises(InvalidInput):
+            q.snooze(job, float("nan"))
+        assert must_get(q, job.id) == before

@@ -1,0 +1,304 @@
+"""Upkeep, inspection, operator actions, the outbox, and the server clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from leaseq.errors import InvalidInput, JobNotFound
+from leaseq.job import Job, LeaseLost
+from leaseq.stores import connect
+from leaseq.testing.harness import (
+    CLOCK_SLACK_S,
+    LONG_LEASE_S,
+    W1,
+    FreshStore,
+    advance,
+    advance_past,
+    events,
+    given_claimed,
+    must_get,
+    run_processes,
+    shifted_clock,
+)
+
+HOUR_S = 3600.0
+
+
+def _reclaim(q: Any, job: Job) -> None:
+    advance_past(q.store, job.lease_until)
+    assert q.reclaim_expired() == (0, 1)
+
+
+#: Every way a claimed job goes back to pending (DESIGN.md §3).
+BACK_TO_PENDING: dict[str, Callable[[Any, Job], Any]] = {
+    "retry_later": lambda q, job: q.retry_later(job, "transient", delay_s=0),
+    "snooze": lambda q, job: q.snooze(job, 0),
+    "stale-complete": lambda q, job: (q.enqueue("j1", {"v": 2}, revision="r2"),
+                                      q.complete(job)),
+    "reclaim": _reclaim,
+    "operator-retry": lambda q, job: (q.fail(job, "bad"), q.retry("j1")),
+    "revive": lambda q, job: (q.complete(job), q.enqueue("j1", {"v": 2}, revision="r2")),
+}
+
+
+class UpkeepSuite:
+    def test_purge_deletes_only_named_statuses_old_enough(self, leaseq_store: FreshStore) -> None:
+        # Given done / failed / app-status jobs finished 100 s ago, and a done one just now
+        q = leaseq_store.queue()
+        q.complete(given_claimed(q, "done-old"))
+        q.fail(given_claimed(q, "failed-old"), "bad")
+        q.complete(given_claimed(q, "skipped-old"), status="skipped_too_large")
+        q.enqueue("pending-old", {})
+        advance(leaseq_store.store, 100)
+        q.complete(given_claimed(q, "done-new"))
+        # When done and failed older than 50 s are purged
+        assert q.purge(done=50, failed=50) == 2
+        # Then exactly those are gone, with their journal
+        assert q.get("done-old") is None and q.get("failed-old") is None
+        assert q.journal("done-old") == [] and q.journal("failed-old") == []
+        remaining = {j.id for j in q.list()}
+        assert remaining == {"skipped-old", "pending-old", "done-new"}
+        assert q.journal("done-new") != []
+        assert q.purge(done=50, failed=50) == 0
+
+    def test_purge_refuses_live_statuses(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        q.enqueue("j1", {})
+        advance(leaseq_store.store, 100)
+        with pytest.raises(InvalidInput):
+            q.purge(pending=1)
+        assert q.counts() == {"pending": 1}
+
+    def test_migrate_is_idempotent_and_keeps_jobs(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        q.enqueue("j1", {"a": 1})
+        version = leaseq_store.store.migrate()
+        assert version >= 1
+        assert leaseq_store.store.migrate() == version
+        assert must_get(q, "j1").payload == {"a": 1}
+
+    def test_migrate_is_safe_to_race(self, leaseq_store: FreshStore) -> None:
+        versions: list[int] = []
+
+        def open_and_migrate() -> None:
+            store = leaseq_store.open()
+            try:
+                versions.append(store.migrate())
+            finally:
+                store.close()
+
+        threads = [threading.Thread(target=open_and_migrate) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert versions == [leaseq_store.store.migrate()] * 4
+
+
+class InspectionSuite:
+    def test_counts_ready_and_oldest_pending_age(self, leaseq_store: FreshStore) -> None:
+        # Given: ready, delayed, held, expiring and done jobs
+        q = leaseq_store.queue()
+        q.enqueue("ready", {})
+        q.enqueue("delayed", {}, delay_s=1000)
+        given_claimed(q, "held", lease_s=LONG_LEASE_S)
+        given_claimed(q, "expiring", lease_s=10)
+        q.complete(given_claimed(q, "done"))
+        # When 30 s pass (the expiring lease ran out 20 s ago)
+        advance(leaseq_store.store, 30)
+        # Then the ready count holds the ready and the expired job, not the delayed one
+        assert q.counts() == {"pending": 2, "processing": 2, "done": 1}
+        assert q.ready() == 2
+        assert 30 - CLOCK_SLACK_S <= q.oldest_pending_age_s() <= 30 + CLOCK_SLACK_S
+
+    def test_expired_lease_is_ready_since_it_ran_out(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        given_claimed(q, "expiring", lease_s=10)
+        assert (q.ready(), q.oldest_pending_age_s()) == (0, 0.0)
+        advance(leaseq_store.store, 25)
+        assert q.ready() == 1
+        assert 15 - CLOCK_SLACK_S <= q.oldest_pending_age_s() <= 15 + CLOCK_SLACK_S
+
+    def test_empty_and_only_delayed_queues(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        assert (q.counts(), q.ready(), q.oldest_pending_age_s()) == ({}, 0, 0.0)
+        q.enqueue("later", {}, delay_s=60)
+        assert (q.counts(), q.ready(), q.oldest_pending_age_s()) == ({"pending": 1}, 0, 0.0)
+
+    def test_get_and_list_with_paging(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        ids = [f"job-{i:02d}" for i in range(25)]
+        q.enqueue_many([q.spec(job_id, {"i": i}) for i, job_id in reversed(list(enumerate(ids)))])
+        q.complete(q.claim_id("job-07", W1))  # type: ignore[arg-type]
+        assert q.get("missing") is None
+        pages, after = [], None
+        while page := q.list(limit=10, after_id=after):
+            pages.append([j.id for j in page])
+            after = page[-1].id
+        assert pages == [ids[:10], ids[10:20], ids[20:]]
+        assert [j.id for j in q.list(status="done")] == ["job-07"]
+        assert len(q.list(status="pending", limit=100)) == 24
+
+    def test_queues_lists_queues_with_jobs(self, leaseq_store: FreshStore) -> None:
+        assert leaseq_store.store.queues() == []
+        leaseq_store.queue("beta").enqueue("j1", {})
+        leaseq_store.queue("alpha").enqueue("j1", {})
+        assert leaseq_store.store.queues() == ["alpha", "beta"]
+
+    def test_outbox_lists_due_unpublished_jobs(self, leaseq_store: FreshStore) -> None:
+        # Given two due jobs and a delayed one
+        q = leaseq_store.queue()
+        q.enqueue("first", {})
+        q.enqueue("second", {})
+        q.enqueue("delayed", {}, delay_s=600)
+        assert [j.id for j in q.outbox_due()] == ["first", "second"]
+        # When the first is published, Then it is no longer owed; marking twice counts once
+        assert q.mark_published(["first", "missing"]) == 1
+        assert q.mark_published(["first"]) == 0
+        assert [j.id for j in q.outbox_due()] == ["second"]
+        assert must_get(q, "first").published_at is not None
+        assert "published" in events(q.journal("first"))
+
+    @pytest.mark.parametrize("how", sorted(BACK_TO_PENDING))
+    def test_every_return_to_pending_owes_a_new_publish(
+        self, leaseq_store: FreshStore, how: str
+    ) -> None:
+        # Given a job whose ready state was published, then claimed
+        q = leaseq_store.queue()
+        q.enqueue("j1", {}, revision="r1")
+        assert q.mark_published(["j1"]) == 1
+        (job,) = q.claim(W1, lease_s=60)
+        assert q.mark_published(["j1"]) == 0  # processing: nothing to publish
+        # When it comes back to pending, Then the outbox owes a publish again
+        BACK_TO_PENDING[how](q, job)
+        back = must_get(q, "j1")
+        assert (back.status, back.published_at) == ("pending", None)
+        advance(leaseq_store.store, 1)
+        assert [j.id for j in q.outbox_due()] == ["j1"]
+
+
+class OperatorSuite:
+    @pytest.mark.parametrize("end", ["failed", "cancelled", "done"])
+    def test_operator_retry_makes_a_terminal_job_ready(
+        self, leaseq_store: FreshStore, end: str
+    ) -> None:
+        q = leaseq_store.queue(max_attempts=1)
+        job = given_claimed(q)
+        if end == "failed":
+            q.fail(job, "bad")
+        elif end == "cancelled":
+            q.cancel(job.id)
+        else:
+            q.complete(job)
+        assert q.retry(job.id) is True
+        back = must_get(q, job.id)
+        assert (back.status, back.attempts, back.failure) == ("pending", 0, None)
+        assert [j.id for j in q.claim(W1)] == [job.id]
+        assert "retried" in events(q.journal(job.id))
+
+    def test_operator_retry_of_a_live_or_missing_job(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        q.enqueue("pending", {})
+        given_claimed(q, "processing")
+        assert q.retry("pending") is False
+        assert q.retry("processing") is False
+        with pytest.raises(JobNotFound):
+            q.retry("missing")
+
+    def test_cancel_of_a_processing_job_fences_its_worker_out(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        q = leaseq_store.queue()
+        job = given_claimed(q)
+        assert q.cancel(job.id) is True
+        assert q.heartbeat([job]) == [job.id]
+        with pytest.raises(LeaseLost):
+            q.complete(job)
+        assert must_get(q, job.id).status == "cancelled"
+        assert q.claim(W1) == []
+        assert "cancelled" in events(q.journal(job.id))
+
+    def test_cancel_by_status(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        q.enqueue("pending", {})
+        q.fail(given_claimed(q, "failed"), "bad")
+        q.complete(given_claimed(q, "done"))
+        assert (q.cancel("pending"), q.cancel("failed"), q.cancel("done")) == (True, True, False)
+        assert q.cancel("pending") is False  # already cancelled
+        assert q.counts() == {"cancelled": 2, "done": 1}
+        with pytest.raises(JobNotFound):
+            q.cancel("missing")
+
+
+def _faked_clock_worker(url: str, options: dict[str, Any], offset_s: float) -> list[str]:
+    """A worker process whose Python clock is off by ``offset_s``: enqueue one, claim one."""
+    real = time.time()
+    with shifted_clock(offset_s):
+        _assert_shifted(real, offset_s)
+        store = connect(url, **options)
+        try:
+            q = store.queue("clock", lease_s=60)
+            q.enqueue("delayed", {}, delay_s=100)
+            return [j.id for j in q.claim(W1)]
+        finally:
+            store.close()
+
+
+def _assert_shifted(real: float, offset_s: float) -> None:
+    """The fake is in force: otherwise the clock tests would prove nothing."""
+    assert abs(time.time() - real - offset_s) < 60
+    assert abs(datetime.now(UTC).timestamp() - real - offset_s) < 60
+
+
+class ClockSuite:
+    def test_server_now_is_utc_and_follows_time_offset(self, leaseq_store: FreshStore) -> None:
+        store = leaseq_store.store
+        now = store.server_now()
+        assert now.utcoffset() is not None and now.utcoffset().total_seconds() == 0
+        advance(store, HOUR_S)
+        ahead = (store.server_now() - now).total_seconds()
+        assert HOUR_S <= ahead <= HOUR_S + 60
+
+    @pytest.mark.parametrize("offset_s", [HOUR_S, -HOUR_S], ids=["plus-1h", "minus-1h"])
+    def test_python_clock_changes_no_lease_or_not_before(
+        self, leaseq_store: FreshStore, offset_s: float
+    ) -> None:
+        q = leaseq_store.queue("clock", lease_s=60)
+        q.enqueue("ready", {})
+        before, real = leaseq_store.store.server_now(), time.time()
+        with shifted_clock(offset_s):
+            _assert_shifted(real, offset_s)
+            q.enqueue("delayed", {}, delay_s=100)
+            (job,) = q.claim(W1)
+        after = leaseq_store.store.server_now()
+        _assert_from_store_clock(q, job.id, before, after)
+
+    @pytest.mark.parametrize("offset_s", [HOUR_S, -HOUR_S], ids=["plus-1h", "minus-1h"])
+    def test_worker_process_with_faked_clock_changes_nothing(
+        self, leaseq_store: FreshStore, offset_s: float
+    ) -> None:
+        q = leaseq_store.queue("clock")
+        q.enqueue("ready", {})
+        before = leaseq_store.store.server_now()
+        (taken,) = run_processes(_faked_clock_worker,
+                                 [(leaseq_store.url, dict(leaseq_store.options), offset_s)])
+        after = leaseq_store.store.server_now()
+        assert taken == ["ready"]
+        _assert_from_store_clock(q, "ready", before, after)
+
+
+def _assert_from_store_clock(q: Any, claimed_id: str, before: Any, after: Any) -> None:
+    """The lease (60 s) and the not-before (100 s) were set from the store's clock, read
+    before and after: a clock an hour off would put them far outside."""
+    lease = must_get(q, claimed_id).lease_until - before  # type: ignore[operator]
+    assert lease.total_seconds() >= 60 - CLOCK_SLACK_S
+    assert (must_get(q, claimed_id).lease_until - after).total_seconds() <= 60 + CLOCK_SLACK_S
+    not_before = must_get(q, "delayed").lease_until
+    assert (not_before - before).total_seconds() >= 100 - CLOCK_SLACK_S  # type: ignore[operator]
+    assert (not_before - after).total_seconds() <= 100 + CLOCK_SLACK_S  # type: ignore[operator]

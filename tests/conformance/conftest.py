@@ -1,0 +1,102 @@
+"""Binds the conformance suite to leaseq's own stores: ``-k sqlite``, ``-k postgres``,
+``-k mongodb`` pick one. Every store lists the same tests; a store that cannot run here is
+skipped with its reason, never left out."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+# The suite's asserts live in the library; rewrite them so a failure shows its values.
+pytest.register_assert_rewrite("leaseq.testing")
+
+from leaseq.stores import connect  # noqa: E402
+from leaseq.testing import FreshStore, fresh_store  # noqa: E402
+from leaseq.validate import redact_url  # noqa: E402
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _with_option(url: str, key: str, value: str) -> str:
+    return f"{url}{'&' if urlsplit(url).query else '?'}{key}={value}"
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+class SQLiteFactory:
+    """A database file in its own temporary folder."""
+
+    def create(self) -> FreshStore:
+        folder = tempfile.mkdtemp(prefix="leaseq-conformance-")
+        url = "sqlite:///" + os.path.join(folder, "jobs.db")
+        return FreshStore(connect(url), url)
+
+    def destroy(self, fresh: FreshStore) -> None:
+        fresh.store.close()
+        shutil.rmtree(os.path.dirname(urlsplit(fresh.url).path[1:]), ignore_errors=True)
+
+
+class URLFactory:
+    """A server store: its own schema / collection prefix, named in the URL; dropped after."""
+
+    def __init__(self, base_url: str, option: str):
+        self.base_url = base_url
+        self.option = option
+
+    def create(self) -> FreshStore:
+        url = _with_option(self.base_url, self.option, _unique("lq_test_"))
+        return FreshStore(connect(url), url)
+
+    def destroy(self, fresh: FreshStore) -> None:
+        try:
+            fresh.store.drop()
+        finally:
+            fresh.store.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The base URL, once per run; every postgres test is skipped when nothing listens."""
+    url = os.environ.get("LEASEQ_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432), 3).close()
+    except OSError as exc:
+        pytest.skip(f"PostgreSQL not reachable at {redact_url(url)}: {exc}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def mongodb_url() -> str:
+    url = os.environ.get("LEASEQ_TEST_MONGODB_URL")
+    if not url:
+        pytest.skip("LEASEQ_TEST_MONGODB_URL not set")
+    return url
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite"),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mongodb", marks=pytest.mark.mongodb),
+    ]
+)
+def leaseq_store(request: pytest.FixtureRequest) -> Iterator[FreshStore]:
+    """A fresh, empty store of each kind, for one test."""
+    if request.param == "sqlite":
+        factory: SQLiteFactory | URLFactory = SQLiteFactory()
+    elif request.param == "postgres":
+        factory = URLFactory(request.getfixturevalue("postgres_url"), "schema")
+    else:
+        factory = URLFactory(request.getfixturevalue("mongodb_url"), "prefix")
+    with fresh_store(factory) as fresh:
+        yield fresh

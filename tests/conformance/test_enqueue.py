@@ -1,0 +1,7 @@
+"""Idempotent enqueue, conflicts and refused input (leaseq.testing.conformance)."""
+
+from leaseq.testing.conformance import EnqueueSuite
+
+
+class TestEnqueue(EnqueueSuite):
+    pass

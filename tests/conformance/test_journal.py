@@ -1,0 +1,7 @@
+"""The journal (leaseq.testing.conformance)."""
+
+from leaseq.testing.conformance import JournalSuite
+
+
+class TestJournal(JournalSuite):
+    pass

@@ -1,0 +1,254 @@
+"""Input checks: payloads, job ids, queue names, delays, statuses, URLs and ``connect``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from leaseq import validate
+from leaseq.errors import (
+    InvalidInput,
+    InvalidJobId,
+    InvalidPayload,
+    InvalidQueueName,
+    InvalidURL,
+)
+from leaseq.stores import connect
+
+LIMIT = 1000
+
+
+def nested(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    node = root
+    for _ in range(depth):
+        node["x"] = {}
+        node = node["x"]
+    return root
+
+
+def nested_lists(depth: int) -> list[Any]:
+    root: list[Any] = []
+    node = root
+    for _ in range(depth):
+        node.append([])
+        node = node[0]
+    return root
+
+
+# --- payloads ------------------------------------------------------------------------------
+
+
+def test_payload_gives_canonical_json() -> None:
+    assert validate.payload({"b": 1, "a": [1.5, "é"]}, LIMIT) == '{"a":[1.5,"é"],"b":1}'
+    assert validate.payload({"b": 1, "a": 2}, LIMIT) == validate.payload({"a": 2, "b": 1}, LIMIT)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [float("nan"), float("inf"), float("-inf"), [1, float("nan")], {"deep": {"x": float("inf")}}],
+    ids=["nan", "inf", "-inf", "nan-in-list", "inf-nested"],
+)
+def test_nan_and_infinity_are_refused(value: Any) -> None:
+    with pytest.raises(InvalidPayload, match="NaN or Infinity"):
+        validate.payload({"v": value}, LIMIT)
+
+
+@pytest.mark.parametrize("payload", [{"v": "a\ud800b"}, {"\udfff": 1}, {"v": ["\ud83d"]}],
+                         ids=["in-value", "in-key", "in-list"])
+def test_lone_surrogates_are_refused(payload: dict[str, Any]) -> None:
+    with pytest.raises(InvalidPayload, match="surrogate"):
+        validate.payload(payload, LIMIT)
+
+
+@pytest.mark.parametrize("build", [nested, nested_lists], ids=["objects", "lists"])
+def test_10000_deep_nesting_is_refused_without_crashing(build: Any) -> None:
+    with pytest.raises(InvalidPayload, match="nested"):
+        validate.payload({"v": build(10_000)}, 10**9)
+
+
+def test_deep_result_is_refused_without_crashing() -> None:
+    with pytest.raises(InvalidPayload, match="nested"):
+        validate.result(nested_lists(10_000), 10**9)
+
+
+def test_size_limit_counts_utf8_bytes_and_one_byte_over_is_refused() -> None:
+    envelope = len('{"a":""}')
+    fits = {"a": "x" * (LIMIT - envelope)}
+    assert len(validate.payload(fits, LIMIT).encode()) == LIMIT
+    with pytest.raises(InvalidPayload, match=f"{LIMIT + 1} bytes"):
+        validate.payload({"a": "x" * (LIMIT - envelope + 1)}, LIMIT)
+    # "é" is 2 bytes: a payload that fits in characters can still be over in bytes.
+    with pytest.raises(InvalidPayload):
+        validate.payload({"a": "é" * (LIMIT // 2)}, LIMIT)
+
+
+@pytest.mark.parametrize("key", sorted(validate.RESERVED_KEYS))
+def test_reserved_keys_are_refused_at_the_top_level(key: str) -> None:
+    with pytest.raises(InvalidPayload, match="reserved"):
+        validate.payload({key: 1}, LIMIT)
+    assert validate.payload({"meta": {key: 1}}, LIMIT)  # nested is the app's business
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"$set": 1}, {"a": {"$where": 1}}, {"a.b": 1}, {"a": [{"x.y": 1}]}, {"a\x00": 1},
+     {1: "x"}],
+    ids=["dollar", "nested-dollar", "dot", "dot-in-list", "nul", "int-key"],
+)
+def test_keys_mongodb_cannot_store_are_refused(payload: dict[Any, Any]) -> None:
+    with pytest.raises(InvalidPayload):
+        validate.payload(payload, LIMIT)
+
+
+def test_dollar_inside_a_key_is_fine() -> None:
+    assert validate.payload({"price$": 1, "a": {"x$y": 2}}, LIMIT)
+
+
+@pytest.mark.parametrize("value", [[1, 2], "text", None, 3, b"{}"],
+                         ids=["list", "str", "none", "int", "bytes"])
+def test_payload_must_be_an_object(value: Any) -> None:
+    with pytest.raises(InvalidPayload, match="JSON object"):
+        validate.payload(value, LIMIT)
+
+
+def test_payload_that_is_not_json_is_refused() -> None:
+    with pytest.raises(InvalidPayload, match="not JSON"):
+        validate.payload({"when": object()}, LIMIT)
+
+
+def test_error_message_never_holds_the_whole_payload() -> None:
+    secret = "s3cr3t-" + "y" * 5000
+    with pytest.raises(InvalidPayload) as raised:
+        validate.payload({"a": secret, "b": float("nan")}, LIMIT)
+    assert secret not in str(raised.value)
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False,
+                                                                       allow_infinity=False),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(alphabet="abcxyz_-", min_size=1), children, max_size=4),
+    max_leaves=20,
+))
+def test_valid_payloads_round_trip_through_canonical_json(value: Any) -> None:
+    payload = {"v": value}
+    try:
+        text = validate.payload(payload, 10**7)
+    except InvalidPayload as exc:
+        assert "surrogate" in str(exc)  # st.text() can make lone surrogates
+        return
+    assert json.loads(text) == payload
+
+
+# --- ids, names, delays, statuses, error text ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", None, 12, "x" * 513, "é" * 256 + "a", "a\x00b", "a\ud800"],
+    ids=["empty", "none", "int", "513-bytes", "513-bytes-utf8", "nul", "lone-surrogate"],
+)
+def test_bad_job_ids_are_refused(value: Any) -> None:
+    with pytest.raises(InvalidJobId):
+        validate.job_id(value)
+
+
+@pytest.mark.parametrize("value", ["x" * 512, "é" * 256, "file:123", "🙂"])
+def test_good_job_ids(value: str) -> None:
+    assert validate.job_id(value) == value
+
+
+@pytest.mark.parametrize("name", ["jobs", "a", "A1.b_c-d", "x" * 64])
+def test_good_queue_names(name: str) -> None:
+    assert validate.queue_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-jobs", ".jobs", "a b", "a/b", "x" * 65, "é", None, 3,
+                                  "jobs\n"])
+def test_bad_queue_names(name: Any) -> None:
+    with pytest.raises(InvalidQueueName):
+        validate.queue_name(name)
+
+
+@pytest.mark.parametrize("value", [-1, -0.001, float("nan"), float("inf"), True, "5", None,
+                                   10 * 365 * 86400 + 1])
+def test_bad_delays(value: Any) -> None:
+    with pytest.raises(InvalidInput):
+        validate.delay_s(value)
+
+
+def test_good_delays() -> None:
+    assert validate.delay_s(0) == 0.0 and isinstance(validate.delay_s(3), float)
+    assert validate.delay_s(10 * 365 * 86400) == 10 * 365 * 86400
+
+
+@pytest.mark.parametrize("status", ["pending", "processing", "Done", "", "a-b", "x" * 65, 1])
+def test_bad_terminal_statuses(status: Any) -> None:
+    with pytest.raises(InvalidInput):
+        validate.terminal_status(status)
+
+
+@pytest.mark.parametrize("status", ["done", "failed", "skipped_too_large", "tombstone"])
+def test_good_terminal_statuses(status: str) -> None:
+    assert validate.terminal_status(status) == status
+
+
+def test_error_text_keeps_its_last_2000_characters() -> None:
+    text = "HEAD" + "x" * 3000 + "TAIL"
+    kept = validate.error_text(text)
+    assert kept == text[-2000:] and kept.endswith("TAIL") and len(kept) == 2000
+    assert validate.error_text("short") == "short"
+    assert validate.error_text(None) is None
+
+
+# --- URLs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:hunter2@db.example:5432/jobs",
+        "postgresql://app:hunter2@db.example/jobs?sslmode=require&password=hunter2",
+        "mongodb://app:hunter2@h1,h2,h3/?replicaSet=rs0",
+        "postgresql://db.example/jobs?user=app&PASSWORD=hunter2",
+        "postgresql://app:hunter2@host:notaport/jobs",
+    ],
+)
+def test_redacted_url_never_shows_the_password(url: str) -> None:
+    shown = validate.redact_url(url)
+    assert "hunter2" not in shown
+    assert "***" in shown
+
+
+def test_redaction_keeps_the_rest() -> None:
+    assert validate.redact_url("postgresql://app:pw@db:5432/jobs?sslmode=require") == (
+        "postgresql://app:***@db:5432/jobs?sslmode=require")
+    assert validate.redact_url("sqlite:///jobs.db") == "sqlite:///jobs.db"
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_redaction_hides_any_password(raw: str) -> None:
+    password = "PW" + raw  # a marker that cannot collide with the rest of the URL
+    url = f"postgresql://app:{quote(password, safe='')}@db.example/jobs"
+    shown = validate.redact_url(url)
+    assert quote(password, safe="") not in shown and password not in shown
+
+
+@pytest.mark.parametrize("url", ["redis://app:hunter2@cache:6379/0", "ftp://x:hunter2@h",
+                                 "mysql+pymysql://u:hunter2@h/db"])
+def test_connect_refuses_an_unknown_scheme_without_echoing_the_password(url: str) -> None:
+    with pytest.raises(InvalidURL) as raised:
+        connect(url)
+    assert "hunter2" not in str(raised.value)
+    assert isinstance(raised.value, InvalidInput)
+
+
+def test_connect_refuses_a_non_string_url() -> None:
+    with pytest.raises(InvalidURL):
+        connect(b"sqlite:///x.db")  # type: ignore[arg-type]
