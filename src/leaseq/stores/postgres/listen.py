@@ -1,0 +1,87 @@
+"""The NOTIFY listener: one thread, one LISTEN connection per store, started by the first wait.
+
+Enqueue sends ``pg_notify('leaseq_<schema>', queue)`` in its own transaction, so PostgreSQL
+delivers it at commit (and never for a rolled-back job). The listener sets the store's wake-up
+event when the queue is one a worker of this process has waited on. The set of watched queues
+only grows: a notification that arrives between a worker's empty claim and its next wait must
+still leave the event set, or that worker would sleep until its fallback poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+log = logging.getLogger("leaseq.postgres")
+
+#: How often the listening thread looks at its stop flag while no notification arrives.
+POLL_S = 0.25
+#: Longest pause between two attempts to get the LISTEN connection back.
+MAX_PAUSE_S = 5.0
+
+
+class Listener:
+    """Hears the NOTIFYs of one schema's channel and sets ``event`` for watched queues."""
+
+    def __init__(self, conninfo: str, channel: str, event: threading.Event,
+                 connect_kwargs: dict[str, Any] | None = None):
+        self._conninfo = conninfo
+        self._channel = channel
+        self._event = event
+        self._connect_kwargs = connect_kwargs or {}
+        self._watched: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+        self._listening = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._connects = 0
+
+    def watch(self, queues: Iterable[str], ready_timeout_s: float) -> bool:
+        """Add ``queues`` to the watched set; start the thread on first use. True once LISTEN
+        is in place (waits up to ``ready_timeout_s`` for it)."""
+        with self._lock:
+            self._watched = self._watched | frozenset(queues)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="leaseq-listen",
+                                                daemon=True)
+                self._thread.start()
+        return self._listening.wait(ready_timeout_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(POLL_S * 4)
+
+    def _run(self) -> None:
+        pause = 0.1
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except psycopg.Error as exc:
+                self._listening.clear()
+                if self._stop.is_set():
+                    return
+                log.warning("leaseq LISTEN connection lost (%s); retrying in %.1f s",
+                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__, pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _listen(self) -> None:
+        with psycopg.connect(self._conninfo, autocommit=True, **self._connect_kwargs) as conn:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            if self._connects:
+                # Notifications sent while the connection was down are lost: wake the
+                # workers to look for themselves.
+                self._event.set()
+            self._connects += 1
+            self._listening.set()
+            while not self._stop.is_set():
+                for note in conn.notifies(timeout=POLL_S):
+                    if note.payload in self._watched:
+                        self._event.set()

@@ -1,0 +1,379 @@
+-- PostgreSQL queries of leaseq. {jobs} and {journal} are the store's schema-qualified tables;
+-- {now} is the server's clock plus the test-only offset `off`. now() is the transaction's
+-- start, so every use in one transaction agrees.
+--
+-- Every state change writes its journal rows in the same statement (a data-modifying CTE),
+-- so a change and its event commit together and cost one round trip.
+-- A fenced finish reads the row FOR UPDATE in a CTE (`old`) and then runs one of several
+-- UPDATEs whose conditions exclude each other: the stale one snoozes, the other finishes.
+
+-- name: now
+SELECT {now} AS now;
+
+-- name: queues
+SELECT DISTINCT queue FROM {jobs} ORDER BY queue;
+
+-- Locks the existing rows of one enqueue batch (in id order, so two batches can't deadlock).
+-- name: find_existing
+SELECT id, status, payload::text AS payload, revision FROM {jobs}
+WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+ORDER BY id
+FOR UPDATE;
+
+-- A concurrent insert of the same id makes DO NOTHING skip it: the caller sees the id
+-- missing from RETURNING and decides again under the row lock.
+-- name: insert_jobs
+INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
+                    lease_epoch, revision, created_at, updated_at, first_seen_at)
+SELECT %(queue)s, u.id, u.task, 'pending', u.payload::json, 0, u.max_attempts,
+       {now} + make_interval(secs => u.delay_s), 0, u.revision, {now}, {now}, {now}
+FROM unnest(%(ids)s::text[], %(tasks)s::text[], %(payloads)s::text[], %(revisions)s::text[],
+            %(delays)s::float8[], %(max_attempts)s::integer[])
+     AS u(id, task, payload, revision, delay_s, max_attempts)
+ORDER BY u.id
+ON CONFLICT (queue, id) DO NOTHING
+RETURNING id;
+
+-- name: revive_job
+UPDATE {jobs}
+SET status = 'pending', payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
+    max_attempts = %(max_attempts)s, attempts = 0, failure = NULL, result = NULL,
+    result_key = NULL, stale = false, worker_id = NULL,
+    lease_until = {now} + make_interval(secs => %(delay_s)s), published_at = NULL,
+    updated_at = {now}
+WHERE queue = %(queue)s AND id = %(id)s;
+
+-- name: update_pending
+UPDATE {jobs}
+SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
+    max_attempts = %(max_attempts)s, lease_until = {now} + make_interval(secs => %(delay_s)s),
+    published_at = NULL, updated_at = {now}
+WHERE queue = %(queue)s AND id = %(id)s;
+
+-- A processing job keeps its lease; its worker's finish becomes a snooze (see base.py).
+-- name: mark_stale
+UPDATE {jobs}
+SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
+    max_attempts = %(max_attempts)s, stale = true, updated_at = {now}
+WHERE queue = %(queue)s AND id = %(id)s;
+
+-- name: journal_enqueued
+INSERT INTO {journal} (queue, job_id, at, event, reason, data)
+SELECT %(queue)s, u.id, {now}, 'enqueued', u.reason, u.data::json
+FROM unnest(%(ids)s::text[], %(reasons)s::text[], %(data)s::text[]) WITH ORDINALITY
+     AS u(id, reason, data, n)
+ORDER BY u.n;
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(queue)s);
+
+-- The inner SELECT repeats the partial index's predicate word for word so the planner can
+-- use jobs_claimable; SKIP LOCKED lets concurrent claims pass each other's rows.
+-- The clock is read in a sub-select (an InitPlan) on purpose: the planner then cannot estimate
+-- "lease_until <= now" from the column's histogram, which counts the NULLs of every finished
+-- job and, multiplied by the status clause, guesses a handful of due rows where there are
+-- thousands; with that guess it would fetch every due row and sort them. Unestimated, the
+-- ordered index scan that stops after LIMIT rows wins at any size.
+-- name: claim
+WITH c AS (
+    SELECT id FROM {jobs}
+    WHERE queue = %(queue)s
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= (SELECT {now})
+      AND (status = 'pending' OR lease_until < (SELECT {now}))
+    ORDER BY lease_until, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED),
+taken AS (
+    UPDATE {jobs} j
+    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+        lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
+        stale = false, updated_at = {now}
+    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
+           CASE WHEN attempts > 1 THEN 'redelivered' END
+    FROM taken ORDER BY id)
+SELECT * FROM taken ORDER BY lease_until, id;
+
+-- name: claim_id
+WITH c AS (
+    SELECT id FROM {jobs}
+    WHERE queue = %(queue)s AND id = %(id)s
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND (lease_until IS NULL
+           OR (lease_until <= {now} AND (status = 'pending' OR lease_until < {now})))
+    FOR UPDATE),
+taken AS (
+    UPDATE {jobs} j
+    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+        lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
+        stale = false, updated_at = {now}
+    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
+           CASE WHEN attempts > 1 THEN 'redelivered' END
+    FROM taken)
+SELECT * FROM taken;
+
+-- ids / epochs are parallel arrays: one statement for every in-flight lease.
+-- name: heartbeat
+WITH l AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[]) AS l(id, lease_epoch)),
+held AS (
+    UPDATE {jobs} j
+    SET lease_until = {now} + make_interval(secs => %(lease_s)s)
+    FROM l
+    WHERE j.queue = %(queue)s AND j.id = l.id AND j.lease_epoch = l.lease_epoch
+      AND j.status = 'processing'
+    RETURNING j.id, j.lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT j.queue, j.id, {now}, 'heartbeat_lost', j.attempts, l.lease_epoch,
+           'lease epoch ' || l.lease_epoch || ' lost; job is ' || j.status
+           || ' at epoch ' || j.lease_epoch
+    FROM l JOIN {jobs} j ON j.queue = %(queue)s AND j.id = l.id
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch))
+SELECT id, lease_epoch FROM held;
+
+-- name: complete
+WITH old AS (
+    SELECT id, stale FROM {jobs}
+    WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
+      AND status = 'processing'
+    FOR UPDATE),
+snoozed AS (
+    UPDATE {jobs} j
+    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
+        stale = false, published_at = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
+    RETURNING j.*),
+finished AS (
+    UPDATE {jobs} j
+    SET status = %(status)s, result = %(result)s::json, result_key = %(result_key)s,
+        failure = NULL, lease_until = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text
+    FROM snoozed
+    UNION ALL
+    SELECT queue, id, {now}, 'result_saved', attempts, lease_epoch, worker_id, status
+    FROM finished)
+SELECT *, true AS was_stale FROM snoozed
+UNION ALL
+SELECT *, false FROM finished;
+
+-- Three ways out, by the row as locked: stale → snooze; attempts spent → failed(exhausted);
+-- otherwise back to pending after the delay.
+-- name: retry_later
+WITH old AS (
+    SELECT id, stale, attempts >= max_attempts AS spent FROM {jobs}
+    WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
+      AND status = 'processing'
+    FOR UPDATE),
+snoozed AS (
+    UPDATE {jobs} j
+    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
+        stale = false, published_at = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
+    RETURNING j.*),
+exhausted AS (
+    UPDATE {jobs} j
+    SET status = 'failed', failure = 'exhausted', error = %(error)s, lease_until = NULL,
+        updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale AND old.spent
+    RETURNING j.*),
+retried AS (
+    UPDATE {jobs} j
+    SET status = 'pending', error = %(error)s,
+        lease_until = {now} + make_interval(secs => %(delay_s)s), published_at = NULL,
+        updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale AND NOT old.spent
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal}
+        (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
+    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text,
+           NULL::json
+    FROM snoozed
+    UNION ALL
+    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+           'exhausted: ' || %(reason)s::text, NULL::json
+    FROM exhausted
+    UNION ALL
+    SELECT queue, id, {now}, 'retry_scheduled', attempts, lease_epoch, worker_id, %(reason)s::text,
+           %(data)s::json
+    FROM retried)
+SELECT *, true AS was_stale FROM snoozed
+UNION ALL
+SELECT *, false FROM exhausted
+UNION ALL
+SELECT *, false FROM retried;
+
+-- name: fail
+WITH old AS (
+    SELECT id, stale FROM {jobs}
+    WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
+      AND status = 'processing'
+    FOR UPDATE),
+snoozed AS (
+    UPDATE {jobs} j
+    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
+        stale = false, published_at = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
+    RETURNING j.*),
+failed AS (
+    UPDATE {jobs} j
+    SET status = 'failed', failure = %(failure)s, error = %(error)s, lease_until = NULL,
+        updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text
+    FROM snoozed
+    UNION ALL
+    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+           %(failure)s::text || ': ' || %(reason)s::text
+    FROM failed)
+SELECT *, true AS was_stale FROM snoozed
+UNION ALL
+SELECT *, false FROM failed;
+
+-- name: snooze
+WITH snoozed AS (
+    UPDATE {jobs}
+    SET status = 'pending', attempts = greatest(attempts - 1, 0),
+        lease_until = {now} + make_interval(secs => %(delay_s)s), stale = false,
+        published_at = NULL, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
+      AND status = 'processing'
+    RETURNING *),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(reason)s
+    FROM snoozed)
+SELECT *, false AS was_stale FROM snoozed;
+
+-- Step 1 of reclaim: spent jobs are buried before step 2 can make them pending.
+-- name: expire_spent
+WITH spent AS (
+    UPDATE {jobs}
+    SET status = 'failed', failure = 'expired', lease_until = NULL, updated_at = {now},
+        error = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
+                || coalesce(' (worker ' || worker_id || ')', '')
+    WHERE queue = %(queue)s AND status = 'processing' AND attempts >= max_attempts
+      AND lease_until < {now}
+    RETURNING queue, id, attempts, lease_epoch, worker_id),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+           'expired: lease ran out'
+    FROM spent ORDER BY id)
+SELECT count(*) AS n FROM spent;
+
+-- name: return_expired
+WITH returned AS (
+    UPDATE {jobs}
+    SET status = 'pending', lease_until = {now}, stale = false, published_at = NULL,
+        updated_at = {now}
+    WHERE queue = %(queue)s AND status = 'processing' AND attempts < max_attempts
+      AND lease_until < {now}
+    RETURNING queue, id, attempts, lease_epoch, worker_id),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'reclaimed', attempts, lease_epoch, worker_id, 'lease expired'
+    FROM returned ORDER BY id)
+SELECT count(*) AS n FROM returned;
+
+-- name: operator_retry
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'pending', attempts = 0, failure = NULL, stale = false, worker_id = NULL,
+        lease_until = {now}, published_at = NULL, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, 'retried', attempts, lease_epoch, 'operator' FROM changed)
+SELECT count(*) AS n FROM changed;
+
+-- name: operator_cancel
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND status IN ('pending', 'processing', 'failed')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, 'cancelled', attempts, lease_epoch, 'operator' FROM changed)
+SELECT count(*) AS n FROM changed;
+
+-- name: exists
+SELECT 1 AS found FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
+
+-- statuses / ages are parallel arrays: one retention rule per status.
+-- name: purge
+WITH rules AS (
+    SELECT * FROM unnest(%(statuses)s::text[], %(ages)s::float8[]) AS r(status, age_s)),
+gone AS (
+    DELETE FROM {jobs} j USING rules r
+    WHERE j.queue = %(queue)s AND j.status = r.status
+      AND j.updated_at < {now} - make_interval(secs => r.age_s)
+    RETURNING j.id),
+log AS (
+    DELETE FROM {journal}
+    WHERE queue = %(queue)s AND job_id IN (SELECT id FROM gone))
+SELECT count(*) AS n FROM gone;
+
+-- name: get
+SELECT * FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
+
+-- name: list
+SELECT * FROM {jobs}
+WHERE queue = %(queue)s AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND id > %(after_id)s::text
+ORDER BY id LIMIT %(limit)s;
+
+-- name: counts
+SELECT status, count(*) AS n FROM {jobs} WHERE queue = %(queue)s GROUP BY status;
+
+-- name: ready
+SELECT count(*) AS n, extract(epoch FROM {now} - min(lease_until))::float8 AS age
+FROM {jobs}
+WHERE queue = %(queue)s
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now});
+
+-- name: journal
+SELECT * FROM {journal} WHERE queue = %(queue)s AND job_id = %(id)s ORDER BY seq;
+
+-- name: record
+INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
+VALUES (%(queue)s, %(id)s, {now}, %(event)s, %(attempt)s, %(lease_epoch)s, %(worker_id)s,
+        %(reason)s, %(data)s::json);
+
+-- The clock in a sub-select for the same reason as in claim: an ordered walk of
+-- jobs_claimable that stops after LIMIT rows.
+-- name: outbox_due
+SELECT * FROM {jobs}
+WHERE queue = %(queue)s AND status = 'pending' AND published_at IS NULL
+  AND attempts < max_attempts AND lease_until <= (SELECT {now})
+ORDER BY lease_until, id LIMIT %(limit)s;
+
+-- name: mark_published
+WITH marked AS (
+    UPDATE {jobs} SET published_at = {now}
+    WHERE queue = %(queue)s AND status = 'pending' AND published_at IS NULL
+      AND id = ANY(%(ids)s::text[])
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch)
+    SELECT queue, id, {now}, 'published', attempts, lease_epoch FROM marked ORDER BY id)
+SELECT count(*) AS n FROM marked;

@@ -1,0 +1,155 @@
+"""Connections of the PostgreSQL store: the pool, transactions, and riding out a lost server.
+
+``run(work)`` runs ``work(conn)`` in one transaction and commits. When the connection is lost
+(a restart, a failover) or the server rolls the transaction back (deadlock, serialization
+failure), ``work`` is run again on a fresh connection, with backoff, for up to ``reconnect_s``;
+then ``StoreUnavailable``. That is safe because the failed transaction was rolled back. The one
+unsafe case is a connection lost *during* COMMIT: the write may or may not have happened. Only
+callers that pass ``retry_commit=True`` (reads, claims, heartbeats: doing them twice is
+harmless) are retried then; the others get ``StoreUnavailable`` saying the outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolClosed
+
+from leaseq.errors import InvalidURL, StoreUnavailable
+from leaseq.stores.postgres.options import PostgresOptions
+from leaseq.validate import redact_url
+
+T = TypeVar("T")
+
+#: First and longest pause between two tries of an operation whose connection was lost.
+FIRST_PAUSE_S = 0.05
+MAX_PAUSE_S = 1.0
+
+
+class _Retry(Exception):
+    """The transaction surely did not commit: the operation may run again."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class Session:
+    """The pool of one store, and ``run``: one transaction, retried across reconnects."""
+
+    def __init__(self, conninfo: str, url: str, options: PostgresOptions):
+        self.url = redact_url(url)
+        self._conninfo = conninfo
+        self._password = _password(url)
+        self._options = options
+        self._pool: ConnectionPool | None = None
+
+    def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
+        """Run ``work`` (the migration) over a direct connection, then open the pool.
+
+        A direct connection fails at once with libpq's own message (refused, unknown host,
+        bad password), where a pool would only time out."""
+        try:
+            with psycopg.connect(self._conninfo) as conn:  # commits at the end of the block
+                work(conn)
+        except psycopg.ProgrammingError as exc:
+            raise InvalidURL(f"PostgreSQL URL {self.url} was refused: {self._line(exc)}") from None
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {self.url}: {self._line(exc)}") from None
+        options = self._options
+        self._pool = ConnectionPool(
+            self._conninfo, min_size=options.pool_min, max_size=options.pool_max,
+            configure=_configure, open=True, name=f"leaseq-{options.schema}",
+            timeout=max(options.reconnect_s, 1.0))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def run(self, work: Callable[[psycopg.Connection], T], *, retry_commit: bool = False) -> T:
+        """``work(conn)`` in one transaction, committed; see the module's docstring."""
+        deadline = time.monotonic() + self._options.reconnect_s
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                return self._attempt(work, retry_commit, deadline)
+            except _Retry as exc:
+                if time.monotonic() + pause > deadline:
+                    raise StoreUnavailable(
+                        f"PostgreSQL at {self.url} is unavailable (gave up after "
+                        f"{self._options.reconnect_s:g} s): {self._line(exc.cause)}") from None
+                time.sleep(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _attempt(self, work: Callable[[psycopg.Connection], T], retry_commit: bool,
+                 deadline: float) -> T:
+        if self._pool is None:
+            raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
+        try:
+            conn = self._pool.getconn(timeout=max(deadline - time.monotonic(), 0.05))
+        except PoolClosed:
+            raise StoreUnavailable(f"PostgreSQL store {self.url} is closed") from None
+        except psycopg.OperationalError as exc:  # PoolTimeout: no connection came back in time
+            raise _Retry(exc) from None
+        try:
+            return self._transaction(conn, work, retry_commit)
+        finally:
+            self._pool.putconn(conn)
+
+    def _transaction(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
+                     retry_commit: bool) -> T:
+        try:
+            result = work(conn)
+        except psycopg.OperationalError as exc:
+            self._after_error(conn)
+            raise _Retry(exc) from None
+        except BaseException:
+            self._after_error(conn)
+            raise
+        try:
+            conn.commit()
+        except psycopg.OperationalError as exc:
+            lost = conn.broken
+            self._after_error(conn)
+            if retry_commit or not lost:  # not lost: the server refused, so rolled back
+                raise _Retry(exc) from None
+            raise StoreUnavailable(
+                f"lost the connection to PostgreSQL at {self.url} while committing; the "
+                f"outcome is unknown: {self._line(exc)}") from None
+        return result
+
+    def _after_error(self, conn: psycopg.Connection) -> None:
+        if conn.broken or conn.closed:
+            # After a server restart every idle connection in the pool is dead too: test them
+            # now rather than fail once per connection.
+            if self._pool is not None:
+                self._pool.check()
+            return
+        with suppress(psycopg.Error):
+            conn.rollback()
+
+    def _line(self, exc: BaseException) -> str:
+        """The first line of a driver error, with the password masked should it appear."""
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if self._password:
+            text = text.replace(self._password, "***")
+        return text[:300]
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    """Timestamps come back in UTC whatever the server's or role's time zone."""
+    conn.execute("SET TIME ZONE 'UTC'")
+    conn.commit()
+
+
+def _password(url: str) -> str | None:
+    try:
+        return urlsplit(url).password or None
+    except ValueError:
+        return None

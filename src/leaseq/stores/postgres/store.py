@@ -1,0 +1,438 @@
+"""PostgreSQL store: psycopg 3 with a connection pool, SQL in ``queries.sql``.
+
+Every primitive is one transaction, and most are one statement: a state change and its journal
+event are written by one data-modifying CTE. The claim is ``SELECT … FOR UPDATE SKIP LOCKED``
+inside an ``UPDATE``, so concurrent workers pass each other's rows instead of queueing on them.
+Timestamps come from the server (``now()``). A lost connection is retried with backoff for
+``reconnect_s`` when retrying cannot do a write twice (see ``Session``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
+from leaseq.job import (
+    EnqueueResult,
+    Job,
+    JobSpec,
+    JournalEntry,
+    Lease,
+    LeaseLost,
+    OnConflict,
+    Outcome,
+)
+from leaseq.stores.base import Store, decide_upsert
+from leaseq.stores.postgres.listen import Listener
+from leaseq.stores.postgres.options import PostgresOptions, parse_url
+from leaseq.stores.postgres.session import Session
+from leaseq.stores.sql import load_queries, migrations
+
+# The server's clock plus the test-only offset; now() is the start of the transaction.
+NOW = "(now() + make_interval(secs => %(off)s))"
+STALE_REASON = "stale revision: the payload changed while this attempt ran"
+_SAVEPOINT = "leaseq_enqueue"
+FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
+#: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
+_INSERT_RACES = 5
+
+
+class PostgresStore(Store):
+    supports_push_wakeups = True
+
+    def __init__(self, conninfo: str, options: PostgresOptions, url: str):
+        self.options = options
+        self.time_offset_s = options.time_offset_s
+        self._schema = f'"{options.schema}"'  # validated: lower-case letters, digits, _
+        #: This store's named SQL (``queries.sql`` with the schema filled in), e.g. to EXPLAIN.
+        self.queries = load_queries(__package__, "queries.sql", now=NOW,
+                                    jobs=f"{self._schema}.jobs",
+                                    journal=f"{self._schema}.journal")
+        self._session = Session(conninfo, url, options)
+        self.url = self._session.url
+        self._session.first_use(self._migrate_in)
+        self._listener = Listener(conninfo, options.channel, self._wakeup_event())
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> PostgresStore:
+        conninfo, parsed = parse_url(url, **options)
+        return cls(conninfo, parsed, url)
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _rows(self, conn: psycopg.Connection, name: str, **params: Any) -> list[dict[str, Any]]:
+        params["off"] = float(self.time_offset_s)
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.queries[name], params)
+            return cur.fetchall() if cur.description else []
+
+    def _read(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        return self._session.run(lambda conn: self._rows(conn, name, **params), retry_commit=True)
+
+    def _exec(self, conn: psycopg.Connection, name: str, **params: Any) -> None:
+        """Send a statement whose rows are not needed (in a pipeline: without waiting)."""
+        params["off"] = float(self.time_offset_s)
+        conn.execute(self.queries[name], params)
+
+    def _count(self, conn: psycopg.Connection, name: str, **params: Any) -> int:
+        return int(self._rows(conn, name, **params)[0]["n"])
+
+    def _notify(self, conn: psycopg.Connection, queue: str) -> None:
+        """Wake listening workers when this transaction commits (never if it rolls back)."""
+        self._exec(conn, "notify", channel=self.options.channel, queue=queue)
+
+    # --- set-up and upkeep ------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        return self._session.run(self._migrate_in)
+
+    def _migrate_in(self, conn: psycopg.Connection) -> int:
+        schema = self._schema
+        # One migrator at a time per schema: concurrent first users wait here, then find the
+        # versions the first one recorded (READ COMMITTED: each statement sees new commits).
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                     [f"leaseq.migrate.{self.options.schema}"])
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (version integer "
+                     "PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL "
+                     "DEFAULT now())")
+        done = {r[0] for r in conn.execute(f"SELECT version FROM {schema}.schema_migrations")}
+        latest = max(done, default=0)
+        for version, name, text in migrations(__package__):
+            if version not in done:
+                conn.execute(text.replace("{schema}", schema))
+                conn.execute(f"INSERT INTO {schema}.schema_migrations (version, name) "
+                             "VALUES (%s, %s)", (version, name))
+                latest = version
+        return latest
+
+    def server_now(self) -> datetime:
+        return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
+
+    def queues(self) -> list[str]:
+        return [r["queue"] for r in self._read("queues")]
+
+    def close(self) -> None:
+        self._listener.close()
+        self._session.close()
+
+    def drop(self) -> None:
+        self._listener.close()
+        self._session.run(lambda conn: conn.execute(
+            f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"))
+
+    # --- producers -------------------------------------------------------------------------
+
+    def enqueue_many(self, queue: str, specs: Sequence[JobSpec], on_conflict: OnConflict = "raise",
+                     connection: Any = None) -> list[EnqueueResult]:
+        if connection is None:
+            return self._session.run(lambda conn: self._enqueue(conn, queue, specs, on_conflict))
+        if not isinstance(connection, psycopg.Connection):
+            raise TypeError("connection= must be a psycopg.Connection on the PostgreSQL store")
+        idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if connection.autocommit and idle:
+            raise InvalidInput("connection= is in autocommit mode with no open transaction: "
+                               "open one first (with connection.transaction(): ...)")
+        return self._enqueue(connection, queue, specs, on_conflict)
+
+    def _enqueue(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
+                 on_conflict: OnConflict) -> list[EnqueueResult]:
+        """Enqueue inside ``conn``'s transaction, under a savepoint: a conflict or an error
+        undoes only this call (the caller's transaction stays usable), and a lost insert race
+        is decided again with the winner's row locked."""
+        for spec in specs:
+            if "\x00" in (spec.task or "") + (spec.revision or ""):
+                raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
+        for _ in range(_INSERT_RACES):
+            conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+            try:
+                results = self._enqueue_once(conn, queue, specs, on_conflict)
+            except BaseException:
+                if not conn.broken:
+                    conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                raise
+            if results is not None:
+                conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+                return results
+            conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        raise StoreUnavailable(f"queue {queue!r}: enqueue kept racing concurrent inserts of "
+                               "the same ids; try again")
+
+    def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
+                      on_conflict: OnConflict) -> list[EnqueueResult] | None:
+        """One try; None when a concurrent enqueue inserted one of our new ids first."""
+        ids = sorted({s.job_id for s in specs})
+        rows = {r["id"]: r for r in self._rows(conn, "find_existing", queue=queue, ids=ids)}
+        plan = _Plan(queue)
+        for spec in specs:
+            plan.decide(spec, rows.get(spec.job_id), on_conflict)
+            rows.setdefault(spec.job_id, plan.inserted_row(spec))
+        if plan.conflicts and on_conflict == "raise":
+            raise JobConflict(queue, plan.conflicts)  # the savepoint undoes the locks
+        if plan.inserts:
+            won = self._rows(conn, "insert_jobs", **plan.insert_columns())
+            if len(won) < len(plan.inserts):
+                return None
+        self._write_plan(conn, plan)
+        return plan.results
+
+    def _write_plan(self, conn: psycopg.Connection, plan: _Plan) -> None:
+        if not plan.journal:
+            return
+        with conn.pipeline():
+            for name, params in plan.updates:
+                self._exec(conn, name, **params)
+            self._exec(conn, "journal_enqueued", **plan.journal_columns())
+            self._notify(conn, plan.queue)
+
+    # --- workers ---------------------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+        # Safe to retry even when the commit's fate is unknown: a claim that did commit only
+        # holds its jobs until their lease runs out, then they are claimed again.
+        rows = self._session.run(lambda conn: self._rows(
+            conn, "claim", queue=queue, worker_id=_text(worker_id), limit=limit,
+            lease_s=lease_s), retry_commit=True)
+        return [_job(r) for r in rows]
+
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+        rows = self._session.run(lambda conn: self._rows(
+            conn, "claim_id", queue=queue, id=job_id, worker_id=_text(worker_id),
+            lease_s=lease_s), retry_commit=True)
+        return _job(rows[0]) if rows else None
+
+    def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
+        if not leases:
+            return []
+        rows = self._session.run(lambda conn: self._rows(
+            conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
+            epochs=[lease.lease_epoch for lease in leases], lease_s=lease_s),
+            retry_commit=True)
+        held = {(r["id"], r["lease_epoch"]) for r in rows}
+        return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
+
+    def _finish(self, queue: str, lease: Lease, name: str, then: FollowUps = (),
+                **params: Any) -> Job:
+        """Run one fenced finish; follow-ups only when the job really finished."""
+        def work(conn: psycopg.Connection) -> Job:
+            rows = self._rows(conn, name, queue=queue, id=lease.job_id,
+                              lease_epoch=lease.lease_epoch, stale_reason=STALE_REASON, **params)
+            if not rows:
+                raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
+            row = rows[0]
+            if row["was_stale"]:
+                self._notify(conn, queue)  # snoozed instead: ready again at once
+                return _job(row)
+            for next_queue, specs in then:
+                self._enqueue(conn, next_queue, specs, "keep")
+            if row["status"] == "pending" and not params.get("delay_s"):
+                self._notify(conn, queue)
+            return _job(row)
+        return self._session.run(work)
+
+    def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
+                 result_key: str | None = None,
+                 then: FollowUps = ()) -> Job:
+        return self._finish(queue, lease, "complete", then, status=status, result=result_json,
+                            result_key=result_key)
+
+    def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
+                    delay_s: float) -> Job:
+        return self._finish(queue, lease, "retry_later", error=_text(error),
+                            reason=_text(reason), delay_s=delay_s,
+                            data=json.dumps({"delay_s": delay_s}))
+
+    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
+        return self._finish(queue, lease, "snooze", delay_s=delay_s, reason=_text(reason))
+
+    def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
+        return self._finish(queue, lease, "fail", error=_text(error), reason=_text(reason),
+                            failure=failure)
+
+    # --- upkeep ----------------------------------------------------------------------------
+
+    def reclaim_expired(self, queue: str) -> tuple[int, int]:
+        def work(conn: psycopg.Connection) -> tuple[int, int]:
+            failed = self._count(conn, "expire_spent", queue=queue)
+            returned = self._count(conn, "return_expired", queue=queue)
+            if returned:
+                self._notify(conn, queue)
+            return failed, returned
+        return self._session.run(work)
+
+    def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
+        if not older_than_s:
+            return 0
+        return self._session.run(lambda conn: self._count(
+            conn, "purge", queue=queue, statuses=list(older_than_s),
+            ages=[float(v) for v in older_than_s.values()]))
+
+    # --- operators -------------------------------------------------------------------------
+
+    def retry(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_retry")
+
+    def cancel(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_cancel")
+
+    def _operator(self, queue: str, job_id: str, name: str) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            if self._count(conn, name, queue=queue, id=job_id):
+                if name == "operator_retry":
+                    self._notify(conn, queue)
+                return True
+            if not self._rows(conn, "exists", queue=queue, id=job_id):
+                raise JobNotFound(queue, job_id)
+            return False
+        return self._session.run(work)
+
+    # --- broker outbox --------------------------------------------------------------------
+
+    def outbox_due(self, queue: str, limit: int) -> list[Job]:
+        return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
+
+    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
+        if not job_ids:
+            return 0
+        return self._session.run(lambda conn: self._count(
+            conn, "mark_published", queue=queue, ids=list(job_ids)), retry_commit=True)
+
+    # --- inspection ------------------------------------------------------------------------
+
+    def get(self, queue: str, job_id: str) -> Job | None:
+        rows = self._read("get", queue=queue, id=job_id)
+        return _job(rows[0]) if rows else None
+
+    def list(self, queue: str, status: str | None = None, limit: int = 100,
+             after_id: str | None = None) -> list[Job]:
+        rows = self._read("list", queue=queue, status=status, limit=limit, after_id=after_id or "")
+        return [_job(r) for r in rows]
+
+    def counts(self, queue: str) -> dict[str, int]:
+        return {r["status"]: int(r["n"]) for r in self._read("counts", queue=queue)}
+
+    def ready(self, queue: str) -> int:
+        return int(self._read("ready", queue=queue)[0]["n"])
+
+    def oldest_pending_age_s(self, queue: str) -> float:
+        age = self._read("ready", queue=queue)[0]["age"]
+        return max(float(age), 0.0) if age is not None else 0.0
+
+    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
+
+    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
+               lease_epoch: int | None = None, worker_id: str | None = None,
+               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+        self._session.run(lambda conn: self._exec(
+            conn, "record", queue=queue, id=job_id, event=event, attempt=attempt,
+            lease_epoch=lease_epoch, worker_id=_text(worker_id), reason=_text(reason),
+            data=json.dumps(dict(data)) if data else None))
+
+    # --- wake-ups --------------------------------------------------------------------------
+
+    def wait_for_work(self, queues: Sequence[str], timeout_s: float) -> bool:
+        """Wait on this process's enqueues and on other processes' NOTIFYs (one LISTEN
+        connection per store, opened by the first wait). Falls back to a plain timed wait
+        while the LISTEN connection is down."""
+        started = time.monotonic()
+        self._listener.watch(queues, ready_timeout_s=timeout_s)
+        left = max(timeout_s - (time.monotonic() - started), 0.0)
+        return super().wait_for_work(queues, left)
+
+
+class _Plan:
+    """What one enqueue batch will write, decided under the batch's row locks."""
+
+    def __init__(self, queue: str):
+        self.queue = queue
+        self.results: list[EnqueueResult] = []
+        self.conflicts: list[str] = []
+        self.inserts: list[JobSpec] = []
+        self.updates: list[tuple[str, dict[str, Any]]] = []
+        self.journal: list[tuple[str, str, str | None]] = []
+
+    def decide(self, spec: JobSpec, old: dict[str, Any] | None, on_conflict: OnConflict) -> None:
+        if old is None:
+            outcome = Outcome.CREATED
+            self.inserts.append(spec)
+        else:
+            outcome = decide_upsert(old["status"], old["payload"], old["revision"], spec,
+                                    on_conflict)
+            self._update(spec, old, outcome)
+        if outcome is Outcome.CONFLICT:
+            self.conflicts.append(spec.job_id)
+        elif outcome is not Outcome.UNCHANGED:
+            data = json.dumps({"revision": spec.revision}) if spec.revision else None
+            self.journal.append((spec.job_id, outcome.value, data))
+        self.results.append(EnqueueResult(spec.job_id, outcome))
+
+    def _update(self, spec: JobSpec, old: dict[str, Any], outcome: Outcome) -> None:
+        """Queue the write for an existing row, and track its new state for later specs of
+        the same id in this batch."""
+        if outcome is Outcome.REVIVED:
+            name = "revive_job"
+            old["status"] = "pending"
+        elif outcome is Outcome.UPDATED:
+            name = "mark_stale" if old["status"] == "processing" else "update_pending"
+        else:
+            return
+        old.update(payload=spec.payload_json, revision=spec.revision)
+        self.updates.append((name, {
+            "queue": self.queue, "id": spec.job_id, "task": spec.task,
+            "payload": spec.payload_json, "revision": spec.revision,
+            "delay_s": spec.delay_s, "max_attempts": spec.max_attempts}))
+
+    @staticmethod
+    def inserted_row(spec: JobSpec) -> dict[str, Any]:
+        return {"status": "pending", "payload": spec.payload_json, "revision": spec.revision}
+
+    def insert_columns(self) -> dict[str, Any]:
+        specs = self.inserts
+        return {"queue": self.queue, "ids": [s.job_id for s in specs],
+                "tasks": [s.task for s in specs], "payloads": [s.payload_json for s in specs],
+                "revisions": [s.revision for s in specs],
+                "delays": [float(s.delay_s) for s in specs],
+                "max_attempts": [s.max_attempts for s in specs]}
+
+    def journal_columns(self) -> dict[str, Any]:
+        ids, reasons, data = zip(*self.journal, strict=True)
+        return {"queue": self.queue, "ids": list(ids), "reasons": list(reasons),
+                "data": list(data)}
+
+
+def _text(value: str | None) -> str | None:
+    """Free text as PostgreSQL can store it: a text column cannot hold NUL."""
+    return value.replace("\x00", "\ufffd") if value else value
+
+
+def _dt(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+def _job(row: dict[str, Any]) -> Job:
+    return Job(
+        id=row["id"], queue=row["queue"], status=row["status"], payload=row["payload"],
+        task=row["task"], attempts=row["attempts"], max_attempts=row["max_attempts"],
+        lease_until=_dt(row["lease_until"]), lease_epoch=row["lease_epoch"],
+        worker_id=row["worker_id"], error=row["error"], failure=row["failure"],
+        revision=row["revision"], stale=bool(row["stale"]), result=row["result"],
+        result_key=row["result_key"], created_at=_dt(row["created_at"]),
+        updated_at=_dt(row["updated_at"]), first_seen_at=_dt(row["first_seen_at"]),
+        published_at=_dt(row["published_at"]),
+    )
+
+
+def _entry(row: dict[str, Any]) -> JournalEntry:
+    return JournalEntry(
+        at=_dt(row["at"]), job_id=row["job_id"], event=row["event"],  # type: ignore[arg-type]
+        attempt=row["attempt"], lease_epoch=row["lease_epoch"], worker_id=row["worker_id"],
+        reason=row["reason"], data=row["data"],
+    )

@@ -1,0 +1,79 @@
+"""PostgreSQL-specific: LISTEN/NOTIFY wake-ups reach an idle worker in another process at
+once, not at its next poll. (Only PostgreSQL pushes wake-ups across processes.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from leaseq.stores.postgres import PostgresStore
+
+#: The idle worker's fallback poll: a wake-up that needs it would take this long.
+POLL_S = 10.0
+
+
+@pytest.fixture
+def waiter(schema_url: str):  # type: ignore[no-untyped-def]
+    """A second store on the same schema: as far as it can tell, another process."""
+    other = PostgresStore.from_url(schema_url)
+    yield other
+    other.close()
+
+
+def _wait_in_thread(store: PostgresStore, queues: list[str], timeout_s: float) -> dict:
+    box: dict = {}
+
+    def run() -> None:
+        box["woken"] = store.wait_for_work(queues, timeout_s)
+        box["at"] = time.monotonic()
+
+    box["thread"] = threading.Thread(target=run, daemon=True)
+    box["thread"].start()
+    return box
+
+
+def test_notify_wakes_an_idle_waiter_at_once(store: PostgresStore, waiter: PostgresStore) -> None:
+    # Given a worker idle on "mail", its LISTEN connection in place
+    assert waiter.wait_for_work(["mail"], 0.01) is False
+    box = _wait_in_thread(waiter, ["mail"], POLL_S)
+    # When another process enqueues a job
+    sent = time.monotonic()
+    store.queue("mail").enqueue("j1", {})
+    box["thread"].join(POLL_S + 5)
+    # Then the waiter woke within milliseconds, long before its poll
+    latency = box["at"] - sent
+    assert box["woken"] is True
+    assert latency < 1.0, f"wake-up took {latency:.3f} s"
+    # And a claim finds the job
+    assert [j.id for j in waiter.queue("mail").claim("w1")] == ["j1"]
+
+
+def test_notify_for_another_queue_does_not_wake(store: PostgresStore,
+                                                waiter: PostgresStore) -> None:
+    # Given a worker idle on "mail" only
+    assert waiter.wait_for_work(["mail"], 0.01) is False
+    # When a job is enqueued on another queue
+    store.queue("billing").enqueue("j1", {})
+    # Then the waiter is not woken
+    assert waiter.wait_for_work(["mail"], 0.5) is False
+
+
+def test_one_notify_per_queue_per_transaction(store: PostgresStore, schema_url: str,
+                                              pg_url: str) -> None:
+    import psycopg
+
+    # Given a listener on the store's channel
+    with psycopg.connect(pg_url, autocommit=True) as listen:
+        listen.execute(f'LISTEN "{store.options.channel}"')
+        # When a batch of 50 jobs in two queues is enqueued in one transaction
+        with psycopg.connect(pg_url) as conn:
+            store.queue("a").enqueue_many([{"job_id": f"a{i}", "payload": {}}
+                                           for i in range(25)], connection=conn)
+            store.queue("b").enqueue_many([{"job_id": f"b{i}", "payload": {}}
+                                           for i in range(25)], connection=conn)
+            store.queue("a").enqueue("a-late", {}, connection=conn)
+        # Then one notification per queue arrives
+        got = sorted(n.payload for n in listen.notifies(timeout=0.5))
+    assert got == ["a", "b"]
