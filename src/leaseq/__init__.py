@@ -1,5 +1,6 @@
 """leaseq: a durable job queue in which the job's database record is the job's state."""
 
+from leaseq.app import App, Finish
 from leaseq.errors import (
     InvalidInput,
     InvalidJobId,
@@ -35,8 +36,10 @@ from leaseq.stores.base import Store
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
     "EnqueueResult",
     "Failure",
+    "Finish",
     "InvalidInput",
     "InvalidJobId",
     "InvalidPayload",

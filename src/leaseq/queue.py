@@ -158,10 +158,13 @@ class Queue:
         for item in then:
             name, spec = (self.name, item) if isinstance(item, JobSpec) else item
             follow.setdefault(validate.queue_name(name), []).append(spec)
-        return self.store.complete(
+        done = self.store.complete(
             self.name, _lease(job), result_json, validate.terminal_status(status),
             result_key, list(follow.items()),
         )
+        for name in follow:  # follow-ups are ready now: wake this process's workers
+            self.store.notify_local(name)
+        return done
 
     def complete_many(
         self, items: Iterable[Job | tuple[Job | Lease, Any]], *, status: str = "done"

@@ -169,6 +169,42 @@ SELECT *, true AS was_stale FROM snoozed
 UNION ALL
 SELECT *, false FROM finished;
 
+-- A batch of completions: each item fenced on its own, as in `complete`. Rows are locked in
+-- id order so two batches never wait on each other in a cycle.
+-- name: complete_many
+WITH items AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(statuses)s::text[],
+                         %(results)s::text[], %(result_keys)s::text[])
+        AS i(id, lease_epoch, status, result, result_key)),
+old AS (
+    SELECT j.id, j.stale, i.status, i.result, i.result_key
+    FROM {jobs} j JOIN items i ON j.id = i.id AND j.lease_epoch = i.lease_epoch
+    WHERE j.queue = %(queue)s AND j.status = 'processing'
+    ORDER BY j.id
+    FOR UPDATE OF j),
+snoozed AS (
+    UPDATE {jobs} j
+    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
+        stale = false, published_at = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
+    RETURNING j.*),
+finished AS (
+    UPDATE {jobs} j
+    SET status = old.status, result = old.result::json, result_key = old.result_key,
+        failure = NULL, lease_until = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text
+    FROM snoozed
+    UNION ALL
+    SELECT queue, id, {now}, 'result_saved', attempts, lease_epoch, worker_id, status
+    FROM finished)
+SELECT *, true AS was_stale FROM snoozed
+UNION ALL
+SELECT *, false FROM finished;
+
 -- Three ways out, by the row as locked: stale → snooze; attempts spent → failed(exhausted);
 -- otherwise back to pending after the delay.
 -- name: retry_later

@@ -243,6 +243,26 @@ class PostgresStore(Store):
         return self._finish(queue, lease, "complete", then, status=status, result=result_json,
                             result_key=result_key)
 
+    def complete_many(self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
+                      ) -> list[Job | LeaseLost]:
+        if not items:
+            return []
+        def work(conn: psycopg.Connection) -> list[dict[str, Any]]:
+            rows = self._rows(
+                conn, "complete_many", queue=queue,
+                ids=[lease.job_id for lease, *_ in items],
+                epochs=[lease.lease_epoch for lease, *_ in items],
+                statuses=[status for _, _, status, _ in items],
+                results=[result for _, result, _, _ in items],
+                result_keys=[key for *_, key in items], stale_reason=STALE_REASON)
+            if any(r["was_stale"] for r in rows):
+                self._notify(conn, queue)  # snoozed instead: ready again at once
+            return rows
+        by_id = {r["id"]: r for r in self._session.run(work)}
+        return [_job(by_id[lease.job_id]) if lease.job_id in by_id
+                else LeaseLost(queue, lease.job_id, lease.lease_epoch)
+                for lease, *_ in items]
+
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
                     delay_s: float) -> Job:
         return self._finish(queue, lease, "retry_later", error=_text(error),

@@ -66,6 +66,24 @@ class FinishSuite:
         assert q.get("next-1") is None
         assert leaseq_store.store.queues() == ["jobs"]
 
+    def test_complete_many_fences_each_item_on_its_own(self, leaseq_store: FreshStore) -> None:
+        # Given three held jobs, one made stale by a new revision, and one stolen lease
+        q = leaseq_store.queue()
+        held = [given_claimed(q, f"m{i}") for i in range(3)]
+        q.enqueue("m2", {"name": "m2"}, revision="r2")
+        old, _ = given_stolen(q, "m-stolen")
+        # When they are completed in one batch
+        out = q.complete_many([(held[0], {"n": 0}), held[1], held[2], old])
+        # Then each item got its own outcome, in order
+        assert [type(o).__name__ for o in out] == ["Job", "Job", "Job", "LeaseLost"]
+        assert [o.status for o in out[:3]] == ["done", "done", "pending"]  # type: ignore[union-attr]
+        assert must_get(q, "m0").result == {"n": 0}
+        assert must_get(q, "m2").attempts == 0  # the stale finish gave the attempt back
+        assert must_get(q, "m-stolen").status == "processing"
+        assert events(q.journal("m1"))[-1] == "result_saved"
+        assert events(q.journal("m2"))[-1] == "snoozed"
+        assert q.complete_many([]) == []
+
     def test_fail_quarantines_with_its_reason(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
         job = given_claimed(q)

@@ -1,0 +1,126 @@
+"""Prometheus metrics: counters the worker records as outcomes happen, gauges read from the store.
+
+Each ``Metrics`` owns its own ``CollectorRegistry`` (no module-level state), so two workers in
+one process, or a test, never share counters. The worker's outcome handler is the one place that
+records counters; stores know nothing about metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from leaseq.errors import LeaseqError
+from leaseq.stores.base import Store
+
+log = logging.getLogger(__name__)
+
+DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    queue: str
+    counts: dict[str, int]
+    ready: int
+    oldest_pending_age_s: float
+
+
+def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSnapshot]:
+    """Counts by status, ready and oldest pending age per queue (all queues when None)."""
+    names = list(queues) if queues else store.queues()
+    return [QueueSnapshot(q, store.counts(q), store.ready(q), store.oldest_pending_age_s(q))
+            for q in names]
+
+
+class StoreCollector(Collector):
+    """Gauges read from the store when scraped, cached for ``refresh_s`` so that frequent
+    scrapes (or several Prometheus servers) cost one round of queries."""
+
+    def __init__(self, store: Store, queues: Callable[[], Sequence[str] | None],
+                 refresh_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.queues = queues
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cached: list[QueueSnapshot] = []
+        self._at: float | None = None
+
+    def _snapshots(self) -> list[QueueSnapshot]:
+        with self._lock:
+            now = self.clock()
+            if self._at is None or now - self._at >= self.refresh_s:
+                try:
+                    self._cached = snapshot(self.store, self.queues())
+                    self._at = now
+                except LeaseqError as exc:  # keep serving the counters; say why gauges are old
+                    log.warning("metrics: cannot read queue gauges from the store: %s", exc)
+            return self._cached
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily("leaseq_jobs", "Jobs by queue and status.",
+                                 labels=["queue", "status"])
+        ready = GaugeMetricFamily("leaseq_ready_jobs",
+                                  "Jobs claimable now: the number to scale workers on.",
+                                  labels=["queue"])
+        oldest = GaugeMetricFamily("leaseq_oldest_pending_age_seconds",
+                                   "Seconds the longest-waiting claimable job has waited.",
+                                   labels=["queue"])
+        for snap in self._snapshots():
+            for status, n in sorted(snap.counts.items()):
+                jobs.add_metric([snap.queue, status], n)
+            ready.add_metric([snap.queue], snap.ready)
+            oldest.add_metric([snap.queue], snap.oldest_pending_age_s)
+        yield from (jobs, ready, oldest)
+
+
+class Metrics:
+    """The counters a worker records, and (optionally) the store gauges, in one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.processed = Counter("leaseq_processed", "Handler runs by outcome.",
+                                 ["queue", "outcome"], registry=self.registry)
+        self.reclaimed_jobs = Counter("leaseq_reclaimed", "Expired leases reclaimed by a sweep.",
+                                      ["queue"], registry=self.registry)
+        self.lease_lost_jobs = Counter("leaseq_lease_lost",
+                                       "In-flight jobs whose lease was taken from this worker.",
+                                       ["queue"], registry=self.registry)
+        self.duration = Histogram("leaseq_job_duration_seconds", "Handler run time.", ["queue"],
+                                  buckets=DURATION_BUCKETS_S, registry=self.registry)
+
+    def watch_store(self, store: Store, queues: Callable[[], Sequence[str] | None],
+                    refresh_s: float = 5.0) -> None:
+        """Add the ``leaseq_jobs`` / ``leaseq_ready_jobs`` / oldest-age gauges."""
+        self.registry.register(StoreCollector(store, queues, refresh_s))
+
+    def job_finished(self, queue: str, outcome: str, duration_s: float | None) -> None:
+        self.processed.labels(queue, outcome).inc()
+        if duration_s is not None:
+            self.duration.labels(queue).observe(duration_s)
+
+    def lease_lost(self, queue: str) -> None:
+        self.lease_lost_jobs.labels(queue).inc()
+
+    def reclaimed(self, queue: str, n: int) -> None:
+        if n:
+            self.reclaimed_jobs.labels(queue).inc(n)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> Callable[[], None]:
+        """Expose ``/metrics`` on ``port`` from a daemon thread; returns a function to stop it."""
+        server, thread = start_http_server(port, addr, registry=self.registry)
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+
+        return stop

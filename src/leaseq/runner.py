@@ -1,0 +1,212 @@
+"""Running one claimed job and turning what its handler did into one fenced store write.
+
+DESIGN.md §3, handler outcomes: a return value → ``complete`` (``Finish`` for an app status or
+follow-up jobs); ``Retry`` or any unexpected exception → ``retry_later`` (the store turns it into
+``failed(exhausted)`` when attempts are spent); ``Permanent`` or a type the task lists as
+permanent → ``fail(permanent)``; ``Snooze`` → ``snooze``; unknown task or a payload that no
+longer fits → ``fail(invalid)``. This is also the one place that records the outcome metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from leaseq.app import App, Finish, PayloadMismatch, Task
+from leaseq.errors import InvalidPayload, StoreUnavailable
+from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_reason
+from leaseq.metrics import Metrics
+from leaseq.queue import Queue
+
+log = logging.getLogger("leaseq.worker")
+
+#: Pauses between tries of a finishing write the store could not take (a busy database).
+WRITE_RETRY_PAUSES_S = (0.1, 0.5, 2.0)
+
+
+@dataclass(eq=False)
+class InFlight:
+    """A claimed job while this worker holds it. ``lock`` serialises the handler's finishing
+    write with the heartbeat, so a beat never races a completion into a false ``lease lost``."""
+
+    job: Job
+    task: Task | None
+    queue: Queue
+    lease_s: float
+    """The lease each beat extends to: the task's, else the queue's."""
+    heartbeat_every_s: float
+    next_beat_at: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    finished: bool = False
+    """Set once the finishing write was made (or given up): the heartbeat leaves it alone."""
+    future: Future[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What the handler did: returned ``value`` or raised ``error``, in ``duration_s``."""
+
+    value: Any = None
+    error: BaseException | None = None
+    duration_s: float | None = None
+
+
+class Runner:
+    def __init__(self, app: App, metrics: Metrics, *, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
+        self.app = app
+        self.metrics = metrics
+        self.sleep = sleep
+        self.clock = clock
+
+    # --- running ---------------------------------------------------------------------------
+
+    def run_sync(self, item: InFlight) -> str:
+        """Run a sync handler (in a pool thread) and write its outcome; returns the outcome."""
+        kwargs, ran = self._prepare(item)
+        if ran is None:
+            started = self.clock()
+            try:
+                value = item.task.func(**kwargs)  # type: ignore[union-attr]
+            except Exception as exc:
+                ran = Ran(error=exc, duration_s=self.clock() - started)
+            else:
+                ran = Ran(value=value, duration_s=self.clock() - started)
+        return self.finish(item, ran)
+
+    async def run_async(self, item: InFlight, finish_in: Callable[..., Any]) -> str:
+        """Run an ``async def`` handler on the worker's loop; the store write runs off the loop
+        (``finish_in``: an executor's ``run_in_executor``-style call) so it never blocks it."""
+        kwargs, ran = self._prepare(item)
+        if ran is None:
+            started = self.clock()
+            try:
+                value = await item.task.func(**kwargs)  # type: ignore[union-attr]
+            except asyncio.CancelledError:
+                raise  # the worker gave the job back (drain); nothing to write
+            except Exception as exc:
+                ran = Ran(error=exc, duration_s=self.clock() - started)
+            else:
+                ran = Ran(value=value, duration_s=self.clock() - started)
+        return await finish_in(self.finish, item, ran)
+
+    def _prepare(self, item: InFlight) -> tuple[dict[str, Any], Ran | None]:
+        """The handler's arguments, or a ``Ran`` that already says the job is invalid."""
+        if item.task is None:
+            name = item.job.task
+            return {}, Ran(error=_Invalid(f"unknown task {name!r}" if name else "job has no task"))
+        try:
+            return item.task.arguments(item.job), None
+        except PayloadMismatch as exc:
+            return {}, Ran(error=_Invalid(str(exc)))
+
+    # --- outcomes --------------------------------------------------------------------------
+
+    def finish(self, item: InFlight, ran: Ran) -> str:
+        """Write the outcome (fenced) unless the lease is gone; record it. Returns the outcome
+        label used in ``leaseq_processed_total``."""
+        with item.lock:
+            if item.finished:
+                return "abandoned"  # the worker already gave the job back at shutdown
+            try:
+                outcome = self._write_outcome(item, ran)
+            finally:
+                item.finished = True
+        if outcome != "lease_lost":
+            self.metrics.job_finished(item.queue.name, outcome, ran.duration_s)
+        return outcome
+
+    def _write_outcome(self, item: InFlight, ran: Ran) -> str:
+        job = item.job
+        if job.lease_lost:
+            log.warning("job %s: lease lost during attempt %d; result discarded", job.id,
+                        job.attempts)
+            return "lease_lost"
+        action, call = self._decide(item, ran)
+        for pause in (*WRITE_RETRY_PAUSES_S, None):
+            try:
+                return _label(action, call())
+            except LeaseLost:
+                self.lease_lost(item)
+                log.warning("job %s: lease lost before its outcome was saved; result discarded",
+                            job.id)
+                return "lease_lost"
+            except StoreUnavailable as exc:
+                if pause is None:
+                    # Give up: the lease runs out and the job is reclaimed and run again.
+                    log.error("job %s: cannot save its outcome (%s); it will be retried after "
+                              "its lease expires", job.id, exc)
+                    return "store_error"
+                self.sleep(pause)
+        raise AssertionError("unreachable")
+
+    def _decide(self, item: InFlight, ran: Ran) -> tuple[str, Callable[[], Job]]:
+        """The store call for this outcome, and its action name."""
+        job, queue, error = item.job, item.queue, ran.error
+        if error is None:
+            return self._complete(item, ran.value)
+        if isinstance(error, Snooze):
+            return "snooze", lambda: queue.snooze(job, error.delay_s, str(error))
+        if isinstance(error, _Invalid):
+            log.warning("job %s: quarantined as invalid: %s", job.id, error)
+            return "fail", lambda: queue.fail(job, str(error), Failure.INVALID)
+        if isinstance(error, Permanent) or (item.task and isinstance(error, item.task.permanent)):
+            log.warning("job %s: permanent failure on attempt %d: %s", job.id, job.attempts,
+                        safe_reason(error))
+            return "fail", lambda: queue.fail(job, error, Failure.PERMANENT)
+        return "retry", lambda: queue.retry_later(job, error, self._retry_delay(item, error))
+
+    def _complete(self, item: InFlight, value: Any) -> tuple[str, Callable[[], Job]]:
+        job, queue = item.job, item.queue
+        done = value if isinstance(value, Finish) else Finish(result=value)
+
+        def complete() -> Job:
+            try:
+                return queue.complete(job, done.result, status=done.status,
+                                      result_key=done.result_key, then=done.then)
+            except InvalidPayload as exc:  # the result is not JSON: retrying cannot help
+                log.warning("job %s: handler returned a result leaseq cannot store: %s",
+                            job.id, exc)
+                return queue.fail(job, exc, Failure.PERMANENT)
+
+        return "complete", complete
+
+    def _retry_delay(self, item: InFlight, error: BaseException) -> float | None:
+        job = item.job
+        if isinstance(error, Retry):
+            log.info("job %s: retry requested on attempt %d: %s", job.id, job.attempts, error)
+            if error.delay_s is not None:
+                return error.delay_s
+        else:
+            # The traceback goes to the log with the job id; never the payload.
+            log.warning("job %s (task %s) raised on attempt %d of %d: %s", job.id, job.task,
+                        job.attempts, job.max_attempts, safe_reason(error), exc_info=error)
+        policy = item.task.policy if item.task else item.queue.policy
+        return None if policy == item.queue.policy else policy.backoff_s(job.attempts)
+
+    def lease_lost(self, item: InFlight) -> None:
+        """The lease is gone: the handler may notice (``job.lease_lost``); its result will be
+        discarded. Counted once per attempt."""
+        if not item.job.lease_lost:
+            item.job.lease_lost = True
+            self.metrics.lease_lost(item.queue.name)
+
+
+class _Invalid(Exception):
+    """The job cannot run here: unknown task or a payload that does not fit."""
+
+
+def _label(action: str, job: Job) -> str:
+    """The outcome as the store saw it: a stale job's finish became a snooze, a retry on the
+    last attempt became ``failed(exhausted)``."""
+    if job.status == "failed":
+        return str(job.failure or "failed")
+    if job.status == "pending":
+        return "retried" if action == "retry" else "snoozed"
+    return job.status

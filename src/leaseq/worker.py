@@ -1,0 +1,347 @@
+"""The worker: claims up to its free slots, runs handlers, keeps their leases, drains on stop.
+
+One main loop claims (one ``Queue.claim(limit=free)`` per queue), sync handlers run in a thread
+pool, ``async def`` handlers on one event loop in its own thread, and one heartbeat thread
+extends every in-flight lease. ``Runner`` turns each handler's outcome into one fenced write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from leaseq import sweeper
+from leaseq.app import App
+from leaseq.errors import InvalidInput, LeaseqError
+from leaseq.heartbeat import Heartbeat
+from leaseq.job import Job, LeaseLost
+from leaseq.metrics import Metrics
+from leaseq.queue import Queue
+from leaseq.runner import InFlight, Runner
+
+log = logging.getLogger("leaseq.worker")
+
+#: Exit status after a second stop signal: in-flight jobs are left to their leases.
+EXIT_SECOND_SIGNAL = 130
+SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queues: tuple[str, ...] = ()
+    """Queues to serve. Defaults to every queue the app's tasks use."""
+    concurrency: int = 10
+    """Jobs in flight at once (sync and async together). Defaults to 10."""
+    burst: bool = False
+    """Return once nothing is claimable and nothing is in flight. Defaults to False."""
+    grace_s: float = 30.0
+    """On stop, how long in-flight jobs may finish before they are given back. Defaults to 30 s."""
+    sweep_every_s: float = 30.0
+    """How often the worker runs the sweeper (reclaim, retention purge). Defaults to 30 s."""
+    idle_min_s: float = 0.01
+    """First wait when nothing was claimable; doubles while idle. Defaults to 10 ms."""
+    idle_max_s: float = 1.0
+    """Longest idle wait; an enqueue in this process (or a push wake-up) ends it at once.
+    Defaults to 1 s."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port. Defaults to None (not served)."""
+    metrics_addr: str = "0.0.0.0"
+    """Address the metrics server binds. Defaults to all interfaces."""
+    retention_s: Mapping[str, float] = field(default_factory=dict)
+    """Retention purge per terminal status for the sweeps (see ``SweeperConfig``). Defaults to
+    keeping everything."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queues", tuple(self.queues))
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or not (
+                1 <= self.concurrency <= 10_000):
+            raise InvalidInput(f"concurrency must be 1 to 10000, got {self.concurrency!r}")
+        for name in ("grace_s", "sweep_every_s", "idle_min_s", "idle_max_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInput(f"{name} must be a number of seconds ≥ 0, got {value!r}")
+        if not 0 < self.idle_min_s <= self.idle_max_s:
+            raise InvalidInput("idle_min_s must be > 0 and at most idle_max_s")
+        if self.sweep_every_s <= 0:
+            raise InvalidInput("sweep_every_s must be > 0")
+        self.sweeper_config()  # validates retention_s
+
+    def sweeper_config(self) -> sweeper.SweeperConfig:
+        return sweeper.SweeperConfig(every_s=self.sweep_every_s, retention_s=self.retention_s)
+
+
+def make_worker_id() -> str:
+    """``hostname:pid:uuid8``: unique per process start, and says where to look."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Runs an ``App``'s tasks. ``run()`` blocks; ``request_stop()`` (any thread) or the
+    ``stop_event`` given to ``run`` stops it gracefully; ``run(handle_signals=True)`` also
+    stops on SIGTERM / SIGINT (main thread only)."""
+
+    def __init__(self, app: App, config: WorkerConfig | None = None, *,
+                 worker_id: str | None = None, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.app = app
+        self.config = config or WorkerConfig()
+        self.worker_id = worker_id or make_worker_id()
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        names = self.config.queues or tuple(app.queue_names())
+        if not names:
+            raise InvalidInput("nothing to work on: the app has no tasks and no queue was given")
+        self.queues = [app.queue(name) for name in names]
+        self.store = app.store
+        self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
+        self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock)
+        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock)
+        self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
+        self._lock = threading.Lock()
+        self._in_flight: dict[tuple[str, str], InFlight] = {}
+        self._stop = threading.Event()
+        self._signals = 0  # set from signal handlers, which must not take locks
+        self._wake = threading.Event()
+        self._rotation = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._finisher: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.worker_id} queues={[q.name for q in self.queues]}>"
+
+    # --- control -----------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming; in-flight jobs get ``grace_s`` to finish. Thread-safe."""
+        self._stop.set()
+        self._wake.set()
+        for queue in self.queues:
+            self.store.notify_local(queue.name)
+
+    def stopping(self, stop_event: threading.Event | None = None) -> bool:
+        return (self._stop.is_set() or self._signals > 0
+                or (stop_event is not None and stop_event.is_set()))
+
+    def in_flight(self) -> list[Job]:
+        return [item.job for item in self._snapshot()]
+
+    def has_stragglers(self) -> bool:
+        """Whether a handler given back at shutdown is still running in a pool thread (a
+        process that wants to exit now must then use ``os._exit``)."""
+        return any(i.future is not None and not i.future.done() for i in self._snapshot())
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def run(self, stop_event: threading.Event | None = None, *,
+            handle_signals: bool = False) -> None:
+        """Work until stopped (or, with ``burst``, until there is nothing left)."""
+        restore = self._install_signals() if handle_signals else _nothing
+        stop_server = (self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
+                       if self.config.metrics_port is not None else _nothing)
+        self._start()
+        log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
+        try:
+            self._work(stop_event)
+        finally:
+            try:
+                self._drain()
+            finally:
+                self._shutdown()
+                stop_server()
+                restore()
+
+    def _work(self, stop_event: threading.Event | None) -> None:
+        idle_s = self.config.idle_min_s
+        next_sweep = self.clock()
+        while not self.stopping(stop_event):
+            if self.clock() >= next_sweep:
+                self.sweep()
+                next_sweep = self.clock() + self.config.sweep_every_s
+            if self._free() > 0 and self._claim_round():
+                idle_s = self.config.idle_min_s
+                continue
+            if self.config.burst and not self._snapshot():
+                log.info("burst: nothing claimable and nothing in flight; stopping")
+                return
+            self._idle(min(idle_s, max(next_sweep - self.clock(), 0.0)))
+            idle_s = min(idle_s * 2, self.config.idle_max_s)
+
+    def _idle(self, timeout_s: float) -> None:
+        if self._free() > 0 and not (self.config.burst and self._snapshot()):
+            # Woken at once by an enqueue in this process, or a push wake-up (NOTIFY).
+            self.store.wait_for_work([q.name for q in self.queues], timeout_s)
+        else:
+            self._wake.wait(timeout_s)  # a finished job frees a slot
+            self._wake.clear()
+
+    def _claim_round(self) -> int:
+        """Claim up to the free slots, one claim call per queue, starting with a different
+        queue each round so that one busy queue cannot starve the others."""
+        order = self.queues[self._rotation:] + self.queues[:self._rotation]
+        self._rotation = (self._rotation + 1) % len(self.queues)
+        claimed = 0
+        for queue in order:
+            free = self._free()
+            if free <= 0:
+                break
+            try:
+                jobs = queue.claim(self.worker_id, free, lease_s=self._claim_lease_s[queue.name])
+            except LeaseqError as exc:
+                log.warning("claim from queue %s failed: %s", queue.name, exc)
+                continue
+            for job in jobs:
+                self._launch(queue, job)
+            claimed += len(jobs)
+        return claimed
+
+    def sweep(self) -> list[sweeper.SweepResult]:
+        """Run the sweeper once (the loop does every ``sweep_every_s``); failures are logged."""
+        try:
+            results = sweeper.run_once(self.store, self.config.sweeper_config())
+        except LeaseqError as exc:
+            log.warning("sweep failed: %s", exc)
+            return []
+        for result in results:
+            self.metrics.reclaimed(result.queue, result.reclaimed + result.expired)
+        return results
+
+    # --- jobs --------------------------------------------------------------------------------
+
+    def _lease_for_claim(self, queue: Queue) -> float:
+        """The lease a claim takes: the tasks' own when all tasks of the queue agree, else the
+        queue's (the first beat, due within a third of it, then sets each task's lease)."""
+        leases = {t.policy.lease_s for t in self.app.tasks.values() if t.queue == queue.name}
+        return leases.pop() if len(leases) == 1 else queue.policy.lease_s
+
+    def _launch(self, queue: Queue, job: Job) -> None:
+        task = self.app.get_task(job.task)
+        policy = task.policy if task else queue.policy
+        every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
+        first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
+        item = InFlight(job, task, queue, policy.lease_s, every_s, self.clock() + first_beat_s)
+        with self._lock:
+            self._in_flight[(queue.name, job.id)] = item
+        self._heartbeat.wake()
+        future: Future[Any]
+        if task is not None and task.is_async:
+            coro = self._runner.run_async(item, self._finish_off_loop)
+            future = asyncio.run_coroutine_threadsafe(coro, self._event_loop())
+        else:
+            future = self._pool.submit(self._runner.run_sync, item)  # type: ignore[union-attr]
+        item.future = future
+        future.add_done_callback(lambda f, item=item: self._landed(item, f))
+
+    def _finish_off_loop(self, fn: Callable[..., str], *args: Any) -> asyncio.Future[str]:
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._finisher, fn, *args)
+
+    def _landed(self, item: InFlight, future: Future[Any]) -> None:
+        with self._lock:
+            self._in_flight.pop((item.queue.name, item.job.id), None)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("job %s: worker error", item.job.id, exc_info=future.exception())
+        self._wake.set()
+        self.store.notify_local(item.queue.name)  # a slot is free: claim again now
+
+    def _snapshot(self) -> list[InFlight]:
+        with self._lock:
+            return list(self._in_flight.values())
+
+    def _free(self) -> int:
+        with self._lock:
+            return self.config.concurrency - len(self._in_flight)
+
+    # --- start, drain, shutdown ------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="leaseq-job")
+        self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
+        self._heartbeat.start()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="leaseq-async",
+                                 daemon=True).start()
+            return self._loop
+
+    def _drain(self) -> None:
+        """Let in-flight jobs finish within ``grace_s``, then give the rest back (snooze,
+        ready now) so another worker takes them at once instead of waiting for the lease."""
+        deadline = self.clock() + self.config.grace_s
+        if self._snapshot():
+            log.info("stopping: %d job(s) in flight get up to %.1f s to finish",
+                     len(self._snapshot()), self.config.grace_s)
+        while self._snapshot() and self.clock() < deadline:
+            self._wake.wait(min(deadline - self.clock(), 0.1))
+            self._wake.clear()
+        for item in self._snapshot():
+            self._give_back(item)
+
+    def _give_back(self, item: InFlight) -> None:
+        with item.lock:
+            if item.finished:
+                return
+            item.finished = True
+            item.job.lease_lost = True  # the handler may notice; its result will be discarded
+            try:
+                item.queue.snooze(item.job, 0, SHUTDOWN_REASON)
+                log.warning("job %s: still running after the grace period; given back",
+                            item.job.id)
+            except LeaseLost:
+                pass  # already taken or cancelled: nothing of ours to give back
+            except LeaseqError as exc:
+                log.error("job %s: could not give it back (%s); its lease will expire",
+                          item.job.id, exc)
+        if item.future is not None:
+            item.future.cancel()  # cancels an async handler; a running thread runs on
+
+    def _shutdown(self) -> None:
+        self._heartbeat.stop()
+        for pool in (self._pool, self._finisher):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _install_signals(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return _nothing
+        # A SIGINT that is ignored (a supervised child, a background job) stays ignored.
+        sigs = [s for s in (signal.SIGTERM, signal.SIGINT)
+                if signal.getsignal(s) is not signal.SIG_IGN]
+        previous = {s: signal.getsignal(s) for s in sigs}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            # No locks here (the main thread may hold them): a counter the loop polls.
+            self._signals += 1
+            if self._signals > 1:
+                os.write(2, b"leaseq: second stop signal, exiting now; in-flight jobs come "
+                            b"back when their leases expire\n")
+                os._exit(EXIT_SECOND_SIGNAL)
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+
+def _nothing() -> None:
+    return None

@@ -1,0 +1,311 @@
+"""Every ``leaseq`` command, its output, and its bad-argument and bad-database paths."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+import leaseq
+
+Invoke = Callable[..., Result]
+
+HERE = Path(__file__).parent
+
+
+def given_failed(store: leaseq.Store, job_id: str, queue: str = "images") -> None:
+    q = store.queue(queue)
+    q.enqueue(job_id, {"path": job_id}, task="resize")
+    (job,) = q.claim("w", 1)
+    q.fail(job, ValueError("corrupt header"), "permanent")
+
+
+# --- enqueue ----------------------------------------------------------------------------------
+
+
+def test_enqueue_then_replay(invoke: Invoke, store: leaseq.Store) -> None:
+    args = ("enqueue", "--queue", "images", "--task", "resize", "--payload", '{"path": "a.png"}',
+            "--job-id", "file:1")
+    first, again = invoke(*args), invoke(*args)
+    assert first.exit_code == 0, first.output
+    assert first.output.strip() == "created: job file:1 in queue images"
+    assert again.output.startswith("unchanged")
+    job = store.get("images", "file:1")
+    assert job is not None and (job.task, job.payload) == ("resize", {"path": "a.png"})
+
+
+def test_enqueue_payload_from_stdin_with_revision_and_delay(
+    invoke: Invoke, store: leaseq.Store
+) -> None:
+    result = invoke("enqueue", "--task", "resize", "--job-id", "j", "--revision", "r1",
+                    "--delay-s", "60", "--json", input='{"path": "b.png"}')
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"queue": "default", "job_id": "j", "outcome": "created"}
+    assert store.get("default", "j").revision == "r1"  # type: ignore[union-attr]
+    assert store.ready("default") == 0
+
+
+def test_enqueue_checks_the_payload_against_the_app(
+    invoke: Invoke, store: leaseq.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+    ok = invoke("enqueue", "--app", "cli_tasks:app", "--task", "resize", "--job-id", "x",
+                "--payload", '{"path": "a.png", "width": 64}')
+    assert ok.exit_code == 0, ok.output
+    assert store.get("images", "x") is not None  # the task's queue
+    bad = invoke("enqueue", "--app", "cli_tasks:app", "--task", "resize", "--job-id", "y",
+                 "--payload", '{"width": "wide"}')
+    assert bad.exit_code == 2
+    assert "missing argument(s) path" in bad.output and "Usage:" in bad.output
+    assert store.get("images", "y") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["enqueue", "--payload", "{}"], "Missing option '--task'"),
+        (["enqueue", "--task", "t", "--payload", "{nope"], "not JSON"),
+        (["enqueue", "--task", "t", "--payload", "[1]"], "must be a JSON object"),
+        (["enqueue", "--task", "t", "--payload", "{}", "--delay-s", "-1"], "--delay-s"),
+        (["enqueue", "--task", "t", "--payload", '{"id": 1}'], "reserved"),
+        (["enqueue", "--task", "t", "--payload", "{}", "--queue", "no spaces"], "queue name"),
+        (["enqueue", "--task", "t", "--payload", "{}", "--app", "nocolon"], "MODULE:APP"),
+    ],
+)
+def test_enqueue_bad_arguments_exit_2(invoke: Invoke, args: list[str], message: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Usage:" in result.output
+
+
+# --- status, inspect, failed ------------------------------------------------------------------
+
+
+def test_status_table_and_json(invoke: Invoke, store: leaseq.Store) -> None:
+    q = store.queue("images")
+    q.enqueue("a", {"path": "a"}, task="resize")
+    q.enqueue("b", {"path": "b"}, task="resize", delay_s=3600)
+    given_failed(store, "c")
+    table = invoke("status")
+    assert table.exit_code == 0, table.output
+    assert "images" in table.output and "ready" in table.output
+    data = json.loads(invoke("status", "--json").output)
+    images = data["queues"]["images"]
+    assert images["counts"] == {"pending": 2, "failed": 1}
+    assert images["ready"] == 1
+    assert images["oldest_pending_age_s"] >= 0
+    only = json.loads(invoke("status", "--json", "--queue", "nothing").output)
+    assert only["queues"]["nothing"] == {"counts": {}, "ready": 0, "oldest_pending_age_s": 0.0}
+
+
+def test_inspect_tells_the_story(invoke: Invoke, store: leaseq.Store) -> None:
+    q = store.queue("images", backoff_base_s=0)
+    q.enqueue("s", {"path": "secret-path"}, task="resize")
+    (job,) = q.claim("host:1:abcd", 1)
+    q.retry_later(job, ConnectionError("timed out"), 0)
+    (job,) = q.claim("host:2:ef01", 1)
+    q.complete(job, {"ok": True})
+    story = invoke("inspect", "s")
+    assert story.exit_code == 0, story.output
+    for words in ("enqueued", "claimed", "attempt 1", "by host:1:abcd", "will be retried",
+                  "ConnectionError: timed out", "redelivered", "finished", "done"):
+        assert words in story.output, words
+    assert "secret-path" not in story.output  # the payload is summarised, never shown
+    data = json.loads(invoke("inspect", "s", "--queue", "images", "--json").output)
+    assert data["job"]["status"] == "done" and data["job"]["attempts"] == 2
+    assert [e["event"] for e in data["journal"]] == [
+        "enqueued", "claimed", "retry_scheduled", "claimed", "result_saved"]
+
+
+def test_inspect_unknown_job_exits_1(invoke: Invoke, store: leaseq.Store) -> None:
+    store.queue("images").enqueue("a", {"path": "a"})
+    result = invoke("inspect", "nope")
+    assert result.exit_code == 1
+    assert "no queue has a job 'nope'" in result.stderr
+    assert invoke("inspect", "nope", "--queue", "images").exit_code == 1
+
+
+def test_inspect_ambiguous_job_asks_for_the_queue(invoke: Invoke, store: leaseq.Store) -> None:
+    store.queue("a").enqueue("same", {})
+    store.queue("b").enqueue("same", {})
+    result = invoke("inspect", "same")
+    assert result.exit_code == 2 and "pass --queue" in result.output
+
+
+def test_failed_lists_the_quarantine_with_reasons(invoke: Invoke, store: leaseq.Store) -> None:
+    given_failed(store, "bad-1")
+    given_failed(store, "bad-2", queue="other")
+    store.queue("images").enqueue("fine", {"path": "x"})
+    table = invoke("failed")
+    assert table.exit_code == 0, table.output
+    assert "bad-1" in table.output and "permanent" in table.output
+    assert "corrupt header" in table.output and "fine" not in table.output
+    rows = json.loads(invoke("failed", "--json", "--queue", "images").output)
+    assert [(r["job_id"], r["failure"], r["error"]) for r in rows] == [
+        ("bad-1", "permanent", "ValueError: corrupt header")]
+    assert invoke("failed", "--limit", "0").exit_code == 2
+
+
+# --- operators --------------------------------------------------------------------------------
+
+
+def test_retry_one_and_all_failed(invoke: Invoke, store: leaseq.Store) -> None:
+    for job_id in ("f1", "f2", "f3"):
+        given_failed(store, job_id)
+    one = invoke("retry", "f1")
+    assert one.exit_code == 0, one.output
+    assert store.get("images", "f1").status == "pending"  # type: ignore[union-attr]
+    again = invoke("retry", "f1")  # now live: nothing to retry
+    assert again.exit_code == 1 and "still pending" in again.stderr
+    every = invoke("retry", "--all-failed")
+    assert every.output.strip() == "retried 2 failed job(s)"
+    assert store.counts("images") == {"pending": 3}
+
+
+@pytest.mark.parametrize("args", [["retry"], ["retry", "x", "--all-failed"]])
+def test_retry_needs_exactly_one_target(invoke: Invoke, args: list[str]) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2 and "either JOB or --all-failed" in result.output
+
+
+def test_cancel(invoke: Invoke, store: leaseq.Store) -> None:
+    store.queue("images").enqueue("c", {"path": "c"})
+    result = invoke("cancel", "c")
+    assert result.exit_code == 0, result.output
+    assert store.get("images", "c").status == "cancelled"  # type: ignore[union-attr]
+    assert invoke("cancel", "c").exit_code == 1  # already finished
+    assert invoke("cancel", "missing").exit_code == 1
+    assert invoke("cancel").exit_code == 2
+
+
+# --- upkeep -----------------------------------------------------------------------------------
+
+
+def test_sweep_once(invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a job whose worker died with a 1 ms lease, and a done job
+    q = store.queue("images")
+    q.enqueue("a", {})
+    q.enqueue("b", {})
+    (done,) = q.claim("w", 1)
+    q.complete(done)
+    q.claim("dead", 1, lease_s=0.001)
+    # When the sweeper runs once, keeping done jobs for 0 s
+    result = invoke("sweep", "--json", "--retain", "done=0")
+    # Then the dead worker's job is ready again and the done one is purged
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [
+        {"queue": "images", "reclaimed": 1, "expired": 0, "purged": 1}]
+    assert invoke("sweep").output.strip() == "images: reclaimed 0, expired 0, purged 0"
+    assert invoke("sweep", "--queue", "other").output.strip() == (
+        "other: reclaimed 0, expired 0, purged 0")
+
+
+@pytest.mark.parametrize("args", [["--retain", "done"], ["--retain", "pending=5"],
+                                  ["--retain", "done=x"], ["--every", "0"]])
+def test_sweep_bad_arguments_exit_2(invoke: Invoke, args: list[str]) -> None:
+    result = invoke("sweep", *args)
+    assert result.exit_code == 2, result.output
+
+
+def test_sweep_every_runs_until_sigterm(url: str) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "leaseq.cli", "sweep", "--every", "0.1",
+                                "--url", url], stdout=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()  # type: ignore[union-attr]
+        assert first.strip() == "no queues yet"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()  # type: ignore[union-attr]
+
+
+def test_migrate(invoke: Invoke) -> None:
+    result = invoke("migrate")
+    assert result.exit_code == 0 and result.output.startswith("schema version ")
+
+
+# --- worker -----------------------------------------------------------------------------------
+
+
+def test_worker_burst_runs_the_apps_tasks(
+    invoke: Invoke, store: leaseq.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+    store.queue("images").enqueue("w", {"path": "a.png"}, task="resize")
+    result = invoke("worker", "cli_tasks:app", "--burst", "--log-level", "warning")
+    assert result.exit_code == 0, result.output
+    assert store.get("images", "w").result == {"path": "a.png", "width": 256}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker"], "Missing argument 'MODULE:APP'"),
+        (["worker", "no_colon"], "expected MODULE:APP"),
+        (["worker", "no_such_module_xyz:app"], "cannot import module"),
+        (["worker", "json:dumps"], "is not a leaseq.App"),
+        (["worker", "cli_tasks:app", "--concurrency", "0"], "--concurrency"),
+        (["worker", "cli_tasks:app", "--processes", "x"], "--processes"),
+        (["worker", "cli_tasks:app", "--grace-s", "-1"], "--grace-s"),
+    ],
+)
+def test_worker_bad_arguments_exit_2(
+    invoke: Invoke, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(HERE))
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+# --- the database cannot be used ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///no/such/folder/jobs.db",
+        "nosuch://host/db",
+        "sqlite://host/jobs.db",
+        "postgresql://leaseq:s3cret-pw@127.0.0.1:1/leaseq?connect_timeout=2",
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["failed"], ["migrate"], ["sweep"],
+                                     ["inspect", "x"], ["retry", "x"], ["cancel", "x"],
+                                     ["enqueue", "--task", "t", "--payload", "{}"]])
+def test_unusable_database_is_one_line_and_exit_1(
+    invoke: Invoke, url: str, command: list[str]
+) -> None:
+    result = invoke(*command, "--url", url)
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("leaseq: "), result.stderr
+    assert "s3cret-pw" not in result.output
+    assert "Traceback" not in result.output
+
+
+def test_leaseq_url_environment_is_used(invoke: Invoke, tmp_path: Path) -> None:
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    invoke("enqueue", "--task", "t", "--payload", "{}", "--job-id", "e", env={"LEASEQ_URL": other})
+    with leaseq.connect(other) as store:
+        assert store.get("default", "e") is not None
+
+
+def test_help_and_unknown_command(invoke: Invoke) -> None:
+    assert invoke("--help").exit_code == 0
+    for command in ("worker", "enqueue", "status", "inspect", "failed", "retry", "cancel",
+                    "sweep", "migrate", "metrics", "demo"):
+        assert command in invoke("--help").output
+        assert invoke(command, "--help").exit_code == 0
+    assert invoke("nope").exit_code == 2
+    assert invoke("metrics").exit_code == 2  # --port is required
+    assert invoke("demo", "--jobs", "1").exit_code == 2

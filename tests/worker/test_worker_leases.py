@@ -1,0 +1,159 @@
+"""Leases while a job runs: the heartbeat keeps them, a lost one discards the result, and a
+stop gives in-flight jobs back."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from worker_helpers import events, running, wait_until
+
+import leaseq
+from leaseq.stores import connect
+
+LEASE_S = 1.0
+BEAT_S = 0.1
+
+
+def test_heartbeat_keeps_a_busy_job_from_being_reclaimed(app: leaseq.App, url: str) -> None:
+    # Given a handler that burns CPU for 10 beats — twice its lease
+    @app.task(queue="work", lease_s=LEASE_S, heartbeat_every_s=BEAT_S)
+    def crunch() -> int:
+        deadline = time.monotonic() + 2 * LEASE_S
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+        return n
+
+    crunch.enqueue(job_id="c")
+    thief = connect(url).queue("work")
+    stolen: list = []
+    with running(app):
+        wait_until(lambda: app.queue("work").get("c").status == "processing")  # type: ignore[union-attr]
+        # When another worker keeps trying to take it and a sweeper keeps reclaiming
+        while not app.queue("work").is_finished("c"):
+            stolen += thief.claim("thief", 1)
+            thief.reclaim_expired()
+            time.sleep(0.05)
+    # Then nobody took it: one attempt, done, never reclaimed
+    job = app.queue("work").get("c")
+    assert job is not None and (job.status, job.attempts) == ("done", 1)
+    assert stolen == []
+    assert events(app.queue("work"), "c") == ["enqueued", "claimed", "result_saved"]
+    thief.store.close()
+
+
+def test_cancelled_job_loses_its_lease_and_the_result_is_discarded(app: leaseq.App) -> None:
+    # Given a long handler that watches job.lease_lost
+    saw_loss = threading.Event()
+
+    @app.task(queue="work", lease_s=LEASE_S, heartbeat_every_s=BEAT_S)
+    def long_report(job: leaseq.Job) -> str:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not job.lease_lost:
+            time.sleep(0.01)
+        if job.lease_lost:
+            saw_loss.set()
+        return "report"
+
+    long_report.enqueue(job_id="r")
+    q = app.queue("work")
+    with running(app) as worker:
+        wait_until(lambda: q.get("r").status == "processing")  # type: ignore[union-attr]
+        # When an operator cancels it mid-run
+        assert q.cancel("r")
+        # Then the next beat finds the lease gone and the handler is told
+        assert saw_loss.wait(10)
+        wait_until(lambda: worker.in_flight() == [])
+    job = q.get("r")
+    assert job is not None and (job.status, job.result) == ("cancelled", None)
+    assert events(q, "r")[-2:] == ["cancelled", "heartbeat_lost"]
+    assert worker.metrics.registry.get_sample_value(
+        "leaseq_lease_lost_total", {"queue": "work"}) == 1
+    assert worker.metrics.registry.get_sample_value(
+        "leaseq_processed_total", {"queue": "work", "outcome": "done"}) is None
+
+
+def test_stolen_lease_refuses_the_old_workers_result(app: leaseq.App, url: str) -> None:
+    # Given a handler stuck past its lease whose heartbeat cannot help (it beats rarely)
+    release = threading.Event()
+
+    @app.task(queue="work", lease_s=LEASE_S, heartbeat_every_s=0.9 * LEASE_S)
+    def stuck() -> str:
+        release.wait(20)
+        return "old result"
+
+    stuck.enqueue(job_id="s")
+    q = app.queue("work")
+    with running(app) as worker:
+        wait_until(lambda: q.get("s").status == "processing")  # type: ignore[union-attr]
+        # When another worker, whose clock is past the lease, takes the job and finishes it
+        thief_store = connect(url, time_offset_s=5 * LEASE_S)
+        thief = thief_store.queue("work")
+        (job,) = thief.claim("thief", 1)
+        thief.complete(job, "new result")
+        release.set()
+        wait_until(lambda: worker.in_flight() == [])
+    # Then the old worker's result was refused; the thief's stands
+    final = q.get("s")
+    assert final is not None and (final.status, final.result) == ("done", "new result")
+    assert final.lease_epoch == 2
+    assert worker.metrics.registry.get_sample_value(
+        "leaseq_lease_lost_total", {"queue": "work"}) == 1
+    thief_store.close()
+
+
+def test_task_lease_longer_than_the_queue_lease_is_set_by_the_first_beat(
+    app: leaseq.App
+) -> None:
+    # Given a queue lease of 1 s and, on the same queue, a task with a 30 s lease
+    app.configure_queue("short", {"lease_s": LEASE_S})
+    release = threading.Event()
+
+    @app.task(queue="short")
+    def quick() -> None: ...
+
+    @app.task(queue="short", lease_s=30.0)
+    def report() -> None:
+        release.wait(20)
+
+    report.enqueue(job_id="r")
+    q = app.queue("short")
+    with running(app):
+        wait_until(lambda: q.get("r").status == "processing")  # type: ignore[union-attr]
+        claimed_until = q.get("r").lease_until  # type: ignore[union-attr]
+        # When the first beat comes (within a third of the claim's lease)
+        wait_until(lambda: q.get("r").lease_until > claimed_until)  # type: ignore[union-attr, operator]
+        remaining = (q.get("r").lease_until - q.store.server_now()).total_seconds()  # type: ignore[union-attr, operator]
+        release.set()
+        wait_until(lambda: q.is_finished("r"))
+    # Then the lease is the task's own
+    assert remaining > 10
+
+
+def test_stop_lets_a_short_job_finish_and_gives_a_long_one_back(app: leaseq.App) -> None:
+    # Given one job that ends soon and one that will not end within the grace period
+    release = threading.Event()
+
+    @app.task(queue="work")
+    def job_of(seconds: float) -> str:
+        release.wait(seconds)
+        return "finished"
+
+    job_of.enqueue(seconds=0.3, job_id="short")
+    job_of.enqueue(seconds=30, job_id="long")
+    q = app.queue("work")
+    with running(app, grace_s=1.0) as worker:
+        wait_until(lambda: len(worker.in_flight()) == 2)
+        # When the worker is asked to stop (the block's end)
+    # Then the short job finished and the long one is ready again with its attempt back
+    short, long = q.get("short"), q.get("long")
+    assert short is not None and short.status == "done"
+    assert long is not None and (long.status, long.attempts) == ("pending", 0)
+    assert q.ready() == 1
+    assert events(q, "long")[-1] == "snoozed"
+    assert "shutting down" in (q.journal("long")[-1].reason or "")
+    # And the abandoned handler's late result is discarded
+    release.set()
+    wait_until(lambda: worker.in_flight() == [])  # the handler returned...
+    assert q.get("long").status == "pending"  # type: ignore[union-attr]  # ...to no effect

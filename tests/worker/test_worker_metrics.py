@@ -1,0 +1,131 @@
+"""Metrics scraped over HTTP and parsed, and the sweeper on its own."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from worker_helpers import running, wait_until
+
+import leaseq
+from leaseq import sweeper
+from leaseq.metrics import Metrics
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_worker_metrics_endpoint(app: leaseq.App) -> None:
+    # Given jobs that finish, fail for good, and one that waits
+    @app.task(queue="work")
+    def ok(n: int) -> int:
+        return n
+
+    @app.task(queue="work")
+    def bad() -> None:
+        raise leaseq.Permanent("no")
+
+    for n in range(3):
+        ok.enqueue(n=n, job_id=f"ok{n}")
+    bad.enqueue(job_id="bad")
+    ok.enqueue(n=9, job_id="later", delay_s=3600)
+    port = free_port()
+    with running(app, metrics_port=port, metrics_addr="127.0.0.1"):
+        wait_until(lambda: app.queue("work").counts().get("done") == 3)
+        wait_until(lambda: app.queue("work").counts().get("failed") == 1)
+        # When Prometheus scrapes the worker
+        samples = scrape(port)
+    # Then the counters and the store gauges are there, labelled by queue
+    q = (("queue", "work"),)
+    assert samples[("leaseq_processed_total", (("outcome", "done"), *q))] == 3
+    assert samples[("leaseq_processed_total", (("outcome", "permanent"), *q))] == 1
+    assert samples[("leaseq_job_duration_seconds_count", q)] == 4
+    assert samples[("leaseq_jobs", (*q, ("status", "done")))] == 3
+    assert samples[("leaseq_jobs", (*q, ("status", "pending")))] == 1
+    assert samples[("leaseq_ready_jobs", q)] == 0  # the pending one is not due: not real work
+    assert samples[("leaseq_oldest_pending_age_seconds", q)] == 0
+
+
+def test_sweep_counts_reclaimed_leases(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def ok() -> None: ...
+
+    ok.enqueue(job_id="a")
+    ok.enqueue(job_id="b", delay_s=0)
+    q = app.queue("work")
+    q.claim("dead-worker", 2, lease_s=1)
+    app.store.time_offset_s = 5  # the store's clock moves past the leases
+    from leaseq.worker import Worker, WorkerConfig
+
+    worker = Worker(app, WorkerConfig())
+    results = worker.sweep()
+    assert [(r.queue, r.reclaimed, r.expired) for r in results] == [("work", 2, 0)]
+    assert worker.metrics.registry.get_sample_value(
+        "leaseq_reclaimed_total", {"queue": "work"}) == 2
+
+
+def test_store_gauges_are_cached_between_scrapes(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def ok() -> None: ...
+
+    metrics = Metrics()
+    metrics.watch_store(app.store, lambda: ["work"], refresh_s=3600)
+    assert metrics.registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) == 0
+    ok.enqueue(job_id="a")
+    # Within refresh_s the gauges are not read again
+    assert metrics.registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) == 0
+
+
+def test_sweeper_reclaims_buries_and_purges(app: leaseq.App) -> None:
+    # Given a spent job and a live one whose leases ran out, and an old done job
+    @app.task(queue="work", max_attempts=1)
+    def once() -> None: ...
+
+    @app.task(queue="work")
+    def twice() -> None: ...
+
+    once.enqueue(job_id="spent")
+    twice.enqueue(job_id="live")
+    twice.enqueue(job_id="finished")
+    q = app.queue("work")
+    for job in q.claim("w", 3, lease_s=1):
+        if job.id == "finished":
+            q.complete(job)
+    app.store.time_offset_s = 5  # the store's clock moves past the leases
+    # When the sweeper runs with a retention for done jobs of 0 s
+    results = sweeper.run_once(app.store, sweeper.SweeperConfig(retention_s={"done": 0}))
+    # Then the spent one is quarantined as expired, the other is ready, the done one gone
+    assert [(r.expired, r.reclaimed, r.purged) for r in results] == [(1, 1, 1)]
+    assert q.get("spent").failure == "expired"  # type: ignore[union-attr]
+    assert q.get("live").status == "pending"  # type: ignore[union-attr]
+    assert q.get("finished") is None
+    # And a second sweep finds nothing (idempotent)
+    assert [(r.expired, r.reclaimed, r.purged) for r in sweeper.run_once(app.store)] == [(0, 0, 0)]
+
+
+@pytest.mark.parametrize("config", [{"every_s": 0}, {"retention_s": {"pending": 1}},
+                                    {"retention_s": {"done": -1}}])
+def test_sweeper_config_is_checked(config: dict) -> None:
+    with pytest.raises(leaseq.InvalidInput):
+        sweeper.SweeperConfig(**config)
+
+
+@pytest.mark.parametrize("config", [{"concurrency": 0}, {"grace_s": -1}, {"idle_min_s": 0},
+                                    {"idle_min_s": 2, "idle_max_s": 1}, {"colour": "red"}])
+def test_worker_config_is_checked(config: dict) -> None:
+    from leaseq.worker import WorkerConfig
+
+    with pytest.raises((leaseq.InvalidInput, TypeError)):
+        WorkerConfig(**config)

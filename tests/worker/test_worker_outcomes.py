@@ -1,0 +1,235 @@
+"""What the worker writes for each thing a handler can do (DESIGN.md §3), sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from worker_helpers import events, running, wait_until
+
+import leaseq
+from leaseq.worker import Worker, WorkerConfig
+
+
+def burst(app: leaseq.App, **config: object) -> Worker:
+    worker = Worker(app, WorkerConfig(burst=True, **config))  # type: ignore[arg-type]
+    worker.run()
+    return worker
+
+
+def test_return_value_completes_with_result(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def add(a: int, b: int = 1) -> int:
+        return a + b
+
+    add.enqueue(a=2, job_id="j")
+    burst(app)
+    job = app.queue("work").get("j")
+    assert job is not None and (job.status, job.result, job.attempts) == ("done", 3, 1)
+
+
+def test_async_and_sync_tasks_run_side_by_side(app: leaseq.App) -> None:
+    # Given async jobs that would take 5 × 0.2 s one after another, and a sync one
+    @app.task(queue="work")
+    async def wait_and_double(n: int) -> int:
+        await asyncio.sleep(0.2)
+        return n * 2
+
+    @app.task(queue="work")
+    def triple(n: int) -> int:
+        return n * 3
+
+    for n in range(5):
+        wait_and_double.enqueue(n=n, job_id=f"async-{n}")
+    triple.enqueue(n=7, job_id="sync")
+    # When a burst worker runs them
+    burst(app, concurrency=6)
+    # Then every one is done with its own result
+    q = app.queue("work")
+    assert [q.get(f"async-{n}").result for n in range(5)] == [0, 2, 4, 6, 8]  # type: ignore[union-attr]
+    assert q.get("sync").result == 21  # type: ignore[union-attr]
+
+
+def test_async_failure_is_retried(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    async def flaky(job: leaseq.Job) -> int:
+        if job.attempt == 1:
+            raise ConnectionError("upstream timed out")
+        return job.attempt
+
+    flaky.enqueue(job_id="f")
+    burst(app)
+    job = app.queue("work").get("f")
+    assert job is not None and (job.status, job.result) == ("done", 2)
+    assert "retry_scheduled" in events(app.queue("work"), "f")
+
+
+def test_finish_sets_an_app_status_and_writes_follow_ups_with_the_result(app: leaseq.App) -> None:
+    @app.task(queue="thumbs")
+    def thumbnail(path: str) -> str:
+        return f"thumb of {path}"
+
+    @app.task(queue="work")
+    def inspect_image(path: str, size: int) -> leaseq.Finish:
+        if size > 100:
+            return leaseq.Finish(status="skipped_too_large", result={"size": size})
+        return leaseq.Finish(result="ok", then=[thumbnail.spec(path=path, job_id=f"t:{path}")])
+
+    inspect_image.enqueue(path="big.png", size=500, job_id="big")
+    inspect_image.enqueue(path="a.png", size=5, job_id="small")
+    burst(app)  # a burst worker also drains the follow-ups it made
+    work, thumbs = app.queue("work"), app.queue("thumbs")
+    assert work.get("big").status == "skipped_too_large"  # type: ignore[union-attr]
+    assert work.get("small").status == "done"  # type: ignore[union-attr]
+    assert thumbs.get("t:a.png").result == "thumb of a.png"  # type: ignore[union-attr]
+    assert thumbs.get("t:big.png") is None
+
+
+def test_retry_then_success(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def later(job: leaseq.Job) -> int:
+        if job.attempt < 3:
+            raise leaseq.Retry("not yet", delay_s=0)
+        return job.attempt
+
+    later.enqueue(job_id="r")
+    burst(app)
+    job = app.queue("work").get("r")
+    assert job is not None and (job.status, job.attempts) == ("done", 3)
+
+
+def test_unexpected_exception_until_attempts_are_spent_ends_exhausted(app: leaseq.App) -> None:
+    @app.task(queue="work", max_attempts=3)
+    def broken() -> None:
+        raise RuntimeError("decoder crashed")
+
+    broken.enqueue(job_id="b")
+    worker = burst(app)
+    job = app.queue("work").get("b")
+    assert job is not None
+    assert (job.status, job.failure, job.attempts) == ("failed", "exhausted", 3)
+    assert job.error == "RuntimeError: decoder crashed"
+    assert _counter(worker, "leaseq_processed_total", queue="work", outcome="retried") == 2
+    assert _counter(worker, "leaseq_processed_total", queue="work", outcome="exhausted") == 1
+
+
+@pytest.mark.parametrize("raised", [leaseq.Permanent("bad input"), ValueError("bad input")])
+def test_permanent_or_listed_exception_quarantines_at_once(
+    app: leaseq.App, raised: Exception
+) -> None:
+    @app.task(queue="work", permanent=(ValueError,))
+    def strict() -> None:
+        raise raised
+
+    strict.enqueue(job_id="p")
+    burst(app)
+    job = app.queue("work").get("p")
+    assert job is not None and (job.status, job.failure, job.attempts) == ("failed", "permanent", 1)
+
+
+def test_snooze_gives_the_attempt_back(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def busy(job: leaseq.Job) -> str:
+        if job.lease_epoch == 1:
+            raise leaseq.Snooze(0, "rate limited")
+        return "ran"
+
+    busy.enqueue(job_id="s")
+    burst(app)
+    job = app.queue("work").get("s")
+    assert job is not None and (job.status, job.attempts, job.lease_epoch) == ("done", 1, 2)
+    assert "snoozed" in events(app.queue("work"), "s")
+
+
+def test_unknown_task_and_payload_that_no_longer_fits_are_invalid(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def resize(path: str, width: int) -> None: ...
+
+    q = app.queue("work")
+    q.enqueue("renamed", {"path": "a"}, task="old_name")  # the task was renamed since
+    q.enqueue("no-task", {"path": "a"})
+    q.enqueue("drifted", {"path": "a"}, task="resize")  # enqueued before `width` was added
+    burst(app)
+    for job_id, reason in [("renamed", "unknown task 'old_name'"), ("no-task", "no task"),
+                           ("drifted", "missing argument(s) width")]:
+        job = q.get(job_id)
+        assert job is not None and (job.status, job.failure) == ("failed", "invalid"), job_id
+        assert reason in (job.error or "")
+
+
+def test_result_that_is_not_json_is_a_permanent_failure(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def odd() -> object:
+        return {1, 2}
+
+    odd.enqueue(job_id="o")
+    burst(app)
+    job = app.queue("work").get("o")
+    assert job is not None and (job.status, job.failure) == ("failed", "permanent")
+
+
+def test_burst_exits_with_nothing_to_do(app: leaseq.App) -> None:
+    @app.task(queue="work")
+    def noop() -> None: ...
+
+    # An empty queue: run() returns by itself (the test would time out otherwise)
+    burst(app)
+    # A job that is not due yet is not claimable: burst does not wait for it
+    noop.enqueue(job_id="later", delay_s=3600)
+    burst(app)
+    assert app.queue("work").get("later").status == "pending"  # type: ignore[union-attr]
+
+
+def test_enqueue_in_the_same_process_wakes_an_idle_worker(app: leaseq.App) -> None:
+    # Given a worker whose idle wait is 60 s
+    @app.task(queue="work")
+    def ping() -> str:
+        return "pong"
+
+    store = app.store
+    waiting = threading.Event()
+    real_wait = store.wait_for_work
+
+    def observed_wait(queues: list[str], timeout_s: float) -> bool:
+        waiting.set()
+        return real_wait(queues, timeout_s)
+
+    store.wait_for_work = observed_wait  # type: ignore[method-assign]
+    with running(app, idle_min_s=60, idle_max_s=60) as worker:
+        assert waiting.wait(10), "the worker never went idle"
+        # When a job is enqueued through the same store
+        ping.enqueue(job_id="w")
+        # Then it runs long before the idle wait would have ended
+        wait_until(lambda: app.queue("work").is_finished("w"), timeout_s=20)
+        assert worker.in_flight() == []
+
+
+def test_concurrency_bounds_jobs_in_flight(app: leaseq.App) -> None:
+    gate = threading.Event()
+    inside = []
+    lock = threading.Lock()
+    peak = [0]
+
+    @app.task(queue="work")
+    def hold(n: int) -> None:
+        with lock:
+            inside.append(n)
+            peak[0] = max(peak[0], len(inside))
+        gate.wait(10)
+        with lock:
+            inside.remove(n)
+
+    for n in range(6):
+        hold.enqueue(n=n, job_id=f"h{n}")
+    with running(app, concurrency=2) as worker:
+        wait_until(lambda: len(worker.in_flight()) == 2)
+        assert app.queue("work").counts() == {"pending": 4, "processing": 2}
+        gate.set()
+        wait_until(lambda: app.queue("work").counts() == {"done": 6})
+    assert peak[0] == 2
+
+
+def _counter(worker: Worker, name: str, **labels: str) -> float:
+    value = worker.metrics.registry.get_sample_value(name, labels)
+    return value or 0.0

@@ -1,0 +1,171 @@
+"""Real worker processes and real signals: SIGKILL, SIGTERM, a second signal, --processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from worker_helpers import events, running, wait_until
+
+import leaseq
+from leaseq.supervisor import load_app
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def proc_app(url: str) -> Iterator[leaseq.App]:
+    """The worker_tasks app (as the subprocesses load it) on this test's database."""
+    sys.path.insert(0, str(HERE))
+    try:
+        app = load_app("worker_tasks:app")
+    finally:
+        sys.path.remove(str(HERE))
+    app.use_store(leaseq.connect(url))
+    yield app
+    app.store.close()
+
+
+@contextmanager
+def worker_process(url: str, *args: str) -> Iterator[subprocess.Popen]:
+    env = {**os.environ, "PYTHONPATH": str(HERE), "LEASEQ_URL": url}
+    command = [sys.executable, "-m", "leaseq.cli", "worker", "worker_tasks:app",
+               "--sweep-every-s", "0.2", *args]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(30)
+        if process.stdout:
+            process.stdout.close()
+
+
+def started(marker: Path, attempt: int = 1) -> bool:
+    return Path(f"{marker}.{attempt}").exists()
+
+
+def test_sigkill_mid_job_is_reclaimed_and_done_on_attempt_2(
+    proc_app: leaseq.App, url: str, tmp_path: Path
+) -> None:
+    # Given a worker process in the middle of a job that would block for a minute
+    marker = tmp_path / "m"
+    proc_app.tasks["hang_first"].enqueue(marker=str(marker), seconds=60, job_id="k")
+    with worker_process(url) as process:
+        wait_until(lambda: started(marker), what="attempt 1 to start")
+        # When the process is killed outright
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(10) == -signal.SIGKILL
+    # Then another worker takes the job once its 1 s lease has run out, and finishes it
+    q = proc_app.queue("work")
+    assert q.get("k").status == "processing"  # type: ignore[union-attr]
+    with running(proc_app, sweep_every_s=0.2, idle_max_s=0.1):
+        wait_until(lambda: q.is_finished("k"), what="the job to be done")
+    job = q.get("k")
+    assert job is not None and (job.status, job.attempts) == ("done", 2)
+    assert job.result["attempt"] == 2 and job.result["pid"] == os.getpid()
+    story = q.journal("k")
+    claims = [e for e in story if e.event == "claimed"]
+    assert len(claims) == 2 and claims[0].worker_id != claims[1].worker_id
+    assert claims[1].reason == "redelivered"
+
+
+def test_sigterm_lets_the_in_flight_job_finish(
+    proc_app: leaseq.App, url: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "m"
+    proc_app.tasks["hang_first"].enqueue(marker=str(marker), seconds=0.5, job_id="t")
+    with worker_process(url, "--grace-s", "20") as process:
+        wait_until(lambda: started(marker))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    job = proc_app.queue("work").get("t")
+    assert job is not None and (job.status, job.attempts) == ("done", 1)
+
+
+def test_sigterm_gives_back_what_does_not_finish_within_the_grace_period(
+    proc_app: leaseq.App, url: str, tmp_path: Path
+) -> None:
+    # Given a worker process holding a job that will not end soon
+    marker = tmp_path / "m"
+    proc_app.tasks["hang_first"].enqueue(marker=str(marker), seconds=60, job_id="g")
+    with worker_process(url, "--grace-s", "0.5") as process:
+        wait_until(lambda: started(marker))
+        # When it is asked to stop
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        output = process.stdout.read()  # type: ignore[union-attr]
+    # Then the job is ready again at once, its attempt given back, and it says why
+    q = proc_app.queue("work")
+    job = q.get("g")
+    assert job is not None and (job.status, job.attempts) == ("pending", 0)
+    assert q.ready() == 1
+    assert events(q, "g")[-1] == "snoozed"
+    assert "given back" in output
+
+
+def test_a_second_signal_exits_at_once(proc_app: leaseq.App, url: str, tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    proc_app.tasks["hang_first"].enqueue(marker=str(marker), seconds=60, job_id="x")
+    with worker_process(url, "--grace-s", "60") as process:
+        wait_until(lambda: started(marker))
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 130
+    # The job is left to its lease (nothing was written on the way out)
+    assert proc_app.queue("work").get("x").status == "processing"  # type: ignore[union-attr]
+
+
+def test_processes_in_burst_mode_finish_everything_and_exit_0(
+    proc_app: leaseq.App, url: str
+) -> None:
+    quick = proc_app.tasks["quick"]
+    proc_app.enqueue_many(quick.spec(n=n, job_id=f"q{n}") for n in range(40))
+    with worker_process(url, "--processes", "2", "--burst", "--concurrency", "2") as process:
+        assert process.wait(60) == 0
+    assert proc_app.queue("work").counts() == {"done": 40}
+
+
+def test_supervisor_exits_non_zero_when_a_child_crashes(proc_app: leaseq.App, url: str) -> None:
+    proc_app.tasks["crash"].enqueue(code=3, job_id="boom")
+    with worker_process(url, "--processes", "2") as process:
+        assert process.wait(60) == 1
+        output = process.stdout.read()  # type: ignore[union-attr]
+    assert "exited with status 3" in output
+
+
+def test_supervisor_forwards_sigterm_to_its_children(
+    proc_app: leaseq.App, url: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "m"
+    proc_app.tasks["hang_first"].enqueue(marker=str(marker), seconds=60, job_id="f")
+    with worker_process(url, "--processes", "2", "--grace-s", "0.3") as process:
+        wait_until(lambda: started(marker))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    job = proc_app.queue("work").get("f")
+    assert job is not None and (job.status, job.attempts) == ("pending", 0)
+
+
+def test_worker_runs_in_a_thread_without_signals(proc_app: leaseq.App) -> None:
+    # The library API: a stop event instead of a signal.
+    from leaseq.worker import Worker, WorkerConfig
+
+    proc_app.tasks["quick"].enqueue(n=1, job_id="one")
+    stop = threading.Event()
+    worker = Worker(proc_app, WorkerConfig(idle_max_s=0.05))
+    thread = threading.Thread(target=worker.run, kwargs={"stop_event": stop})
+    thread.start()
+    wait_until(lambda: proc_app.queue("work").is_finished("one"))
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
