@@ -1,0 +1,82 @@
+"""leaseq itself: enqueue through the ``Queue`` API, drain with ``leaseq worker``."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import leaseq
+from bench.systems import System, WorkerSpec, python_argv
+from bench.targets import Target
+from bench.tasks import QUEUE, TASK
+
+WORKER_MODES = ("auto", "leaseq", "queue-api")
+
+
+def real_worker_available() -> bool:
+    return (importlib.util.find_spec("leaseq.worker") is not None
+            and importlib.util.find_spec("leaseq.supervisor") is not None)
+
+
+def _cli_available() -> bool:
+    return importlib.util.find_spec("leaseq.cli") is not None
+
+
+class LeaseqSystem(System):
+    name = "leaseq"
+    kinds = ("sqlite", "postgresql", "mongodb")
+    done_means = "status done (store's counts())"
+
+    def __init__(self, target: Target, worker: str = "auto"):
+        super().__init__(target)
+        if worker not in WORKER_MODES:
+            raise ValueError(f"worker must be one of {', '.join(WORKER_MODES)}")
+        if worker == "auto":
+            worker = "leaseq" if real_worker_available() else "queue-api"
+        self.worker = worker
+        self.store: leaseq.Store | None = None
+
+    def open(self) -> None:
+        self.store = leaseq.connect(self.target.url)
+        self._queue = self.store.queue(QUEUE)
+
+    def close(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.drop()
+            except NotImplementedError:
+                pass
+            self.store.close()
+            self.store = None
+
+    def enqueue_each(self, first: int, count: int) -> None:
+        enqueue = self._queue.enqueue
+        for i in range(first, first + count):
+            enqueue(f"j{i}", {"i": i}, task=TASK)
+
+    def enqueue_bulk(self, first: int, count: int, batch: int) -> None:
+        spec = self._queue.spec
+        for start in range(first, first + count, batch):
+            stop = min(start + batch, first + count)
+            self._queue.enqueue_many([spec(f"j{i}", {"i": i}, task=TASK)
+                                      for i in range(start, stop)])
+
+    def done_count(self) -> int:
+        return self._queue.counts().get("done", 0)
+
+    def worker_commands(self, spec: WorkerSpec, processes: int) -> list[list[str]]:
+        if self.worker == "queue-api":
+            return super().worker_commands(spec, processes)
+        options = ["--concurrency", str(spec.concurrency), "--processes", str(processes)]
+        if _cli_available():
+            argv = [sys.executable, "-c", "import sys; from leaseq.cli import main; main()",
+                    "worker", "bench.tasks:app", "--url", self.target.url,
+                    "--log-level", "warning", *options]
+        else:  # the same worker through its Python API
+            argv = python_argv("bench.leaseq_worker", self.target.url, *options)
+        return [[*argv, "--burst"] if spec.burst else argv]
+
+    def worker_argv(self, spec: WorkerSpec) -> list[str]:
+        argv = python_argv("bench.queue_worker", self.target.url,
+                           "--concurrency", str(spec.concurrency))
+        return [*argv, "--burst"] if spec.burst else argv

@@ -1,0 +1,33 @@
+"""leaseq's real worker through its Python API, for when the ``leaseq`` CLI is not installed:
+the same ``Worker`` / supervisor that ``leaseq worker bench.tasks:app`` runs.
+
+    python -m bench.leaseq_worker URL --concurrency 16 --processes 2 [--burst]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from leaseq.supervisor import run_processes, run_worker
+from leaseq.worker import WorkerConfig
+
+APP = "bench.tasks:app"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.leaseq_worker")
+    p.add_argument("url")
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--burst", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    config = WorkerConfig(concurrency=args.concurrency, burst=args.burst)
+    if args.processes == 1:
+        return run_worker(APP, args.url, config)
+    return run_processes(APP, args.url, config, args.processes, logging.WARNING)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Runs the plan: every scenario a system supports, on every store, ``plan.repeats`` times."""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rich.console import Console
+
+from bench import scenarios as sc
+from bench.adapters import system_class
+from bench.stats import Summary
+from bench.targets import kind_of
+
+#: Scenarios per system; the raw-SQL ceiling has no handlers, so no latency or memory figures.
+FULL_SET = ("enqueue", "bulk", "drain", "latency", "rss", "backlog")
+SCENARIOS = {
+    "leaseq": FULL_SET,
+    "raw-sql": ("enqueue", "bulk", "drain"),
+    "pgqueuer": ("enqueue", "bulk", "drain", "latency"),
+    "procrastinate": ("enqueue", "bulk", "drain", "latency"),
+    "huey": ("enqueue", "drain", "latency"),  # no bulk enqueue API
+}
+
+
+@dataclass
+class Run:
+    plan: sc.Plan
+    results: list[sc.Result] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+def run_all(plan: sc.Plan, stores: Sequence[str], systems: Sequence[str],
+            console: Console, leaseq_worker: str = "auto") -> Run:
+    run = Run(plan)
+    for url in stores:
+        kind = kind_of(url)
+        for name in systems:
+            cls = system_class(name)
+            if kind not in cls.kinds:
+                continue
+            factory = (functools.partial(cls, worker=leaseq_worker) if name == "leaseq"
+                       else cls)
+            for scenario in SCENARIOS[name]:
+                _run_scenario(run, console, name, kind, url, scenario, factory)
+    return run
+
+
+def _run_scenario(run: Run, console: Console, name: str, kind: str, url: str, scenario: str,
+                  factory: sc.Factory) -> None:
+    plan = run.plan
+    if scenario == "backlog" and not plan.backlog:
+        return
+    console.log(f"[bold]{name}[/] on {kind}: {scenario}")
+    add = functools.partial(_add, run, name, kind)
+    try:
+        if scenario == "enqueue":
+            add("enqueue, one at a time", "jobs/s",
+                _repeat(plan, lambda: sc.enqueue_each_once(factory, url, plan)))
+        elif scenario == "bulk":
+            add(f"enqueue_many ({sc.BULK_BATCH}/call)", "jobs/s",
+                _repeat(plan, lambda: sc.enqueue_bulk_once(factory, url, plan)))
+        elif scenario == "drain":
+            for procs in plan.processes:
+                drains = [sc.drain_once(factory, url, plan, procs) for _ in range(plan.repeats)]
+                add(f"drain {plan.drain_n:,}, {procs} process{'es' if procs > 1 else ''}",
+                    "jobs/s", [d.rate for d in drains],
+                    {"wall_rate_jobs_s": [d.wall_rate for d in drains],
+                     "concurrency": plan.concurrency})
+        elif scenario == "latency":
+            runs = [sc.latency_once(factory, url, plan) for _ in range(plan.repeats)]
+            extra = {"jobs": plan.latency_jobs, "gap_s": plan.latency_gap_s,
+                     "p50_from_enqueue_call_ms": [r[2] for r in runs]}
+            add("pickup latency p50", "ms", [r[0] for r in runs], extra, higher=False)
+            add("pickup latency p95", "ms", [r[1] for r in runs], extra, higher=False)
+        elif scenario == "rss":
+            repeats = 1 if plan.rss_n <= 10_000 and plan.repeats > 1 else plan.repeats
+            runs = [sc.rss_once(factory, url, plan) for _ in range(repeats)]
+            extra = {"jobs": plan.rss_n}
+            add(f"worker RSS at 5% of {plan.rss_n:,}", "MiB", [r[0] for r in runs], extra,
+                higher=False)
+            add(f"worker RSS at end of {plan.rss_n:,}", "MiB", [r[1] for r in runs], extra,
+                higher=False)
+        elif scenario == "backlog":
+            for size in plan.backlog:
+                add(f"drain {plan.backlog_window:,} of a {size:,} backlog", "jobs/s",
+                    sc.backlog_runs(factory, url, plan, size), {"backlog": size})
+    except Exception as exc:  # one broken adapter must not lose the other figures
+        console.log(f"[red]{name} on {kind}: {scenario} failed: {exc}")
+        run.errors.append({"system": name, "store": kind, "scenario": scenario,
+                           "error": f"{type(exc).__name__}: {exc}"[-2000:],
+                           "traceback": traceback.format_exc()[-4000:]})
+
+
+def _repeat(plan: sc.Plan, once: Callable[[], float]) -> list[float]:
+    return [once() for _ in range(plan.repeats)]
+
+
+def _add(run: Run, name: str, kind: str, scenario: str, unit: str, values: list[float],
+         extra: dict[str, object] | None = None, higher: bool = True) -> None:
+    run.results.append(sc.Result(name, kind, scenario, unit, Summary.of(values), extra or {},
+                                 higher))

@@ -1,0 +1,41 @@
+"""The benchmark harness still runs end to end (tiny N, SQLite only, a few seconds).
+
+Not a performance test: it only checks that every leaseq scenario produces a number and the
+JSON is written, so ``python -m bench`` does not rot between benchmark runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def importable_bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(ROOT)
+    monkeypatch.chdir(ROOT)
+
+
+def test_quick_harness_runs_on_sqlite(tmp_path) -> None:
+    # Given a tiny plan on a fresh SQLite folder
+    from bench.__main__ import main
+
+    out = tmp_path / "bench.json"
+    # When the harness runs every leaseq scenario
+    code = main(["--tiny", "--store", f"sqlite:///{tmp_path}/bench.db", "--json-out", str(out)])
+    # Then each scenario has a positive figure and nothing failed
+    data = json.loads(out.read_text())
+    assert code == 0, data["errors"]
+    scenarios = {r["scenario"]: r for r in data["results"]}
+    assert any(s.startswith("enqueue, one") for s in scenarios)
+    assert any(s.startswith("drain") for s in scenarios)
+    assert "pickup latency p50" in scenarios
+    assert all(r["median"] > 0 for r in data["results"])
+    assert data["machine"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    # And the fresh database files are gone
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("bench_")]
