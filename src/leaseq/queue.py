@@ -58,7 +58,8 @@ class Queue:
         if revision is not None and (not isinstance(revision, str) or len(revision) > 512):
             raise InvalidInput("revision must be a string of at most 512 characters")
         attempts = self.policy.max_attempts if max_attempts is None else max_attempts
-        QueuePolicy.build(self.policy, max_attempts=attempts)  # range check
+        if attempts != self.policy.max_attempts:
+            QueuePolicy.build(self.policy, max_attempts=attempts)  # range check
         return JobSpec(
             job_id=validate.job_id(job_id),
             payload=dict(payload) if isinstance(payload, Mapping) else payload,

@@ -18,7 +18,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from leaseq import validate
 from leaseq.app import App, Finish, PayloadMismatch, Task
+from leaseq.completer import Completer
 from leaseq.errors import InvalidPayload, StoreUnavailable
 from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_reason
 from leaseq.metrics import Metrics
@@ -59,7 +61,9 @@ class Ran:
 
 class Runner:
     def __init__(self, app: App, metrics: Metrics, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, completer: Completer | None = None):
+        self.completer = completer
+        """Batches plain completions into one statement; None writes each on its own."""
         self.app = app
         self.metrics = metrics
         self.sleep = sleep
@@ -168,8 +172,13 @@ class Runner:
 
         def complete() -> Job:
             try:
-                return queue.complete(job, done.result, status=done.status,
-                                      result_key=done.result_key, then=done.then)
+                if self.completer is None or done.then:
+                    return queue.complete(job, done.result, status=done.status,
+                                          result_key=done.result_key, then=done.then)
+                result_json = validate.result(done.result, queue.policy.max_payload_bytes)
+                return self.completer.complete(queue, job.lease, result_json,
+                                               validate.terminal_status(done.status),
+                                               done.result_key)
             except InvalidPayload as exc:  # the result is not JSON: retrying cannot help
                 log.warning("job %s: handler returned a result leaseq cannot store: %s",
                             job.id, exc)

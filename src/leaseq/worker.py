@@ -22,6 +22,7 @@ from typing import Any
 
 from leaseq import sweeper
 from leaseq.app import App
+from leaseq.completer import Completer
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost
@@ -106,6 +107,7 @@ class Worker:
         self.store = app.store
         self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock)
+        self._completer: Completer | None = None
         self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock)
         self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
         self._lock = threading.Lock()
@@ -268,6 +270,7 @@ class Worker:
     def _start(self) -> None:
         self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="leaseq-job")
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
+        self._completer = self._runner.completer = Completer()
         self._heartbeat.start()
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -316,6 +319,8 @@ class Worker:
                 pool.shutdown(wait=False, cancel_futures=True)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._completer is not None:
+            self._completer.close()
 
     def _install_signals(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():

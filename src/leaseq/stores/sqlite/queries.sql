@@ -183,6 +183,13 @@ WHERE queue = :queue
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now});
 
+-- name: any_ready
+SELECT 1 AS ready FROM leaseq_jobs
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+LIMIT 1;
+
 -- name: queues
 SELECT DISTINCT queue FROM leaseq_jobs ORDER BY queue;
 

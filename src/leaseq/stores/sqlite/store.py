@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -36,6 +37,9 @@ from leaseq.validate import redact_url
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
 NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
 STALE_REASON = "stale revision: the payload changed while this attempt ran"
+#: How often an idle worker looks for commits by other processes. Defaults to 2 ms: a
+#: ``PRAGMA data_version`` read costs microseconds and takes no lock.
+WAKEUP_POLL_S = 0.002
 
 Q = load_queries(__package__, "queries.sql", now=NOW)
 
@@ -379,6 +383,31 @@ class SQLiteStore(Store):
             self._journal(conn, queue, job_id, event, rows[0]["attempts"],
                           rows[0]["lease_epoch"], reason="operator")
         return True
+
+    # --- wake-ups -------------------------------------------------------------------------
+
+    def wait_for_work(self, queues: Sequence[str], timeout_s: float) -> bool:
+        """Wake on an enqueue in this process at once, and on another process's commit that
+        left a job ready within ``WAKEUP_POLL_S``. A commit that readied nothing (another
+        worker's heartbeat or completion) is checked with a lock-free read and slept through,
+        so idle workers don't contend for the write lock."""
+        event = self._wakeup_event()
+        deadline = time.monotonic() + timeout_s
+        seen = self._data_version()
+        while (remaining := deadline - time.monotonic()) > 0:
+            if event.wait(min(remaining, WAKEUP_POLL_S)):
+                event.clear()
+                return True
+            version = self._data_version()
+            if version != seen:
+                seen = version
+                if any(self._read("any_ready", queue=q) for q in queues):
+                    return True
+        return False
+
+    def _data_version(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
     # --- broker outbox --------------------------------------------------------------------
 

@@ -1,0 +1,91 @@
+"""Group commit for finished jobs: many completions, one fenced statement.
+
+Handler threads hand their result to the completer and wait; one thread takes everything that
+is waiting, writes it with ``Store.complete_many`` (one transaction per queue), and answers each
+waiter with its own outcome. Nothing waits on a timer: a lone job is written at once, and under
+load the batch is simply whatever finished while the previous write ran. A handler's slot is
+freed only after its result is durable, exactly as with a direct ``complete``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from leaseq.job import Job, Lease, LeaseLost
+from leaseq.queue import Queue
+
+#: Most completions written in one statement. Defaults to 256.
+MAX_BATCH = 256
+
+
+@dataclass(slots=True)
+class _Item:
+    queue: Queue
+    lease: Lease
+    result_json: str | None
+    status: str
+    result_key: str | None
+    future: Future[Job]
+
+
+class Completer:
+    def __init__(self, max_batch: int = MAX_BATCH):
+        self.max_batch = max_batch
+        self._waiting: list[_Item] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="leaseq-completer", daemon=True)
+        self._thread.start()
+
+    def complete(self, queue: Queue, lease: Lease, result_json: str | None, status: str,
+                 result_key: str | None) -> Job:
+        """Write one completion in the next batch and wait for it. Raises ``LeaseLost`` (the
+        item was fenced out) or the store's error, like ``Queue.complete``."""
+        item = _Item(queue, lease, result_json, status, result_key, Future())
+        with self._cond:
+            if not self._closed:
+                self._waiting.append(item)
+                self._cond.notify()
+        if self._closed and not item.future.done() and item not in self._waiting:
+            self._write([item])  # a handler that outlived its worker writes on its own
+        return item.future.result()
+
+    def close(self) -> None:
+        """Write what is waiting, then stop; later completions are written one by one."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if not self._waiting:
+                    return
+                batch = self._waiting[: self.max_batch]
+                del self._waiting[: self.max_batch]
+            self._write(batch)
+
+    def _write(self, batch: list[_Item]) -> None:
+        by_queue: dict[str, list[_Item]] = defaultdict(list)
+        for item in batch:
+            by_queue[item.queue.name].append(item)
+        for items in by_queue.values():
+            try:
+                outcomes = items[0].queue.store.complete_many(
+                    items[0].queue.name,
+                    [(i.lease, i.result_json, i.status, i.result_key) for i in items])
+            except BaseException as exc:  # each waiter decides (retry, give up) on its own
+                for item in items:
+                    item.future.set_exception(exc)
+                continue
+            for item, outcome in zip(items, outcomes, strict=True):
+                if isinstance(outcome, LeaseLost):
+                    item.future.set_exception(outcome)
+                else:
+                    item.future.set_result(outcome)

@@ -1,0 +1,272 @@
+"""The consumer: a delivery is a wake-up for one job id; the store decides what happens.
+
+Per delivery, in this order (the order is the guarantee):
+
+1. journal ``received`` (redelivered flag, delivery count);
+2. ``claim_id`` that job. Not claimable (terminal, not due, held by a live lease, unknown)
+   → ack, no effect;
+3. run it with the same ``execute`` the polling worker uses; it writes the outcome durably;
+4. only then settle the delivery on the channel it came on: ``nack(requeue=False)`` when the job
+   ended ``failed`` (the dead-letter exchange puts the message into the quarantine queue),
+   ack otherwise (done, retry written, snoozed). Never ``requeue=True``: that is the hot loop;
+5. journal ``ack_sent``.
+
+A crash anywhere before 4 leaves the message unacked; RabbitMQ redelivers it and step 2 finds
+the job terminal, or held by the dead consumer's lease until it expires and the dispatcher's
+reclaim makes it owed again.
+
+pika is not thread-safe: handlers run in a thread pool, and every ack / nack is handed to the
+connection's thread with ``add_callback_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnecting, session
+from leaseq.delivery.topology import Topology
+from leaseq.errors import InvalidInput, TopologyError
+from leaseq.job import Job, JobStatus, LeaseLost, is_terminal
+
+if TYPE_CHECKING:
+    from pika import BlockingConnection
+    from pika.adapters.blocking_connection import BlockingChannel
+
+    from leaseq.queue import Queue
+
+log = logging.getLogger("leaseq.delivery.consumer")
+
+#: Runs the task of a claimed job, keeps its lease alive meanwhile, writes its outcome through
+#: the Queue and returns the resulting record; raises ``LeaseLost`` when the write was fenced
+#: out. ``leaseq.delivery.execute.AppExecutor`` is the polling worker's own runner.
+Execute = Callable[[Job], Job]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """How a consumer takes deliveries. Validated when built."""
+
+    concurrency: int = 4
+    """Handler threads, and the prefetch per queue (free slots). Defaults to 4."""
+    grace_s: float = 30.0
+    """On stop, how long in-flight jobs may run on before the connection closes.
+    Defaults to 30 s."""
+    settle_timeout_s: float = 30.0
+    """Longest wait for the connection's thread to send one ack. Defaults to 30 s."""
+    max_backoff_s: float = 10.0
+    """Longest wait between reconnects to RabbitMQ. Defaults to 10 s."""
+
+    def __post_init__(self) -> None:
+        c = self.concurrency
+        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1000:
+            raise InvalidInput(f"concurrency must be a whole number from 1 to 1000, got {c!r}")
+        for name in ("grace_s", "settle_timeout_s", "max_backoff_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInput(f"{name} must be a number of seconds ≥ 0, got {value!r}")
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(slots=True)
+class _Session:
+    """One connection's life: acks for its deliveries go through it or not at all."""
+
+    conn: BlockingConnection
+    channel: BlockingChannel
+    closed: threading.Event
+    broken: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    session: _Session
+    queue: str
+    tag: int
+    redelivered: bool
+    delivery_count: int
+    body: bytes
+
+
+class Consumer:
+    """Takes deliveries of ``queues`` from RabbitMQ and runs them with ``execute``."""
+
+    def __init__(self, queues: Sequence[Queue], execute: Execute, amqp_url: str, *,
+                 topology: Topology | None = None, config: ConsumerConfig | None = None,
+                 worker_id: str | None = None, declare: bool = True):
+        if not queues:
+            raise InvalidInput("a consumer needs at least one queue")
+        self.queues: Mapping[str, Queue] = {q.name: q for q in queues}
+        self.execute = execute
+        self.amqp_url = amqp_url
+        self.topology = topology or Topology()
+        self.config = config or ConsumerConfig()
+        self.worker_id = worker_id or new_worker_id()
+        self.declare = declare
+        self._busy = 0
+        self._lock = threading.Lock()
+
+    # --- the connection's thread -----------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Consume until ``stop`` is set, reconnecting after broker errors; then let in-flight
+        jobs finish within ``grace_s``. ``TopologyError`` is raised at once."""
+        with ThreadPoolExecutor(self.config.concurrency, "leaseq-consumer") as pool:
+            reconnecting(lambda: self._session(pool, stop), stop, "consumer",
+                         self.config.max_backoff_s, fatal=(TopologyError,))
+
+    def _session(self, pool: ThreadPoolExecutor, stop: threading.Event) -> None:
+        with session(self.amqp_url, f"leaseq-consumer {self.worker_id}") as conn:
+            for name in self.queues:
+                check = self.topology.declare if self.declare else self.topology.verify
+                check(conn.channel, name)
+            channel = conn.channel()
+            channel.basic_qos(prefetch_count=self.config.concurrency)
+            state = _Session(conn, channel, threading.Event())
+            try:
+                for name in self.queues:
+                    channel.basic_consume(
+                        self.topology.work_queue(name),
+                        lambda _ch, m, p, body, q=name: self._on_message(pool, state, q, m, p,
+                                                                         body))
+                log.info("consumer %s: consuming %s", self.worker_id, ", ".join(self.queues))
+                self._pump(state, stop)
+                self._drain(state)
+            finally:
+                state.closed.set()
+
+    def _pump(self, state: _Session, stop: threading.Event) -> None:
+        while not stop.is_set():
+            state.conn.process_data_events(time_limit=0.2)
+            if state.broken is not None:
+                raise state.broken
+
+    def _drain(self, state: _Session) -> None:
+        """Stop taking deliveries; keep sending acks while in-flight jobs finish."""
+        for tag in list(state.channel.consumer_tags):
+            state.channel.basic_cancel(tag)
+        deadline = time.monotonic() + self.config.grace_s
+        while self._busy and time.monotonic() < deadline:
+            state.conn.process_data_events(time_limit=0.1)
+        if self._busy:
+            log.warning("consumer %s: %d jobs still running after the grace period; their "
+                        "messages return to RabbitMQ and their leases expire", self.worker_id,
+                        self._busy)
+
+    def _on_message(self, pool: ThreadPoolExecutor, state: _Session, queue: str, method: Any,
+                    props: Any, body: bytes) -> None:
+        headers = props.headers or {}
+        count = headers.get("x-delivery-count", 0)
+        delivery = _Delivery(state, queue, method.delivery_tag, bool(method.redelivered),
+                             int(count) if isinstance(count, int) else 0, body)
+        with self._lock:
+            self._busy += 1
+        pool.submit(self._handle, delivery)
+
+    # --- handler threads -------------------------------------------------------------------
+
+    def _handle(self, d: _Delivery) -> None:
+        try:
+            job, nack, reason = self._process(d)
+            self._settle(d, job, nack, reason)
+        except BaseException as exc:  # a store error: the message must come back, unacked
+            log.exception("consumer %s: delivery %d of queue %r not settled; reconnecting so "
+                          "RabbitMQ returns it", self.worker_id, d.tag, d.queue)
+            d.session.broken = exc if isinstance(exc, amqp_errors()) else Reconnect(str(exc))
+        finally:
+            with self._lock:
+                self._busy -= 1
+
+    def _process(self, d: _Delivery) -> tuple[Job | None, bool, str]:
+        """``(job, nack, reason)``: what the store now says, and how to settle the delivery."""
+        decoded = decode(d.body)
+        if decoded is None or decoded[0] != d.queue:
+            return None, True, "not a leaseq message for this queue"
+        queue = self.queues[d.queue]
+        job_id = decoded[1]
+        queue.store.record(queue.name, job_id, "received", worker_id=self.worker_id,
+                           reason=(f"redelivered (delivery count {d.delivery_count})"
+                                   if d.redelivered else "first delivery"),
+                           data={"redelivered": d.redelivered,
+                                 "delivery_count": d.delivery_count})
+        job = queue.claim_id(job_id, self.worker_id)
+        if job is None:
+            current = queue.get(job_id)
+            return current, False, f"not claimable: {_why_not(current)}"
+        return self._run(job)
+
+    def _run(self, job: Job) -> tuple[Job | None, bool, str]:
+        try:
+            after = self.execute(job)
+        except LeaseLost as exc:
+            return None, False, f"lease lost: {exc}"[:500]
+        # Only a job that ended in quarantine goes to the dead-letter exchange; a retry is
+        # acked, because nack(requeue=False) would dead-letter it too.
+        nack = after.status == JobStatus.FAILED
+        return after, nack, f"{after.status}: {after.failure}" if nack else after.status
+
+    def _settle(self, d: _Delivery, job: Job | None, nack: bool, reason: str) -> None:
+        """Ack / nack on the delivery's own channel, from the connection's thread; then
+        journal ``ack_sent`` (only once it really went out)."""
+        sent = threading.Event()
+        error: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                if nack:
+                    d.session.channel.basic_nack(d.tag, requeue=False)
+                else:
+                    d.session.channel.basic_ack(d.tag)
+            except BaseException as exc:
+                error.append(exc)
+            sent.set()
+
+        try:
+            d.session.conn.add_callback_threadsafe(send)
+        except amqp_errors() as exc:
+            error.append(exc)
+            sent.set()
+        deadline = time.monotonic() + self.config.settle_timeout_s
+        while not sent.wait(0.05):
+            if d.session.closed.is_set() or time.monotonic() > deadline:
+                error.append(TimeoutError("connection closed before the ack was sent"))
+                break
+        if error:
+            log.warning("consumer %s: %s of delivery %d (job %r) not sent (%s); RabbitMQ will "
+                        "redeliver it and the claim will ack it without an effect",
+                        self.worker_id, "nack" if nack else "ack", d.tag,
+                        job.id[:200] if job else None, error[0])
+            return
+        if job is None:
+            return
+        try:
+            self.queues[d.queue].store.record(
+                d.queue, job.id, "ack_sent", attempt=job.attempts, lease_epoch=job.lease_epoch,
+                worker_id=self.worker_id, reason=("nack requeue=false; " if nack else "ack; ")
+                + reason, data={"redelivered": d.redelivered, "nack": nack})
+        except Exception:  # the ack is out; a missing journal line must not drop the session
+            log.exception("consumer %s: could not journal ack_sent for job %r", self.worker_id,
+                          job.id[:200])
+
+
+def _why_not(job: Job | None) -> str:
+    if job is None:
+        return "no such job"
+    if is_terminal(job.status):
+        return f"already {job.status}"
+    if job.attempts >= job.max_attempts:
+        return "attempts spent"
+    if job.status == JobStatus.PROCESSING:
+        return "held by a live lease"
+    return "not due yet"

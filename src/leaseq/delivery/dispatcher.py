@@ -1,0 +1,213 @@
+"""The outbox dispatcher: publishes what the store owes RabbitMQ, marks it only after the confirm.
+
+The store is the outbox: a ``pending`` job that is due and has no ``published_at`` is owed one
+publish (every transition to ``pending`` clears the mark). Per queue the loop is: read a batch of
+owed jobs, publish each with ``mandatory`` and publisher confirms, then mark the confirmed ones
+in one transaction. A crash between confirm and mark leaves them owed, so they are published a
+second time; the consumer's claim makes that second delivery harmless.
+
+Several dispatchers may run. Per leaseq queue only the holder of an *exclusive* RabbitMQ queue
+(``P.Q.dispatcher``) publishes; the broker drops it with its owner's connection, so a standby
+takes over within a heartbeat. Double publishes are therefore limited to the crash window.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from leaseq.delivery.connection import CONTENT_TYPE, encode, reconnecting, session
+from leaseq.delivery.topology import Topology
+from leaseq.errors import InvalidInput, TopologyError
+from leaseq.job import JobStatus
+
+if TYPE_CHECKING:
+    from pika import BlockingConnection
+    from pika.adapters.blocking_connection import BlockingChannel
+
+    from leaseq.job import Job
+    from leaseq.queue import Queue
+
+log = logging.getLogger("leaseq.delivery.dispatcher")
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherConfig:
+    """How a dispatcher polls and publishes. Validated when built."""
+
+    batch_size: int = 100
+    """Owed jobs read, published and marked per round. Defaults to 100."""
+    poll_interval_s: float = 1.0
+    """Longest wait for work when nothing is owed (an enqueue in this process, or a store with
+    push wake-ups, ends it early). Defaults to 1 s."""
+    reclaim_every_s: float = 30.0
+    """How often expired leases are reclaimed (the outbox only sees ``pending`` jobs, so a
+    crashed consumer's job is owed again only after reclaim). 0 turns it off. Defaults to 30 s."""
+    retry_publish_s: float = 2.0
+    """Wait after a message was returned (unroutable) or nacked before trying again.
+    Defaults to 2 s."""
+    max_backoff_s: float = 10.0
+    """Longest wait between reconnects to RabbitMQ. Defaults to 10 s."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) \
+                or not 1 <= self.batch_size <= 10_000:
+            raise InvalidInput(f"batch_size must be a whole number from 1 to 10000, "
+                               f"got {self.batch_size!r}")
+        for name in ("poll_interval_s", "reclaim_every_s", "retry_publish_s", "max_backoff_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInput(f"{name} must be a number of seconds ≥ 0, got {value!r}")
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one publishing round did, for the loop's decision and for logs."""
+
+    published: int = 0
+    marked: int = 0
+    refused: list[str] = field(default_factory=list)
+
+
+class Dispatcher:
+    """Publishes the outbox of ``queues`` to RabbitMQ until ``stop`` is set."""
+
+    def __init__(self, queues: Sequence[Queue], amqp_url: str, *,
+                 topology: Topology | None = None, config: DispatcherConfig | None = None,
+                 declare: bool = True):
+        if not queues:
+            raise InvalidInput("a dispatcher needs at least one queue")
+        self.queues = list(queues)
+        self.amqp_url = amqp_url
+        self.topology = topology or Topology()
+        self.config = config or DispatcherConfig()
+        self.declare = declare
+        self._next_reclaim = 0.0
+
+    def run(self, stop: threading.Event) -> None:
+        """Publish until ``stop`` is set, reconnecting after broker errors. ``TopologyError``
+        is raised at once: a missing dead-letter route is an operator's job to fix."""
+        reconnecting(lambda: self._session(stop), stop, "dispatcher",
+                     self.config.max_backoff_s, fatal=(TopologyError,))
+
+    def _session(self, stop: threading.Event) -> None:
+        with session(self.amqp_url, "leaseq-dispatcher") as conn:
+            self._ensure_topology(conn)
+            channel = conn.channel()
+            channel.confirm_delivery()
+            leading: set[str] = set()
+            while not stop.is_set():
+                leading |= self._acquire_locks(conn, leading)
+                rounds = [self.run_once(channel, q) for q in self.queues if q.name in leading]
+                self._reclaim_if_due()
+                if any(r.refused for r in rounds):
+                    stop.wait(self.config.retry_publish_s)
+                    self._ensure_topology(conn)  # an unroutable message: maybe a lost binding
+                elif not any(r.published == self.config.batch_size for r in rounds):
+                    self._idle(conn, stop)
+
+    def _ensure_topology(self, conn: BlockingConnection) -> None:
+        for queue in self.queues:
+            check = self.topology.declare if self.declare else self.topology.verify
+            check(conn.channel, queue.name)
+
+    def _acquire_locks(self, conn: BlockingConnection, held: set[str]) -> set[str]:
+        """The queues whose dispatcher lock this connection newly took (a 405 when another
+        dispatcher's connection holds it)."""
+        from pika.exceptions import ChannelClosedByBroker
+
+        taken = set()
+        for queue in self.queues:
+            if queue.name in held:
+                continue
+            channel = conn.channel()
+            try:
+                channel.queue_declare(self.topology.dispatcher_lock(queue.name),
+                                      exclusive=True, auto_delete=True)
+            except ChannelClosedByBroker as exc:
+                if exc.reply_code != 405:
+                    raise
+                continue
+            channel.close()
+            log.info("dispatcher: publishing the outbox of queue %r", queue.name)
+            taken.add(queue.name)
+        return taken
+
+    def _idle(self, conn: BlockingConnection, stop: threading.Event) -> None:
+        """Wait for work while keeping the connection's heartbeats answered."""
+        deadline = time.monotonic() + self.config.poll_interval_s
+        names = [q.name for q in self.queues]
+        store = self.queues[0].store
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            conn.process_data_events(time_limit=0)
+            if store.wait_for_work(names, min(left, 0.25)):
+                return
+
+    def _reclaim_if_due(self) -> None:
+        every = self.config.reclaim_every_s
+        if not every or time.monotonic() < self._next_reclaim:
+            return
+        self._next_reclaim = time.monotonic() + every
+        for queue in self.queues:
+            failed, returned = queue.reclaim_expired()
+            if failed or returned:
+                log.info("dispatcher: queue %r: %d expired leases made ready, %d quarantined",
+                         queue.name, returned, failed)
+
+    def run_once(self, channel: BlockingChannel, queue: Queue) -> _Round:
+        """Publish one batch of ``queue``'s owed jobs and mark the confirmed ones."""
+        done = _Round()
+        confirmed: list[str] = []
+        for job in queue.outbox_due(self.config.batch_size):
+            if self._publish(channel, queue, job):
+                confirmed.append(job.id)
+            else:
+                done.refused.append(job.id)
+        done.published = len(confirmed) + len(done.refused)
+        # Only after every confirm: a crash before this line means "publish again", never
+        # "marked but never reached the broker".
+        done.marked = queue.mark_published(confirmed)
+        if done.marked < len(confirmed):
+            self._journal_moved_on(queue, confirmed)
+        return done
+
+    @staticmethod
+    def _journal_moved_on(queue: Queue, confirmed: list[str]) -> None:
+        """``mark_published`` marks (and journals) only jobs still pending; a consumer may have
+        taken a job before its confirm came back. Journal those publishes here, so every job's
+        story shows each publish the broker confirmed."""
+        for job_id in confirmed:
+            job = queue.get(job_id)
+            # Marked ones keep published_at until their next return to pending.
+            if job is not None and job.status != JobStatus.PENDING and job.published_at is None:
+                queue.store.record(queue.name, job_id, "published", attempt=job.attempts,
+                                   lease_epoch=job.lease_epoch,
+                                   reason=f"confirmed after the job was already {job.status}")
+
+    def _publish(self, channel: BlockingChannel, queue: Queue, job: Job) -> bool:
+        """True once the broker confirmed it; False when it was returned or nacked (the job
+        stays owed and is tried again)."""
+        import pika
+        from pika.exceptions import NackError, UnroutableError
+
+        props = pika.BasicProperties(
+            delivery_mode=pika.DeliveryMode.Persistent, content_type=CONTENT_TYPE,
+            message_id=job.id, type="leaseq.job",
+            headers={"leaseq-queue": queue.name, "leaseq-attempts": job.attempts})
+        try:
+            channel.basic_publish(self.topology.exchange, queue.name, encode(queue.name, job.id),
+                                  props, mandatory=True)
+        except UnroutableError:
+            log.error("dispatcher: job %r of queue %r was returned unroutable: exchange %r has "
+                      "no binding for key %r (see docs/rabbitmq.md, 'job queued for long')",
+                      job.id[:200], queue.name, self.topology.exchange, queue.name)
+            return False
+        except NackError:
+            log.warning("dispatcher: RabbitMQ nacked job %r of queue %r; will publish again",
+                        job.id[:200], queue.name)
+            return False
+        return True

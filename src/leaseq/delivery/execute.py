@@ -1,0 +1,116 @@
+"""``execute(job) -> Job`` for an ``App``: the polling worker's own runner and heartbeat, fed by
+RabbitMQ deliveries instead of claims.
+
+The consumer must settle each delivery on exactly the outcome the polling worker would write,
+so nothing here decides an outcome: ``leaseq.runner.Runner`` runs the handler and writes
+``complete`` / ``retry_later`` / ``fail`` / ``snooze``, and ``leaseq.heartbeat.Heartbeat`` keeps
+the leases of all in-flight jobs alive in one store call per queue. This module only adapts
+their interface (an ``InFlight`` in, an outcome label out) to the consumer's
+``Callable[[Job], Job]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from leaseq.errors import StoreUnavailable
+from leaseq.heartbeat import Heartbeat
+from leaseq.job import Job, LeaseLost
+from leaseq.metrics import Metrics
+from leaseq.runner import InFlight, Runner
+
+if TYPE_CHECKING:
+    from leaseq.app import App
+
+Execute = Callable[[Job], Job]
+
+
+class AppExecutor:
+    """Runs claimed jobs of ``app`` as the worker does. Thread-safe; ``close()`` when done."""
+
+    def __init__(self, app: App, metrics: Metrics | None = None):
+        self.app = app
+        self.metrics = metrics or Metrics()
+        self._runner = Runner(app, self.metrics)
+        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost)
+        self._lock = threading.Lock()
+        self._in_flight: dict[tuple[str, str], InFlight] = {}
+        self._started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self, job: Job) -> Job:
+        """Run ``job`` (claimed by the caller) and return its record after the outcome was
+        written. ``LeaseLost`` when the write was fenced out; ``StoreUnavailable`` when the
+        store refused it after the runner's own retries (the lease then expires)."""
+        item = self._in_flight_item(job)
+        key = (item.queue.name, job.id)
+        with self._lock:
+            self._in_flight[key] = item
+            self._start()
+        self._heartbeat.wake()
+        try:
+            outcome = self._run(item)
+        finally:
+            with self._lock:
+                self._in_flight.pop(key, None)
+        if outcome == "lease_lost":
+            raise LeaseLost(item.queue.name, job.id, job.lease_epoch)
+        after = item.queue.get(job.id)
+        if outcome == "store_error" or after is None:
+            raise StoreUnavailable(f"job {job.id[:200]!r}: its outcome could not be saved")
+        return after
+
+    def close(self) -> None:
+        with self._lock:
+            started, loop = self._started, self._loop
+        if started:
+            self._heartbeat.stop()
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+    def _in_flight_item(self, job: Job) -> InFlight:
+        queue = self.app.queue(job.queue)
+        task = self.app.get_task(job.task)
+        policy = task.policy if task else queue.policy
+        every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
+        # The claim took the queue's lease; the first beat (within a third of it) sets the
+        # task's own, as in the worker.
+        first_beat_s = min(every_s, queue.policy.lease_s / 3)
+        return InFlight(job, task, queue, policy.lease_s, every_s, time.monotonic() + first_beat_s)
+
+    def _run(self, item: InFlight) -> str:
+        if item.task is None or not item.task.is_async:
+            return self._runner.run_sync(item)
+        coro = self._runner.run_async(item, _in_thread)
+        return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._heartbeat.start()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """One loop for every ``async def`` handler, as in the worker."""
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="leaseq-async",
+                                 daemon=True).start()
+            return self._loop
+
+    def _snapshot(self) -> list[InFlight]:
+        with self._lock:
+            return list(self._in_flight.values())
+
+
+def _in_thread(fn: Callable[..., str], *args: Any) -> Any:
+    """The runner's ``finish_in``: the store write runs off the event loop."""
+    return asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def app_executor(app: App) -> AppExecutor:
+    return AppExecutor(app)
