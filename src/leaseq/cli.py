@@ -98,16 +98,24 @@ def cli() -> None:
               show_default=True, help="How often to reclaim expired leases.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
+@click.option("--delivery", type=click.Choice(["poll", "rabbitmq"]), default="poll",
+              show_default=True, help="poll: claim from the store; rabbitmq: take deliveries "
+              "from RabbitMQ (fed by `leaseq dispatch`).")
+@click.option("--amqp-url", envvar="LEASEQ_AMQP_URL", default=None, metavar="URL",
+              help="RabbitMQ URL for --delivery rabbitmq (or LEASEQ_AMQP_URL).")
 @_errors
 def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: int,
            processes: int, burst: bool, metrics_port: int | None, grace_s: float,
-           sweep_every_s: float, log_level: str) -> None:
+           sweep_every_s: float, log_level: str, delivery: str, amqp_url: str | None) -> None:
     """Run the tasks of the App at MODULE:APP (e.g. myproject.tasks:app)."""
     from leaseq.supervisor import load_app, run_processes, run_worker
     from leaseq.worker import WorkerConfig
 
     level = getattr(logging, log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if delivery == "rabbitmq":
+        _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes)
+        return
     config = WorkerConfig(queues=queues, concurrency=concurrency, burst=burst,
                           grace_s=grace_s, sweep_every_s=sweep_every_s,
                           metrics_port=metrics_port)
@@ -117,6 +125,22 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     else:
         code = run_processes(app_ref, url, config, processes, level)
     sys.exit(code)
+
+
+def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[str, ...],
+             concurrency: int, grace_s: float, burst: bool, processes: int) -> None:
+    """``--delivery rabbitmq``: the same tasks and outcomes, deliveries pushed by RabbitMQ."""
+    from leaseq.delivery.rabbitmq import run_app_consumer
+    from leaseq.supervisor import load_app
+
+    if not amqp_url:
+        raise click.UsageError("--delivery rabbitmq needs --amqp-url (or LEASEQ_AMQP_URL)")
+    if burst or processes != 1:
+        raise click.UsageError("--delivery rabbitmq runs one process and has no --burst; "
+                               "start more consumers to scale out")
+    run_app_consumer(load_app(app_ref), amqp_url, queues=queues,
+                     store=connect(url) if url else None, concurrency=concurrency,
+                     grace_s=grace_s)
 
 
 # --- producers ------------------------------------------------------------------------------
@@ -495,6 +519,17 @@ def demo(url: str | None, n_jobs: int, workers: int, keep: bool, as_json: bool) 
     if as_json:
         _echo_json(summary)
     sys.exit(0 if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else 1)
+
+
+def _broker_commands() -> None:
+    # The broker commands import pika only when run, so the core install stays light.
+    from leaseq.delivery.cli import dispatch, rabbitmq
+
+    cli.add_command(dispatch)
+    cli.add_command(rabbitmq)
+
+
+_broker_commands()
 
 
 def main() -> None:

@@ -95,9 +95,11 @@ class Topology:
                      lambda ch, n=name, k=kind: ch.exchange_declare(n, k, durable=True))
         self._declare_queue(channel, self.quarantine_queue(queue), self.quarantine_arguments())
         self._declare_queue(channel, self.work_queue(queue), self.work_arguments(queue))
-        _checked(channel, "binding", lambda ch: ch.queue_bind(
+        _checked(channel, f"binding {self.dead_letter_exchange!r} → "
+                 f"{self.quarantine_queue(queue)!r}", lambda ch: ch.queue_bind(
             self.quarantine_queue(queue), self.dead_letter_exchange, routing_key=queue))
-        _checked(channel, "binding", lambda ch: ch.queue_bind(
+        _checked(channel, f"binding {self.exchange!r} → {self.work_queue(queue)!r}",
+                 lambda ch: ch.queue_bind(
             self.work_queue(queue), self.exchange, routing_key=queue))
         self.verify(channel, queue)
 

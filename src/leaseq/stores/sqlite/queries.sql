@@ -207,8 +207,10 @@ WHERE queue = :queue
   AND lease_until <= {now} AND status = 'pending' AND published_at IS NULL
 ORDER BY lease_until, id LIMIT :limit;
 
+-- Only a due job: a stale dispatcher must not mark a retry that is not yet due (its
+-- message would be acked as "not due" and nothing would publish it again).
 -- name: mark_published
 UPDATE leaseq_jobs SET published_at = {now}
-WHERE queue = :queue AND status = 'pending' AND published_at IS NULL
+WHERE queue = :queue AND status = 'pending' AND published_at IS NULL AND lease_until <= {now}
   AND id IN (SELECT value FROM json_each(:ids))
 RETURNING id, attempts, lease_epoch;

@@ -1,0 +1,299 @@
+"""Broker delivery against the real local RabbitMQ (issue 6): each test in its own vhost with its
+own SQLite file, consumers and dispatchers as real processes, crash points set deterministically
+by environment variables in procs.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+from rabbit_harness import Harness, rabbitmqctl, story, wait_for
+
+from leaseq.delivery.quarantine import describe
+from leaseq.delivery.rabbitmq import Topology, declare_topology
+from leaseq.errors import TopologyError
+
+pytestmark = pytest.mark.rabbitmq
+
+TOPOLOGY = Topology()
+
+
+def events(harness: Harness, job_id: str) -> list[str]:
+    return [e.event for e in harness.queue().journal(job_id)]
+
+
+def enqueue(harness: Harness, count: int, prefix: str = "job", **payload: object) -> list[str]:
+    queue = harness.queue()
+    ids = [f"{prefix}-{i:04d}" for i in range(count)]
+    queue.enqueue_many([queue.spec(i, {"n": n, **payload}, task="work")
+                        for n, i in enumerate(ids)])
+    return ids
+
+
+def all_done(harness: Harness, total: int) -> bool:
+    return harness.queue().counts().get("done", 0) >= total
+
+
+def quarantined_messages(amqp_url: str, expected: int) -> list[dict]:
+    """The quarantine queue's messages (acked: the test's vhost is deleted afterwards)."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel, found = conn.channel(), []
+        deadline = time.monotonic() + 10
+        while len(found) < expected and time.monotonic() < deadline:
+            method, props, body = channel.basic_get(TOPOLOGY.quarantine_queue("jobs"), True)
+            if method is None:
+                time.sleep(0.05)
+                continue
+            found.append({**describe(props.headers or {}, body), "headers": props.headers})
+        return found
+    finally:
+        conn.close()
+
+
+def work_queue_depth(amqp_url: str) -> int:
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        declared = conn.channel().queue_declare(TOPOLOGY.work_queue("jobs"), passive=True)
+        return declared.method.message_count
+    finally:
+        conn.close()
+
+
+# --- 1. many consumers, many jobs -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_1000_jobs_over_three_consumers_each_done_once(store: str,
+                                                        request: pytest.FixtureRequest) -> None:
+    harness: Harness = request.getfixturevalue("harness" if store == "sqlite"
+                                               else "postgres_harness")
+    # Given 1,000 jobs, three consumer processes and two dispatchers (one the real CLI)
+    ids = enqueue(harness, 1000)
+    for _ in range(3):
+        harness.start("consume", "--concurrency", "4")
+    harness.start_cli_dispatcher()
+    harness.start("dispatch")
+    # When they run until every job is done
+    wait_for("1,000 jobs done", lambda: all_done(harness, 1000), 90, harness)
+    # Then every job is done once in the database, with one unique effect each
+    queue = harness.queue()
+    assert queue.counts() == {"done": 1000}
+    effects = harness.effects()
+    assert len(effects) == 1000 and set(effects) == set(ids)
+    assert max(effects.values()) == 1, "a job made its effect twice"
+    # and, with no crash, one dispatcher published each job once and each delivery was acked
+    # (once the processes have stopped: a publish confirmed after its job was done is
+    # journaled after the fact)
+    harness.stop_all()
+    sample = [queue.journal(i) for i in ids[::50]]
+    for journal in sample:
+        names = [e.event for e in journal]
+        assert names.count("published") == 1, names
+        assert names.count("claimed") == 1 and names.count("ack_sent") == 1, names
+
+
+# --- 2. crash after the result, before the ack ----------------------------------------------
+
+
+def test_crash_after_result_before_ack_is_redelivered_and_acked_without_effect(
+        harness: Harness) -> None:
+    # Given one job and a consumer that SIGKILLs itself right after that job's result is saved
+    (job_id,) = enqueue(harness, 1, prefix="crash")
+    doomed = harness.start("consume", LEASEQ_TEST_KILL_AFTER_RESULT=job_id)
+    harness.start("dispatch")
+    # When it dies between the durable result and the ack
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    queue = harness.queue()
+    assert queue.get(job_id).status == "done"
+    assert "ack_sent" not in events(harness, job_id)
+    # and another consumer takes the redelivery
+    harness.start("consume")
+    wait_for("the redelivery's ack", lambda: "ack_sent" in events(harness, job_id), 30, harness)
+    # Then the redelivery came with `redelivered`, was acked without a second effect,
+    # and the journal shows result_saved before the first ack_sent
+    journal = queue.journal(job_id)
+    print(f"\njournal of {job_id}:\n" + "\n".join(story(queue, job_id)))
+    names = [e.event for e in journal]
+    received = [e for e in journal if e.event == "received"]
+    assert [r.data["redelivered"] for r in received] == [False, True]
+    assert received[1].data["delivery_count"] >= 1
+    assert names.index("result_saved") < names.index("ack_sent")
+    assert names.index("result_saved") < names.index("received", names.index("received") + 1)
+    assert names.count("claimed") == 1 and names.count("result_saved") == 1
+    assert "already done" in journal[names.index("ack_sent")].reason
+    assert harness.effects()[job_id] == 1
+    assert queue.get(job_id).attempts == 1
+    _inspect_shows_the_story(harness, job_id)
+
+
+def _inspect_shows_the_story(harness: Harness, job_id: str) -> None:
+    """``leaseq inspect`` tells the same story."""
+    done = subprocess.run([sys.executable, "-m", "leaseq.cli", "inspect", job_id, "--url",
+                           harness.store_url, "--queue", "jobs", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    journal = json.loads(done.stdout)["journal"]
+    names = [e["event"] for e in journal]
+    assert names.index("result_saved") < names.index("ack_sent")
+    redelivery = [e for e in journal if e["event"] == "received" and e["data"]["redelivered"]]
+    assert redelivery and names.index("result_saved") < journal.index(redelivery[0])
+    human = subprocess.run([sys.executable, "-m", "leaseq.cli", "inspect", job_id, "--url",
+                            harness.store_url, "--queue", "jobs"],
+                           capture_output=True, text=True, timeout=60)
+    print(human.stdout)
+
+
+# --- 3. transient failure -------------------------------------------------------------------
+
+
+def test_transient_failure_is_retried_after_its_not_before_and_attempts_are_bounded(
+        harness: Harness) -> None:
+    # Given a job that fails twice then succeeds, and one that always fails (max 3 attempts)
+    (flaky,) = enqueue(harness, 1, prefix="flaky", fail_times=2, retry_delay_s=1.0)
+    (hopeless,) = enqueue(harness, 1, prefix="hopeless", fail_times=99, retry_delay_s=0.5)
+    harness.start("consume")
+    harness.start("dispatch")
+    # When they run
+    queue = harness.queue()
+    wait_for("both settled", lambda: queue.get(flaky).status == "done"
+             and queue.get(hopeless).status == "failed"
+             and events(harness, hopeless)[-1] == "ack_sent", 30, harness)
+    # Then each retry was claimed only after its not-before, never before
+    journal = queue.journal(flaky)
+    for i, entry in enumerate(journal):
+        if entry.event == "retry_scheduled":
+            next_claim = next(e for e in journal[i:] if e.event == "claimed")
+            waited = (next_claim.at - entry.at).total_seconds()
+            assert waited >= entry.data["delay_s"], (waited, entry.data)
+    names = [e.event for e in journal]
+    assert names.count("retry_scheduled") == 2 and names.count("claimed") == 3
+    assert names.count("published") == 3  # the dispatcher published each retry when due
+    assert harness.effects()[flaky] == 1
+    # and the hopeless job stopped after its 3 attempts, quarantined as exhausted
+    failed = queue.get(hopeless)
+    assert (failed.attempts, failed.failure) == (3, "exhausted")
+    assert [e.event for e in queue.journal(hopeless)].count("claimed") == 3
+    (message,) = quarantined_messages(harness.amqp_url, 1)
+    assert message["job_id"] == hopeless and message["reason"] == "rejected"
+
+
+# --- 4. invalid payload and permanent error -------------------------------------------------
+
+
+def test_invalid_and_permanent_are_quarantined_in_the_db_and_the_quarantine_queue(
+        harness: Harness) -> None:
+    # Given a job whose payload does not fit its task, and a poison job
+    queue = harness.queue()
+    queue.enqueue("bad-payload", {"n": "not a number"}, task="work")
+    queue.enqueue("poison", {"n": 1, "poison": True}, task="work")
+    harness.start("consume")
+    harness.start("dispatch")
+    # When they are delivered
+    wait_for("both nacked", lambda: all(
+        events(harness, j)[-1:] == ["ack_sent"] for j in ("bad-payload", "poison")), 30, harness)
+    # Then both are failed in the database with their reason
+    assert (queue.get("bad-payload").status, queue.get("bad-payload").failure) == \
+        ("failed", "invalid")
+    assert (queue.get("poison").status, queue.get("poison").failure) == ("failed", "permanent")
+    # and both messages sit in the quarantine queue, dead-lettered as rejected
+    messages = quarantined_messages(harness.amqp_url, 2)
+    assert sorted(m["job_id"] for m in messages) == ["bad-payload", "poison"]
+    for message in messages:
+        death = message["headers"]["x-death"][0]
+        assert death["reason"] == "rejected" and death["queue"] == TOPOLOGY.work_queue("jobs")
+    # and no retry loop formed: one claim each, quarantined before the nack, queue empty
+    for job_id in ("bad-payload", "poison"):
+        names = events(harness, job_id)
+        assert names.count("claimed") == 1 and names.count("received") == 1, names
+        assert names.index("quarantined") < names.index("ack_sent")
+        assert queue.journal(job_id)[-1].reason.startswith("nack requeue=false")
+    assert work_queue_depth(harness.amqp_url) == 0
+    assert harness.effects() == {}
+
+
+# --- 5. dispatcher killed between publish and mark ------------------------------------------
+
+
+def test_dispatcher_killed_between_publish_and_mark_publishes_twice_with_one_effect(
+        harness: Harness) -> None:
+    # Given five jobs and a dispatcher that dies after the confirms, before marking
+    ids = enqueue(harness, 5, prefix="outbox")
+    doomed = harness.start("dispatch", LEASEQ_TEST_KILL_BEFORE_MARK="1")
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    queue = harness.queue()
+    assert all(queue.get(i).published_at is None for i in ids)  # still owed
+    # When a second dispatcher publishes them again, and then a consumer runs
+    harness.start("dispatch")
+    wait_for("the second publish", lambda: all(queue.get(i).published_at for i in ids), 30,
+             harness)
+    harness.start("consume")
+    wait_for("both deliveries settled", lambda: all(
+        events(harness, i).count("ack_sent") == 2 for i in ids), 30, harness)
+    # Then each job got two deliveries, ran once and made one effect
+    for job_id in ids:
+        names = events(harness, job_id)
+        assert names.count("received") == 2 and names.count("claimed") == 1, names
+        assert names.count("result_saved") == 1
+    assert harness.effects() == {i: 1 for i in ids}
+    assert queue.counts() == {"done": 5}
+
+
+# --- 6. broker restart mid-run --------------------------------------------------------------
+
+
+def test_broker_restart_mid_run_loses_no_job(harness: Harness) -> None:
+    # Given 300 jobs being worked by two consumers and a dispatcher
+    enqueue(harness, 300, sleep_s=0.02)
+    harness.start("consume", "--concurrency", "4")
+    harness.start("consume", "--concurrency", "4")
+    harness.start("dispatch")
+    wait_for("a quarter done", lambda: harness.queue().counts().get("done", 0) >= 75, 60,
+             harness)
+    # When the broker stops mid-run and comes back
+    rabbitmqctl("stop_app")
+    try:
+        time.sleep(1)  # a real outage, however short: the clients must see the connection drop
+    finally:
+        rabbitmqctl("start_app")
+        rabbitmqctl("await_startup")
+    # Then consumers and dispatcher reconnect by themselves and every job gets done once
+    wait_for("300 jobs done", lambda: all_done(harness, 300), 90, harness)
+    assert harness.queue().counts() == {"done": 300}
+    effects = harness.effects()
+    assert len(effects) == 300 and max(effects.values()) == 1
+    assert all(p.poll() is None for p in harness.procs), "a process died instead of reconnecting"
+
+
+# --- topology start-up check ----------------------------------------------------------------
+
+
+def test_start_up_refuses_a_work_queue_declared_without_the_dead_letter_route(
+        amqp_url: str) -> None:
+    # Given the work queue declared earlier by someone else, without dead-letter arguments
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    conn.channel().queue_declare(TOPOLOGY.work_queue("jobs"), durable=True,
+                                 arguments={"x-queue-type": "quorum"})
+    conn.close()
+    # When leaseq starts on it / Then it refuses, naming the argument
+    with pytest.raises(TopologyError, match="x-dead-letter-exchange"):
+        declare_topology(["jobs"], amqp_url)
+
+
+def test_start_up_check_refuses_a_missing_dead_letter_exchange(amqp_url: str) -> None:
+    # Given a complete topology whose dead-letter exchange was then deleted
+    declare_topology(["jobs"], amqp_url)
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    conn.channel().exchange_delete(TOPOLOGY.dead_letter_exchange)
+    conn.close()
+    # When leaseq checks it without declaring / Then it refuses
+    with pytest.raises(TopologyError, match="dead-letter"):
+        declare_topology(["jobs"], amqp_url, declare=False)
+    # and declaring repairs it idempotently
+    declare_topology(["jobs"], amqp_url)
+    declare_topology(["jobs"], amqp_url, declare=False)
