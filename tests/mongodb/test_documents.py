@@ -279,3 +279,10 @@ def test_journal_entry_is_stamped_by_the_server():
     pipeline = D.journal_entry("q", "j", "claimed", {"attempt": 1, "reason": "$r"}, 0)
     fields = pipeline[0]["$set"]
     assert fields["at"] == NOW and fields["reason"] == {"$literal": "$r"}
+
+
+def test_mark_published_only_touches_due_unpublished_pending_jobs() -> None:
+    doc = D.unpublished(["a", "b"], 0.0)
+    assert doc["_id"] == {"$in": ["a", "b"]}
+    assert (doc["status"], doc["published_at"]) == ("pending", None)
+    assert doc["$or"] == D.outbox_due(0.0)["$or"]

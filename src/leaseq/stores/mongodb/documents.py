@@ -131,8 +131,12 @@ def outbox_due(offset_s: float) -> Doc:
     }
 
 
-def unpublished(job_ids: Sequence[str]) -> Doc:
-    return {"_id": {"$in": list(job_ids)}, "status": PENDING, "published_at": None}
+def unpublished(job_ids: Sequence[str], offset_s: float) -> Doc:
+    """Only due jobs: a stale dispatcher must not mark a retry that is not yet due (its message
+    would be acked as "not due" and nothing would publish it again)."""
+    due = outbox_due(offset_s)
+    return {"_id": {"$in": list(job_ids)}, "status": PENDING, "published_at": None,
+            "$or": due["$or"]}
 
 
 def operator_retryable(job_id: str) -> Doc:

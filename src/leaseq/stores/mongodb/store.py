@@ -445,7 +445,7 @@ class MongoStore(Store):
 
     @guarded
     def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
-        marked = self._move(queue, D.unpublished(job_ids), D.mark_published(self._off),
+        marked = self._move(queue, D.unpublished(job_ids, self._off), D.mark_published(self._off),
                             D.PENDING)
         self._log([(queue, d["_id"], "published", records.moved(d, None)) for d in marked])
         return len(marked)

@@ -165,6 +165,22 @@ class InspectionSuite:
         assert must_get(q, "first").published_at is not None
         assert "published" in events(q.journal("first"))
 
+    def test_a_stale_dispatcher_cannot_mark_a_retry_not_yet_due(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a job published, claimed, and sent back for a retry in ten minutes
+        q = leaseq_store.queue()
+        q.enqueue("j1", {})
+        assert q.mark_published(["j1"]) == 1
+        (job,) = q.claim(W1, lease_s=60)
+        q.retry_later(job, "flaky", delay_s=600)
+        # When a dispatcher that read the job before the claim confirms its old publish
+        marked = q.mark_published(["j1"])
+        # Then the not-yet-due retry is still owed: its own publish comes when it is due
+        assert marked == 0 and must_get(q, "j1").published_at is None
+        advance(leaseq_store.store, 601)
+        assert [j.id for j in q.outbox_due()] == ["j1"]
+
     @pytest.mark.parametrize("how", sorted(BACK_TO_PENDING))
     def test_every_return_to_pending_owes_a_new_publish(
         self, leaseq_store: FreshStore, how: str
