@@ -193,6 +193,8 @@ def _parse_payload(text: str | None) -> dict[str, Any]:
         data = json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+    except RecursionError:
+        raise click.BadParameter("nested too deeply to store", param_hint="--payload") from None
     if not isinstance(data, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     return data

@@ -72,6 +72,8 @@ def test_enqueue_checks_the_payload_against_the_app(
         (["enqueue", "--payload", "{}"], "Missing option '--task'"),
         (["enqueue", "--task", "t", "--payload", "{nope"], "not JSON"),
         (["enqueue", "--task", "t", "--payload", "[1]"], "must be a JSON object"),
+        (["enqueue", "--task", "t", "--payload", '{"a":' * 10_000 + "1" + "}" * 10_000],
+         "nested too deeply"),
         (["enqueue", "--task", "t", "--payload", "{}", "--delay-s", "-1"], "--delay-s"),
         (["enqueue", "--task", "t", "--payload", '{"id": 1}'], "reserved"),
         (["enqueue", "--task", "t", "--payload", "{}", "--queue", "no spaces"], "queue name"),

@@ -1,0 +1,33 @@
+"""The eleven scenarios of issue 7, in order: name → ``run(r: Run)``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from leaseq.testing.chaos import Run, Scenario
+
+TASKS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+_MODULES = (
+    ("01-sigkill-storm", "sc_storm"),
+    ("02-stale-worker", "sc_stale"),
+    ("03-heartbeat-starve", "sc_starvation"),
+    ("04-clock-skew", "sc_skew"),
+    ("05-db-restart", "sc_restart"),
+    ("06-poison", "sc_poison"),
+    ("07-producer-replay", "sc_replay"),
+    ("08-bad-input", "sc_badinput"),
+    ("09-secret-canaries", "sc_canaries"),
+    ("10-sigterm-drain", "sc_drain"),
+    ("11-model-stateful", "sc_model"),
+)
+
+
+def _lazy(module: str) -> Scenario:
+    def run(r: Run) -> None:
+        importlib.import_module(module).run(r)
+    return run
+
+
+SCENARIOS: dict[str, Scenario] = {name: _lazy(module) for name, module in _MODULES}

@@ -1,0 +1,149 @@
+"""The tasks the chaos scenarios' worker processes run: ``leaseq worker chaos_tasks:app``.
+
+Every handler that makes a side effect records it in the run's ledger (``$CHAOS_EFFECTS``)
+under its job id and effect name, so a repeat is counted. Policy comes from the environment
+the scenario gives the worker (this is a test fixture, built once per worker process):
+``CHAOS_LEASE_S`` (2), ``CHAOS_HEARTBEAT_S`` (lease / 4), ``CHAOS_MAX_ATTEMPTS`` (5),
+``CHAOS_BACKOFF_S`` (0.05). ``CHAOS_CLOCK_SKEW_S`` shifts this process's Python clock
+(``time.time``, ``datetime.now``) when libfaketime is not used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from leaseq import App, Job, Permanent, Retry
+from leaseq.testing.chaos import Ledger
+from leaseq.testing.harness import shifted_clock
+
+_SKEW = float(os.environ.get("CHAOS_CLOCK_SKEW_S", "0") or 0)
+_SHIFT = shifted_clock(_SKEW)  # kept referenced: collecting it would undo the shift
+if _SKEW:
+    _SHIFT.__enter__()  # for the life of this worker process
+
+LEASE_S = float(os.environ.get("CHAOS_LEASE_S", "2"))
+HEARTBEAT_S = float(os.environ.get("CHAOS_HEARTBEAT_S", str(LEASE_S / 4)))
+MAX_ATTEMPTS = int(os.environ.get("CHAOS_MAX_ATTEMPTS", "5"))
+BACKOFF_S = float(os.environ.get("CHAOS_BACKOFF_S", "0.05"))
+POLICY: dict[str, Any] = {"lease_s": LEASE_S, "heartbeat_every_s": HEARTBEAT_S,
+                          "max_attempts": MAX_ATTEMPTS, "backoff_base_s": BACKOFF_S,
+                          "backoff_cap_s": BACKOFF_S * 4}
+
+app = App(queues={"chaos": POLICY})
+_ledger: Ledger | None = None
+
+
+def ledger() -> Ledger:
+    global _ledger
+    if _ledger is None:
+        _ledger = Ledger(os.environ["CHAOS_EFFECTS"])
+    return _ledger
+
+
+def _worker() -> str:
+    return f"pid{os.getpid()}"
+
+
+@app.task(queue="chaos")
+def work(n: int, job: Job, sleep_s: float = 0.0) -> dict[str, int]:
+    """The healthy job: one effect, then a little work."""
+    ledger().record(job, "work", _worker())
+    if sleep_s:
+        time.sleep(sleep_s)
+    return {"n": n}
+
+
+@app.task(queue="chaos")
+def hold(n: int, job: Job, hold_s: float, watch: bool, then: str) -> dict[str, int]:
+    """Scenario 2: effect first, then hold the job (SIGSTOP lands here). ``watch`` ends the
+    hold as soon as the heartbeat finds the lease lost; ``then`` is ``complete`` or ``fail``."""
+    ledger().record(job, "work", _worker())
+    deadline = time.monotonic() + hold_s
+    while time.monotonic() < deadline and not (watch and job.lease_lost):
+        time.sleep(0.02)
+    if then == "fail":
+        raise Permanent("the stale worker gives up")
+    return {"n": n, "by": "stale"}
+
+
+@app.task(queue="chaos")
+def block(n: int, job: Job, kind: str, seconds: float) -> dict[str, int]:
+    """Scenario 3: hold the thread the way real handlers do for ``seconds``."""
+    ledger().record(job, "work", _worker())
+    deadline = time.monotonic() + seconds
+    if kind == "sleep":
+        time.sleep(seconds)
+    elif kind == "cpu":
+        x = 0
+        while time.monotonic() < deadline:
+            for i in range(10_000):
+                x += i * i
+    else:  # C calls that hold the GIL for a while each (big-integer arithmetic)
+        while time.monotonic() < deadline:
+            pow(3, 1_000_000)  # ~0.2 s each
+    return {"n": n}
+
+
+@app.task(queue="chaos")
+def clock(n: int, job: Job, sleep_s: float) -> dict[str, int]:
+    """Scenario 4: note this process's idea of the time, then work past a few beats."""
+    ledger().fact("clock", job.id, time.time())
+    ledger().record(job, "work", _worker())
+    time.sleep(sleep_s)
+    return {"n": n}
+
+
+@app.task(queue="chaos", max_attempts=3)
+def poison_raise(n: int, job: Job) -> None:
+    """Scenario 6: always fails; quarantined as exhausted after max_attempts claims."""
+    ledger().record(job, f"attempt-{job.attempts}", _worker())
+    raise RuntimeError(f"poison job {n} fails on every attempt")
+
+
+@app.task(queue="chaos", max_attempts=3)
+def poison_exit(n: int, job: Job) -> None:
+    """Scenario 6: kills its worker process; quarantined as expired after max_attempts."""
+    ledger().record(job, f"attempt-{job.attempts}", _worker())
+    os._exit(3)
+
+
+@app.task(queue="chaos", max_attempts=20)
+def sturdy(n: int, job: Job, sleep_s: float = 0.0) -> dict[str, int]:
+    """Scenario 6's healthy job: enough attempts that crashes of its neighbours never spend
+    them all, so a healthy job in quarantine would be a real fault."""
+    ledger().record(job, "work", _worker())
+    if sleep_s:
+        time.sleep(sleep_s)
+    return {"n": n}
+
+
+@app.task(queue="chaos")
+def drain(n: int, job: Job, seconds: float) -> dict[str, int]:
+    """Scenario 10: cooperative: stops early when the lease is gone (given back at shutdown),
+    and makes its effect only when it finished its work. ``CHAOS_DRAIN_FAST``: no dawdling."""
+    deadline = time.monotonic() + (0.05 if os.environ.get("CHAOS_DRAIN_FAST") else seconds)
+    while time.monotonic() < deadline:
+        if job.lease_lost:
+            raise Retry("given back", delay_s=0)
+        time.sleep(0.02)
+    ledger().record(job, "work", _worker())
+    return {"n": n}
+
+
+@app.task(queue="chaos")
+def echo(job: Job, **fields: Any) -> None:
+    """Scenarios 8 and 9: any payload; nothing returned, nothing logged."""
+    ledger().record(job, "work", _worker())
+
+
+@app.task(queue="chaos", max_attempts=2)
+def secretive(token: str, job: Job, mode: str = "retry") -> None:
+    """Scenario 9: a payload holding a secret; the handler fails without echoing it."""
+    ledger().record(job, f"attempt-{job.attempts}", _worker())
+    if mode == "retry":
+        raise Retry("upstream said 503", delay_s=0)
+    if mode == "crash":
+        raise ValueError("could not parse the upstream answer")
+    raise Permanent("account closed")
