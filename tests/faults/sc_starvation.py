@@ -23,8 +23,10 @@ def run(r: Run) -> None:
                            task="block") for k, i in enumerate(ids)])
     ledger = r.ledger()
     env = {"CHAOS_LEASE_S": str(LEASE_S), "CHAOS_HEARTBEAT_S": str(HEARTBEAT_S)}
-    workers = [r.worker(f"w{k}", concurrency=per_kind * 3 // 2 + 1, env=env).start()
-               for k in range(2)]
+    # At most 8 slots a process: dozens of CPU-bound threads in one process starve every
+    # thread of the GIL (a convoy), the finishing writes included; such work wants processes.
+    slots = min(per_kind * 3 // 2 + 1, 8)
+    workers = [r.worker(f"w{k}", concurrency=slots, env=env).start() for k in range(2)]
     # A sweeper of our own, as often as we like: it would reclaim any lapsed lease.
     stop = threading.Event()
     reclaimed = [0, 0]
