@@ -1,12 +1,19 @@
 """PostgreSQL-specific: concurrent enqueues of the same new ids. (Store-specific because the
-race is in this store's own mechanism: INSERT … ON CONFLICT DO NOTHING, then decide again
-under the winner's row lock, all under a savepoint.)"""
+race is in this store's own mechanism: the one-statement enqueue fails on the unique index
+when another enqueue inserted one of its ids first, and the careful path — INSERT … ON
+CONFLICT DO NOTHING, then decide again under the winner's row lock, under a savepoint —
+decides the whole batch again.)"""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
+import psycopg
+import pytest
+
+from leaseq.errors import JobConflict
 from leaseq.stores.postgres import PostgresStore
 
 THREADS = 8
@@ -45,3 +52,68 @@ def test_racing_enqueues_of_the_same_ids_create_each_job_once(store: PostgresSto
     assert set(outcomes) <= {"created", "unchanged"}
     assert q.counts() == {"pending": IDS}
     assert all(len(q.journal(f"job-{i:04d}")) == 1 for i in range(0, IDS, 17))
+
+
+def _blocked_enqueue(store: PostgresStore, pg_url: str,
+                     payload: dict[str, int]) -> dict[str, object]:
+    """Enqueue ["a", "b"] while another transaction holds an uncommitted insert of "b"
+    (``payload``); commit that insert once the enqueue waits on it."""
+    q = store.queue("race")
+    payload = q.spec("b", payload).payload_json
+    schema = store.options.schema
+    box: dict[str, object] = {}
+    with psycopg.connect(pg_url) as other:
+        other.execute(f'INSERT INTO "{schema}".jobs (queue, id, status, payload, max_attempts, '
+                      "lease_until, created_at, updated_at, first_seen_at) VALUES ('race', 'b', "
+                      "'pending', %s, 5, now(), now(), now(), now())", [payload])
+
+        def enqueue() -> None:
+            try:
+                box["results"] = q.enqueue_many([q.spec("a", {"v": 1}), q.spec("b", {"v": 1})])
+            except BaseException as exc:
+                box["error"] = exc
+
+        thread = threading.Thread(target=enqueue)
+        thread.start()
+        _until_waiting_on_a_lock(pg_url, other.info.backend_pid)
+        other.commit()
+        thread.join(30)
+    return box
+
+
+def _until_waiting_on_a_lock(pg_url: str, holder_pid: int) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY("
+                               "pg_blocking_pids(pid))", [holder_pid]).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.005)
+    pytest.fail("the enqueue never waited on the concurrent insert")
+
+
+def test_an_insert_race_lost_to_the_same_payload_is_a_replay(
+        store: PostgresStore, pg_url: str) -> None:
+    # Given an enqueue of a and b that runs into another producer's uncommitted b
+    # When that producer commits b with the same payload
+    box = _blocked_enqueue(store, pg_url, {"v": 1})
+    # Then a is created and b is a replay of the winner's job
+    assert "error" not in box
+    assert [(r.job_id, r.outcome.value) for r in box["results"]] == [  # type: ignore[attr-defined]
+        ("a", "created"), ("b", "unchanged")]
+    q = store.queue("race")
+    assert q.counts() == {"pending": 2}
+    assert [e.event for e in q.journal("a")] == ["enqueued"]
+
+
+def test_an_insert_race_lost_to_another_payload_raises_and_writes_nothing(
+        store: PostgresStore, pg_url: str) -> None:
+    # Given an enqueue of a and b that runs into another producer's uncommitted b
+    # When that producer commits b with another payload
+    box = _blocked_enqueue(store, pg_url, {"v": 2})
+    # Then the enqueue raises the conflict, and a was not written either
+    assert isinstance(box.get("error"), JobConflict)
+    q = store.queue("race")
+    assert q.get("a") is None and q.journal("a") == []
+    assert q.get("b").payload == {"v": 2}

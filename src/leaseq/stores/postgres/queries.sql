@@ -13,6 +13,49 @@ SELECT {now} AS now;
 -- name: queues
 SELECT DISTINCT queue FROM {jobs} ORDER BY queue;
 
+-- The common enqueue in one statement: ids that do not exist yet are inserted with their
+-- journal rows and one NOTIFY (delivered at commit); exact replays (`unchanged`, the same rule
+-- as decide_upsert, needing no lock since nothing is written for them) are reported. When any
+-- existing id needs more (conflict, update, revive), nothing is written and the caller takes
+-- the careful path. The INSERT has no ON CONFLICT on purpose: an id a concurrent enqueue
+-- inserted after this statement's snapshot raises unique_violation, which aborts the whole
+-- statement (no half-written batch) and sends the caller to the careful path too.
+-- Each id is looked up in a sub-select of its own, planned for one id: a primary-key lookup
+-- whatever the statistics say (a join, as a generic plan on a young table, would rather read
+-- the whole queue). `unchanged` is NULL for an id not stored; OFFSET 0 keeps the CTE whole so
+-- each lookup runs once. Never prepared, as it also runs on callers' own connections (whose
+-- plan_cache_mode is theirs): a generic plan made while the table is young would do each lookup
+-- as a sequential scan and keep doing so as the table grows (see _configure in session.py).
+-- The last SELECT reads `note` so that the NOTIFY is evaluated.
+-- name: enqueue_fast
+WITH u AS (
+    SELECT u.*, (SELECT CASE WHEN u.revision IS NOT NULL
+                             THEN coalesce(j.revision = u.revision, false)
+                             ELSE j.payload::text = u.payload END
+                 FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = u.id) AS unchanged
+    FROM unnest(%(ids)s::text[], %(tasks)s::text[], %(payloads)s::text[],
+                %(revisions)s::text[], %(delays)s::float8[], %(max_attempts)s::integer[],
+                %(data)s::text[]) WITH ORDINALITY
+        AS u(id, task, payload, revision, delay_s, max_attempts, data, n)
+    OFFSET 0),
+new AS (
+    SELECT * FROM u
+    WHERE unchanged IS NULL AND NOT EXISTS (SELECT 1 FROM u WHERE NOT unchanged)),
+ins AS (
+    INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
+                        lease_epoch, revision, created_at, updated_at, first_seen_at)
+    SELECT %(queue)s, id, task, 'pending', payload::json, 0, max_attempts,
+           {now} + make_interval(secs => delay_s), 0, revision, {now}, {now}, {now}
+    FROM new ORDER BY id),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, reason, data)
+    SELECT %(queue)s, id, {now}, 'enqueued', 'created', data::json FROM new ORDER BY n),
+note AS (
+    SELECT pg_notify(%(channel)s, %(queue)s) WHERE EXISTS (SELECT 1 FROM new))
+SELECT id, unchanged FROM u WHERE unchanged IS NOT NULL
+UNION ALL
+SELECT NULL, NULL FROM note;
+
 -- Locks the existing rows of one enqueue batch (in id order, so two batches can't deadlock).
 -- name: find_existing
 SELECT id, status, payload::text AS payload, revision FROM {jobs}
@@ -403,11 +446,12 @@ WHERE queue = %(queue)s AND status = 'pending' AND published_at IS NULL
   AND attempts < max_attempts AND lease_until <= (SELECT {now})
 ORDER BY lease_until, id LIMIT %(limit)s;
 
+-- Only a due job: a stale dispatcher's confirmation must not mark a retry not yet due.
 -- name: mark_published
 WITH marked AS (
     UPDATE {jobs} SET published_at = {now}
     WHERE queue = %(queue)s AND status = 'pending' AND published_at IS NULL
-      AND id = ANY(%(ids)s::text[])
+      AND lease_until <= {now} AND id = ANY(%(ids)s::text[])
     RETURNING queue, id, attempts, lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch)

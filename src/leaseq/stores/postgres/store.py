@@ -9,14 +9,18 @@ Timestamps come from the server (``now()``). A lost connection is retried with b
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.errors import UniqueViolation
+from psycopg.rows import dict_row, tuple_row
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
@@ -29,9 +33,10 @@ from leaseq.job import (
     OnConflict,
     Outcome,
 )
-from leaseq.stores.base import Store, decide_upsert
+from leaseq.stores.base import Store
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
+from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
 from leaseq.stores.sql import load_queries, migrations
 
@@ -39,9 +44,13 @@ from leaseq.stores.sql import load_queries, migrations
 NOW = "(now() + make_interval(secs => %(off)s))"
 STALE_REASON = "stale revision: the payload changed while this attempt ran"
 _SAVEPOINT = "leaseq_enqueue"
+T = TypeVar("T")
 FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 #: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
-_INSERT_RACES = 5
+#: Every loss means a competing transaction committed (its rows are then seen and decided like
+#: any existing job), so losses are bounded by the number of concurrent producers of the same
+#: new ids; 64 leaves room for dozens of them.
+_INSERT_RACES = 64
 
 
 class PostgresStore(Store):
@@ -55,6 +64,7 @@ class PostgresStore(Store):
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal")
+        self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
         self._session.first_use(self._migrate_in)
@@ -73,8 +83,26 @@ class PostgresStore(Store):
             cur.execute(self.queries[name], params)
             return cur.fetchall() if cur.description else []
 
+    def _tuples(self, conn: psycopg.Connection, name: str, prepare: bool = True,
+                **params: Any) -> tuple[dict[str, int], list[tuple[Any, ...]]]:
+        """Rows as tuples, by default prepared on the server: the hot paths (claim, finishes,
+        enqueue). Returns the column positions too, read from the description once per query."""
+        params["off"] = float(self.time_offset_s)
+        with conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(self.queries[name], params, prepare=prepare)
+            rows = cur.fetchall() if cur.pgresult and cur.pgresult.nfields else []
+            cols = self._columns.get(name)
+            if cols is None and cur.description:
+                cols = self._columns[name] = {c.name: i for i, c in enumerate(cur.description)}
+            return cols or {}, rows
+
+    def _jobs(self, conn: psycopg.Connection, name: str, **params: Any) -> list[Job]:
+        cols, rows = self._tuples(conn, name, **params)
+        return _jobs(cols, rows)
+
     def _read(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        return self._session.run(lambda conn: self._rows(conn, name, **params), retry_commit=True)
+        return self._session.run(lambda conn: self._rows(conn, name, **params),
+                                 retry_commit=True, single=True)
 
     def _exec(self, conn: psycopg.Connection, name: str, **params: Any) -> None:
         """Send a statement whose rows are not needed (in a pipeline: without waiting)."""
@@ -126,14 +154,22 @@ class PostgresStore(Store):
     def drop(self) -> None:
         self._listener.close()
         self._session.run(lambda conn: conn.execute(
-            f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"))
+            f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"), single=True)
 
     # --- producers -------------------------------------------------------------------------
 
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec], on_conflict: OnConflict = "raise",
                      connection: Any = None) -> list[EnqueueResult]:
+        _check_text(specs)
         if connection is None:
-            return self._session.run(lambda conn: self._enqueue(conn, queue, specs, on_conflict))
+            # New ids and exact replays: one autocommitted statement. Anything else: the
+            # careful path, in a transaction of its own (the fast try wrote nothing then).
+            results = self._session.run(lambda conn: self._enqueue_fast(conn, queue, specs),
+                                        single=True)
+            if results is not None:
+                return results
+            return self._session.run(
+                lambda conn: self._enqueue(conn, queue, specs, on_conflict, fast=False))
         if not isinstance(connection, psycopg.Connection):
             raise TypeError("connection= must be a psycopg.Connection on the PostgreSQL store")
         idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -143,17 +179,19 @@ class PostgresStore(Store):
         return self._enqueue(connection, queue, specs, on_conflict)
 
     def _enqueue(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
-                 on_conflict: OnConflict) -> list[EnqueueResult]:
+                 on_conflict: OnConflict, fast: bool = True) -> list[EnqueueResult]:
         """Enqueue inside ``conn``'s transaction, under a savepoint: a conflict or an error
         undoes only this call (the caller's transaction stays usable), and a lost insert race
         is decided again with the winner's row locked."""
-        for spec in specs:
-            if "\x00" in (spec.task or "") + (spec.revision or ""):
-                raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
+        _check_text(specs)
         for _ in range(_INSERT_RACES):
             conn.execute(f"SAVEPOINT {_SAVEPOINT}")
             try:
-                results = self._enqueue_once(conn, queue, specs, on_conflict)
+                results = self._enqueue_fast(conn, queue, specs) if fast else None
+                if results is None:
+                    # The fast try wrote nothing, or failed on a raced id: start clean.
+                    conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                    results = self._enqueue_once(conn, queue, specs, on_conflict)
             except BaseException:
                 if not conn.broken:
                     conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
@@ -162,15 +200,43 @@ class PostgresStore(Store):
                 conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
                 return results
             conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+            fast = False
+            time.sleep(random.uniform(0, 0.002))  # de-synchronise producers racing in step
         raise StoreUnavailable(f"queue {queue!r}: enqueue kept racing concurrent inserts of "
                                "the same ids; try again")
+
+    def _enqueue_fast(self, conn: psycopg.Connection, queue: str,
+                      specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """The one-statement enqueue (see ``enqueue_fast`` in queries.sql); None, having
+        written nothing, when the careful path must decide: an id repeats in the batch, an
+        existing job would change or conflict, or a concurrent enqueue inserted one of ours."""
+        ids = [s.job_id for s in specs]
+        if not specs or len(set(ids)) != len(ids):
+            return None
+        try:
+            _, rows = self._tuples(  # not prepared: see enqueue_fast in queries.sql
+                conn, "enqueue_fast", prepare=False, queue=queue,
+                channel=self.options.channel, ids=ids,
+                tasks=[s.task for s in specs], payloads=[s.payload_json for s in specs],
+                revisions=[s.revision for s in specs],
+                delays=[float(s.delay_s) for s in specs],
+                max_attempts=[s.max_attempts for s in specs],
+                data=[json.dumps({"revision": s.revision}) if s.revision else None
+                      for s in specs])
+        except UniqueViolation:
+            return None
+        unchanged = {job_id for job_id, same in rows if job_id is not None and same}
+        if len(unchanged) < sum(job_id is not None for job_id, _ in rows):
+            return None
+        return [EnqueueResult(i, Outcome.UNCHANGED if i in unchanged else Outcome.CREATED)
+                for i in ids]
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
                       on_conflict: OnConflict) -> list[EnqueueResult] | None:
         """One try; None when a concurrent enqueue inserted one of our new ids first."""
         ids = sorted({s.job_id for s in specs})
         rows = {r["id"]: r for r in self._rows(conn, "find_existing", queue=queue, ids=ids)}
-        plan = _Plan(queue)
+        plan = EnqueuePlan(queue)
         for spec in specs:
             plan.decide(spec, rows.get(spec.job_id), on_conflict)
             rows.setdefault(spec.job_id, plan.inserted_row(spec))
@@ -183,7 +249,7 @@ class PostgresStore(Store):
         self._write_plan(conn, plan)
         return plan.results
 
-    def _write_plan(self, conn: psycopg.Connection, plan: _Plan) -> None:
+    def _write_plan(self, conn: psycopg.Connection, plan: EnqueuePlan) -> None:
         if not plan.journal:
             return
         with conn.pipeline():
@@ -197,45 +263,59 @@ class PostgresStore(Store):
     def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
         # Safe to retry even when the commit's fate is unknown: a claim that did commit only
         # holds its jobs until their lease runs out, then they are claimed again.
-        rows = self._session.run(lambda conn: self._rows(
+        return self._session.run(lambda conn: self._jobs(
             conn, "claim", queue=queue, worker_id=_text(worker_id), limit=limit,
-            lease_s=lease_s), retry_commit=True)
-        return [_job(r) for r in rows]
+            lease_s=lease_s), retry_commit=True, single=True)
 
     def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
-        rows = self._session.run(lambda conn: self._rows(
+        jobs = self._session.run(lambda conn: self._jobs(
             conn, "claim_id", queue=queue, id=job_id, worker_id=_text(worker_id),
-            lease_s=lease_s), retry_commit=True)
-        return _job(rows[0]) if rows else None
+            lease_s=lease_s), retry_commit=True, single=True)
+        return jobs[0] if jobs else None
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
         if not leases:
             return []
-        rows = self._session.run(lambda conn: self._rows(
+        _, rows = self._session.run(lambda conn: self._tuples(
             conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
             epochs=[lease.lease_epoch for lease in leases], lease_s=lease_s),
-            retry_commit=True)
-        held = {(r["id"], r["lease_epoch"]) for r in rows}
+            retry_commit=True, single=True)
+        held = set(rows)  # (id, lease_epoch)
         return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
 
     def _finish(self, queue: str, lease: Lease, name: str, then: FollowUps = (),
                 **params: Any) -> Job:
-        """Run one fenced finish; follow-ups only when the job really finished."""
-        def work(conn: psycopg.Connection) -> Job:
-            rows = self._rows(conn, name, queue=queue, id=lease.job_id,
-                              lease_epoch=lease.lease_epoch, stale_reason=STALE_REASON, **params)
+        """Run one fenced finish; follow-ups only when the job really finished. Without
+        follow-ups it is one autocommitted statement."""
+        def work(conn: psycopg.Connection) -> tuple[Job, bool]:
+            cols, rows = self._tuples(conn, name, queue=queue, id=lease.job_id,
+                                      lease_epoch=lease.lease_epoch, stale_reason=STALE_REASON,
+                                      **params)
             if not rows:
                 raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
-            row = rows[0]
-            if row["was_stale"]:
-                self._notify(conn, queue)  # snoozed instead: ready again at once
-                return _job(row)
+            job = _jobs(cols, rows)[0]
+            if rows[0][cols["was_stale"]]:
+                return job, True  # snoozed instead: ready again at once
             for next_queue, specs in then:
                 self._enqueue(conn, next_queue, specs, "keep")
-            if row["status"] == "pending" and not params.get("delay_s"):
+            return job, job.status == "pending" and not params.get("delay_s")
+        if then:
+            return self._session.run(lambda conn: self._notify_if(conn, queue, *work(conn)))
+        return self._session.run(lambda conn: self._wake_after(conn, queue, *work(conn)),
+                                 single=True)
+
+    def _notify_if(self, conn: psycopg.Connection, queue: str, job: T, wake: bool) -> T:
+        if wake:
+            self._notify(conn, queue)
+        return job
+
+    def _wake_after(self, conn: psycopg.Connection, queue: str, job: T, wake: bool) -> T:
+        """NOTIFY after an autocommitted finish. The finish has committed and a wake-up is
+        only a hint (workers also poll), so failing to send it must not fail the finish."""
+        if wake:
+            with suppress(psycopg.Error):
                 self._notify(conn, queue)
-            return _job(row)
-        return self._session.run(work)
+        return job
 
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
                  result_key: str | None = None,
@@ -247,20 +327,19 @@ class PostgresStore(Store):
                       ) -> list[Job | LeaseLost]:
         if not items:
             return []
-        def work(conn: psycopg.Connection) -> list[dict[str, Any]]:
-            rows = self._rows(
+        def work(conn: psycopg.Connection) -> dict[str, Job]:
+            cols, rows = self._tuples(
                 conn, "complete_many", queue=queue,
                 ids=[lease.job_id for lease, *_ in items],
                 epochs=[lease.lease_epoch for lease, *_ in items],
                 statuses=[status for _, _, status, _ in items],
                 results=[result for _, result, _, _ in items],
                 result_keys=[key for *_, key in items], stale_reason=STALE_REASON)
-            if any(r["was_stale"] for r in rows):
-                self._notify(conn, queue)  # snoozed instead: ready again at once
-            return rows
-        by_id = {r["id"]: r for r in self._session.run(work)}
-        return [_job(by_id[lease.job_id]) if lease.job_id in by_id
-                else LeaseLost(queue, lease.job_id, lease.lease_epoch)
+            stale = cols.get("was_stale", -1)
+            by_id = {job.id: job for job in _jobs(cols, rows)}
+            return self._wake_after(conn, queue, by_id, any(r[stale] for r in rows))
+        by_id = self._session.run(work, single=True)
+        return [by_id.get(lease.job_id) or LeaseLost(queue, lease.job_id, lease.lease_epoch)
                 for lease, *_ in items]
 
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
@@ -292,7 +371,7 @@ class PostgresStore(Store):
             return 0
         return self._session.run(lambda conn: self._count(
             conn, "purge", queue=queue, statuses=list(older_than_s),
-            ages=[float(v) for v in older_than_s.values()]))
+            ages=[float(v) for v in older_than_s.values()]), single=True)
 
     # --- operators -------------------------------------------------------------------------
 
@@ -322,7 +401,8 @@ class PostgresStore(Store):
         if not job_ids:
             return 0
         return self._session.run(lambda conn: self._count(
-            conn, "mark_published", queue=queue, ids=list(job_ids)), retry_commit=True)
+            conn, "mark_published", queue=queue, ids=list(job_ids)), retry_commit=True,
+            single=True)
 
     # --- inspection ------------------------------------------------------------------------
 
@@ -354,7 +434,7 @@ class PostgresStore(Store):
         self._session.run(lambda conn: self._exec(
             conn, "record", queue=queue, id=job_id, event=event, attempt=attempt,
             lease_epoch=lease_epoch, worker_id=_text(worker_id), reason=_text(reason),
-            data=json.dumps(dict(data)) if data else None))
+            data=json.dumps(dict(data)) if data else None), single=True)
 
     # --- wake-ups --------------------------------------------------------------------------
 
@@ -368,64 +448,10 @@ class PostgresStore(Store):
         return super().wait_for_work(queues, left)
 
 
-class _Plan:
-    """What one enqueue batch will write, decided under the batch's row locks."""
-
-    def __init__(self, queue: str):
-        self.queue = queue
-        self.results: list[EnqueueResult] = []
-        self.conflicts: list[str] = []
-        self.inserts: list[JobSpec] = []
-        self.updates: list[tuple[str, dict[str, Any]]] = []
-        self.journal: list[tuple[str, str, str | None]] = []
-
-    def decide(self, spec: JobSpec, old: dict[str, Any] | None, on_conflict: OnConflict) -> None:
-        if old is None:
-            outcome = Outcome.CREATED
-            self.inserts.append(spec)
-        else:
-            outcome = decide_upsert(old["status"], old["payload"], old["revision"], spec,
-                                    on_conflict)
-            self._update(spec, old, outcome)
-        if outcome is Outcome.CONFLICT:
-            self.conflicts.append(spec.job_id)
-        elif outcome is not Outcome.UNCHANGED:
-            data = json.dumps({"revision": spec.revision}) if spec.revision else None
-            self.journal.append((spec.job_id, outcome.value, data))
-        self.results.append(EnqueueResult(spec.job_id, outcome))
-
-    def _update(self, spec: JobSpec, old: dict[str, Any], outcome: Outcome) -> None:
-        """Queue the write for an existing row, and track its new state for later specs of
-        the same id in this batch."""
-        if outcome is Outcome.REVIVED:
-            name = "revive_job"
-            old["status"] = "pending"
-        elif outcome is Outcome.UPDATED:
-            name = "mark_stale" if old["status"] == "processing" else "update_pending"
-        else:
-            return
-        old.update(payload=spec.payload_json, revision=spec.revision)
-        self.updates.append((name, {
-            "queue": self.queue, "id": spec.job_id, "task": spec.task,
-            "payload": spec.payload_json, "revision": spec.revision,
-            "delay_s": spec.delay_s, "max_attempts": spec.max_attempts}))
-
-    @staticmethod
-    def inserted_row(spec: JobSpec) -> dict[str, Any]:
-        return {"status": "pending", "payload": spec.payload_json, "revision": spec.revision}
-
-    def insert_columns(self) -> dict[str, Any]:
-        specs = self.inserts
-        return {"queue": self.queue, "ids": [s.job_id for s in specs],
-                "tasks": [s.task for s in specs], "payloads": [s.payload_json for s in specs],
-                "revisions": [s.revision for s in specs],
-                "delays": [float(s.delay_s) for s in specs],
-                "max_attempts": [s.max_attempts for s in specs]}
-
-    def journal_columns(self) -> dict[str, Any]:
-        ids, reasons, data = zip(*self.journal, strict=True)
-        return {"queue": self.queue, "ids": list(ids), "reasons": list(reasons),
-                "data": list(data)}
+def _check_text(specs: Sequence[JobSpec]) -> None:
+    for spec in specs:
+        if "\x00" in (spec.task or "") + (spec.revision or ""):
+            raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
 
 
 def _text(value: str | None) -> str | None:
@@ -438,16 +464,20 @@ def _dt(value: datetime | None) -> datetime | None:
 
 
 def _job(row: dict[str, Any]) -> Job:
-    return Job(
-        id=row["id"], queue=row["queue"], status=row["status"], payload=row["payload"],
-        task=row["task"], attempts=row["attempts"], max_attempts=row["max_attempts"],
-        lease_until=_dt(row["lease_until"]), lease_epoch=row["lease_epoch"],
-        worker_id=row["worker_id"], error=row["error"], failure=row["failure"],
-        revision=row["revision"], stale=bool(row["stale"]), result=row["result"],
-        result_key=row["result_key"], created_at=_dt(row["created_at"]),
-        updated_at=_dt(row["updated_at"]), first_seen_at=_dt(row["first_seen_at"]),
-        published_at=_dt(row["published_at"]),
-    )
+    return Job(*(_dt(row[f]) if f in _TIMES else row[f] for f in _FIELDS))
+
+
+#: Job's fields in the order of its constructor; the timestamps among them.
+_FIELDS = tuple(f.name for f in dataclasses.fields(Job) if f.name != "lease_lost")
+_TIMES = frozenset(("lease_until", "created_at", "updated_at", "first_seen_at", "published_at"))
+
+
+def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
+    """Jobs from tuple rows, the column positions looked up once per batch, not per row."""
+    if not rows:
+        return []
+    at = [(cols[f], f in _TIMES) for f in _FIELDS]
+    return [Job(*[_dt(row[i]) if t else row[i] for i, t in at]) for row in rows]
 
 
 def _entry(row: dict[str, Any]) -> JournalEntry:

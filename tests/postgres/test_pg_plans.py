@@ -1,0 +1,33 @@
+"""PostgreSQL-specific: no statement keeps a plan made while the table was young.
+
+(Store-specific because plan caching is PostgreSQL's.) A generic plan is made once per
+prepared statement; made over an empty table (a worker polling before any job exists) it
+picks sequential scans and keeps them as the queue grows — claims ran 60x slower until
+autovacuum's next ANALYZE. The store's connections plan every run instead.
+"""
+
+from __future__ import annotations
+
+from leaseq.stores.postgres import PostgresStore
+
+
+def test_hot_statements_never_run_a_generic_plan(store: PostgresStore) -> None:
+    # Given a worker that polled an empty queue many times, then finished a trickle of jobs
+    q = store.queue("young")
+    for _ in range(12):
+        assert q.claim("w1") == []
+    for i in range(12):
+        q.enqueue(f"t{i}", {"i": i})
+        jobs = q.claim("w1")
+        store.heartbeat_many("young", [job.lease for job in jobs], 30)
+        store.complete_many("young", [(job.lease, None, "done", None) for job in jobs])
+    # When the queue then grows
+    q.enqueue_many([q.spec(f"j{i}", {"i": i}) for i in range(2000)])
+    (job,) = q.claim("w1", limit=1)
+    q.complete(job)
+    # Then every statement the store prepared was planned for the rows it met, each run
+    rows = store._session.run(lambda conn: conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements").fetchall(),
+        single=True)
+    assert rows, "the hot statements are prepared"
+    assert all(generic == 0 for generic, _ in rows)
