@@ -228,6 +228,11 @@ class Queue:
     def outbox_due(self, limit: int = 100) -> list[Job]:
         return self.store.outbox_due(self.name, limit)
 
+    def republish(self, published_before_s: float) -> int:
+        """Owe a new publish for pending jobs published more than this many seconds ago."""
+        return self.store.republish(self.name, validate.delay_s(published_before_s,
+                                                                  "published_before_s"))
+
     def mark_published(self, job_ids: Iterable[str]) -> int:
         ids = list(job_ids)
         return self.store.mark_published(self.name, ids) if ids else 0

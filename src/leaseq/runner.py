@@ -207,6 +207,29 @@ class Runner:
             self.metrics.lease_lost(item.queue.name)
 
 
+class LoopThread:
+    """One event loop for every ``async def`` handler, in its own daemon thread, started on
+    first use (a worker with only sync tasks never starts it)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="leaseq-async",
+                                 daemon=True).start()
+            return self._loop
+
+    def stop(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+
 class _Invalid(Exception):
     """The job cannot run here: unknown task or a payload that does not fit."""
 

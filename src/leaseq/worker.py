@@ -28,7 +28,7 @@ from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost
 from leaseq.metrics import Metrics
 from leaseq.queue import Queue
-from leaseq.runner import InFlight, Runner
+from leaseq.runner import InFlight, LoopThread, Runner
 
 log = logging.getLogger("leaseq.worker")
 
@@ -121,7 +121,7 @@ class Worker:
         self._rotation = 0
         self._pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = LoopThread()
 
     def __repr__(self) -> str:
         return f"<Worker {self.worker_id} queues={[q.name for q in self.queues]}>"
@@ -252,7 +252,7 @@ class Worker:
         future: Future[Any]
         if task is not None and task.is_async:
             coro = self._runner.run_async(item, self._finish_off_loop)
-            future = asyncio.run_coroutine_threadsafe(coro, self._event_loop())
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
         else:
             future = self._pool.submit(self._runner.run_sync, item)  # type: ignore[union-attr]
         item.future = future
@@ -285,14 +285,6 @@ class Worker:
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
         self._completer = self._runner.completer = Completer()
         self._heartbeat.start()
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="leaseq-async",
-                                 daemon=True).start()
-            return self._loop
 
     def _drain(self) -> None:
         """Let in-flight jobs finish within ``grace_s``, then give the rest back (snooze,
@@ -330,8 +322,7 @@ class Worker:
         for pool in (self._pool, self._finisher):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop.stop()
         if self._completer is not None:
             self._completer.close()
 

@@ -286,3 +286,10 @@ def test_mark_published_only_touches_due_unpublished_pending_jobs() -> None:
     assert doc["_id"] == {"$in": ["a", "b"]}
     assert (doc["status"], doc["published_at"]) == ("pending", None)
     assert doc["$or"] == D.outbox_due(0.0)["$or"]
+
+
+def test_republish_clears_the_mark_of_pending_jobs_published_long_ago() -> None:
+    doc = D.published_before(300.0, 0.0)
+    assert (doc["status"], doc["published_at"]) == ("pending", {"$type": "date"})
+    assert doc["$expr"] == {"$lt": ["$published_at", D.now(0.0, -300.0)]}
+    assert D.unpublish() == [{"$set": {"published_at": None}}]

@@ -144,5 +144,23 @@ def quarantine(amqp_url: str, queue: str, prefix: str, limit: int) -> None:
                    f"×{item['count']} (then `leaseq inspect {item['job_id']}`)")
 
 
+@rabbitmq.command("republish")
+@_url
+@click.option("--queue", "queues", multiple=True, help="A leaseq queue (repeatable; default: "
+              "every queue).")
+@click.option("--older-than-s", type=click.FloatRange(0), required=True,
+              help="Owe a new publish for pending jobs published more than S seconds ago.")
+def republish(url: str, queues: tuple[str, ...], older_than_s: float) -> None:
+    """After a broker lost messages (a purged or lost queue): pending jobs published long ago
+    are published again by the dispatcher. A job that still had its message gets a second
+    one, which its claim makes harmless."""
+    try:
+        store = _store(url)
+        for name in list(queues) or store.queues():
+            click.echo(f"{name}: {store.queue(name).republish(older_than_s)} job(s) owed again")
+    except LeaseqError as exc:
+        raise _fail(exc) from None
+
+
 if __name__ == "__main__":  # python -m leaseq.delivery.cli …
     rabbitmq()

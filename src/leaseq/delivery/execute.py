@@ -21,7 +21,7 @@ from leaseq.errors import StoreUnavailable
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost
 from leaseq.metrics import Metrics
-from leaseq.runner import InFlight, Runner
+from leaseq.runner import InFlight, LoopThread, Runner
 
 if TYPE_CHECKING:
     from leaseq.app import App
@@ -40,7 +40,7 @@ class AppExecutor:
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
         self._started = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = LoopThread()
 
     def __call__(self, job: Job) -> Job:
         """Run ``job`` (claimed by the caller) and return its record after the outcome was
@@ -66,11 +66,10 @@ class AppExecutor:
 
     def close(self) -> None:
         with self._lock:
-            started, loop = self._started, self._loop
+            started = self._started
         if started:
             self._heartbeat.stop()
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+        self._loop.stop()
 
     def _in_flight_item(self, job: Job) -> InFlight:
         queue = self.app.queue(job.queue)
@@ -86,21 +85,12 @@ class AppExecutor:
         if item.task is None or not item.task.is_async:
             return self._runner.run_sync(item)
         coro = self._runner.run_async(item, _in_thread)
-        return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop.get()).result()
 
     def _start(self) -> None:
         if not self._started:
             self._started = True
             self._heartbeat.start()
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        """One loop for every ``async def`` handler, as in the worker."""
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="leaseq-async",
-                                 daemon=True).start()
-            return self._loop
 
     def _snapshot(self) -> list[InFlight]:
         with self._lock:

@@ -275,6 +275,13 @@ class Store(abc.ABC):
         (call only after the broker confirmed). Returns how many were marked. Journal:
         ``published``."""
 
+    @abc.abstractmethod
+    def republish(self, queue: str, published_before_s: float) -> int:
+        """Clear ``published_at`` on ``pending`` jobs published more than
+        ``published_before_s`` seconds ago: their message was lost (a purged or lost broker
+        queue), and the outbox owes them a publish again. Returns how many; 0 when none. A
+        second message for a job that still had one is harmless: only one claim wins."""
+
     # --- wake-ups --------------------------------------------------------------------------
 
     #: Whether ``wait_for_work`` hears enqueues made by other processes (PostgreSQL NOTIFY).

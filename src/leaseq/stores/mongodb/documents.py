@@ -131,6 +131,16 @@ def outbox_due(offset_s: float) -> Doc:
     }
 
 
+def published_before(published_before_s: float, offset_s: float) -> Doc:
+    """Pending jobs whose publish is older than ``published_before_s`` (a lost message)."""
+    return {"status": PENDING, "published_at": {"$type": "date"},
+            "$expr": {"$lt": ["$published_at", now(offset_s, -published_before_s)]}}
+
+
+def unpublish() -> list[Doc]:
+    return [{"$set": {"published_at": None}}]
+
+
 def unpublished(job_ids: Sequence[str], offset_s: float) -> Doc:
     """Only due jobs: a stale dispatcher must not mark a retry that is not yet due (its message
     would be acked as "not due" and nothing would publish it again)."""

@@ -444,6 +444,11 @@ class MongoStore(Store):
         return [records.job(queue, d) for d in cursor]
 
     @guarded
+    def republish(self, queue: str, published_before_s: float) -> int:
+        query = D.published_before(published_before_s, self._off)
+        return self._coll(queue).update_many(query, D.unpublish()).modified_count
+
+    @guarded
     def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
         marked = self._move(queue, D.unpublished(job_ids, self._off), D.mark_published(self._off),
                             D.PENDING)

@@ -447,6 +447,14 @@ WHERE queue = %(queue)s AND status = 'pending' AND published_at IS NULL
 ORDER BY lease_until, id LIMIT %(limit)s;
 
 -- Only a due job: a stale dispatcher's confirmation must not mark a retry not yet due.
+-- name: republish
+WITH cleared AS (
+    UPDATE {jobs} SET published_at = NULL
+    WHERE queue = %(queue)s AND status = 'pending'
+      AND published_at < {now} - make_interval(secs => %(published_before_s)s)
+    RETURNING id)
+SELECT count(*) AS n FROM cleared;
+
 -- name: mark_published
 WITH marked AS (
     UPDATE {jobs} SET published_at = {now}

@@ -397,6 +397,12 @@ class PostgresStore(Store):
     def outbox_due(self, queue: str, limit: int) -> list[Job]:
         return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
 
+    def republish(self, queue: str, published_before_s: float) -> int:
+        # Safe to retry: clearing the mark twice only owes the same publish.
+        return self._session.run(lambda conn: self._count(
+            conn, "republish", queue=queue, published_before_s=published_before_s),
+            retry_commit=True, single=True)
+
     def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
         if not job_ids:
             return 0

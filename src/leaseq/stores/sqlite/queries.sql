@@ -209,6 +209,10 @@ ORDER BY lease_until, id LIMIT :limit;
 
 -- Only a due job: a stale dispatcher must not mark a retry that is not yet due (its
 -- message would be acked as "not due" and nothing would publish it again).
+-- name: republish
+UPDATE leaseq_jobs SET published_at = NULL
+WHERE queue = :queue AND status = 'pending' AND published_at < {now} - :published_before_s;
+
 -- name: mark_published
 UPDATE leaseq_jobs SET published_at = {now}
 WHERE queue = :queue AND status = 'pending' AND published_at IS NULL AND lease_until <= {now}

@@ -414,6 +414,11 @@ class SQLiteStore(Store):
     def outbox_due(self, queue: str, limit: int) -> list[Job]:
         return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
 
+    def republish(self, queue: str, published_before_s: float) -> int:
+        with self._tx() as conn:
+            return conn.execute(Q["republish"], self._params(
+                queue=queue, published_before_s=published_before_s)).rowcount
+
     def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
         with self._tx() as conn:
             rows = self._rows(conn, "mark_published", queue=queue, ids=json.dumps(list(job_ids)))

@@ -165,6 +165,25 @@ class InspectionSuite:
         assert must_get(q, "first").published_at is not None
         assert "published" in events(q.journal("first"))
 
+    def test_republish_owes_again_what_was_published_long_ago(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a job published ten minutes ago and never consumed (its message was lost),
+        # one published just now, and one published then claimed
+        q = leaseq_store.queue()
+        for job_id in ("lost", "fresh", "taken"):
+            q.enqueue(job_id, {})
+        assert q.mark_published(["lost", "taken"]) == 2
+        q.claim_id("taken", W1)
+        advance(leaseq_store.store, 600)
+        assert q.mark_published(["fresh"]) == 1
+        # When the operator republishes what was published over five minutes ago
+        cleared = q.republish(300)
+        # Then only the lost one is owed again
+        assert cleared == 1
+        assert [j.id for j in q.outbox_due()] == ["lost"]
+        assert q.republish(300) == 0
+
     def test_a_stale_dispatcher_cannot_mark_a_retry_not_yet_due(
         self, leaseq_store: FreshStore
     ) -> None:
