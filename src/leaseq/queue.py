@@ -161,7 +161,7 @@ class Queue:
             follow.setdefault(validate.queue_name(name), []).append(spec)
         done = self.store.complete(
             self.name, _lease(job), result_json, validate.terminal_status(status),
-            result_key, list(follow.items()),
+            validate.result_key(result_key), list(follow.items()),
         )
         for name in follow:  # follow-ups are ready now: wake this process's workers
             self.store.notify_local(name)

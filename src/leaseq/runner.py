@@ -178,7 +178,7 @@ class Runner:
                 result_json = validate.result(done.result, queue.policy.max_payload_bytes)
                 return self.completer.complete(queue, job.lease, result_json,
                                                validate.terminal_status(done.status),
-                                               done.result_key)
+                                               validate.result_key(done.result_key))
             except InvalidPayload as exc:  # the result is not JSON: retrying cannot help
                 log.warning("job %s: handler returned a result leaseq cannot store: %s",
                             job.id, exc)

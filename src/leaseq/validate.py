@@ -91,6 +91,16 @@ def result(value: Any, max_bytes: int) -> str | None:
     return canonical_json(value, max_bytes, what="result")
 
 
+def result_key(value: Any) -> str | None:
+    """Where a large result lives (a path, a URL): text of at most 1,024 characters, no NUL."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 1024 or "\x00" in value:
+        raise InvalidPayload("result_key must be a non-empty string of at most 1024 characters "
+                             "without NUL")
+    return value
+
+
 def canonical_json(value: Any, max_bytes: int, what: str) -> str:
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False,

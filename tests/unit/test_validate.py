@@ -252,3 +252,14 @@ def test_connect_refuses_an_unknown_scheme_without_echoing_the_password(url: str
 def test_connect_refuses_a_non_string_url() -> None:
     with pytest.raises(InvalidURL):
         connect(b"sqlite:///x.db")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["", "x" * 1025, "a\x00b", 7])
+def test_a_bad_result_key_is_refused(key: object) -> None:
+    with pytest.raises(InvalidPayload):
+        validate.result_key(key)
+
+
+def test_a_result_key_round_trips() -> None:
+    assert validate.result_key("s3://bucket/out/j1.json") == "s3://bucket/out/j1.json"
+    assert validate.result_key(None) is None
