@@ -21,7 +21,7 @@ from leaseq.queue import Queue
 MAX_BATCH = 256
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Item:
     queue: Queue
     lease: Lease
@@ -45,11 +45,12 @@ class Completer:
         """Write one completion in the next batch and wait for it. Raises ``LeaseLost`` (the
         item was fenced out) or the store's error, like ``Queue.complete``."""
         item = _Item(queue, lease, result_json, status, result_key, Future())
-        with self._cond:
-            if not self._closed:
+        with self._cond:  # decided under the lock, so an item is written by one side only
+            write_here = self._closed
+            if not write_here:
                 self._waiting.append(item)
                 self._cond.notify()
-        if self._closed and not item.future.done() and item not in self._waiting:
+        if write_here:
             self._write([item])  # a handler that outlived its worker writes on its own
         return item.future.result()
 
@@ -69,7 +70,10 @@ class Completer:
                     return
                 batch = self._waiting[: self.max_batch]
                 del self._waiting[: self.max_batch]
-            self._write(batch)
+            try:
+                self._write(batch)
+            except BaseException as exc:  # never die with waiters parked on this thread
+                _settle(batch, exc)
 
     def _write(self, batch: list[_Item]) -> None:
         by_queue: dict[str, list[_Item]] = defaultdict(list)
@@ -81,11 +85,19 @@ class Completer:
                     items[0].queue.name,
                     [(i.lease, i.result_json, i.status, i.result_key) for i in items])
             except BaseException as exc:  # each waiter decides (retry, give up) on its own
-                for item in items:
-                    item.future.set_exception(exc)
+                _settle(items, exc)
                 continue
             for item, outcome in zip(items, outcomes, strict=True):
+                if item.future.done():
+                    continue
                 if isinstance(outcome, LeaseLost):
                     item.future.set_exception(outcome)
                 else:
                     item.future.set_result(outcome)
+
+
+def _settle(items: list[_Item], exc: BaseException) -> None:
+    """Fail the waiters not yet answered, each with its own copy of the error's message."""
+    for item in items:
+        if not item.future.done():
+            item.future.set_exception(exc)

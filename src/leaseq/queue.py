@@ -233,9 +233,11 @@ class Queue:
         return self.store.republish(self.name, validate.delay_s(published_before_s,
                                                                   "published_before_s"))
 
-    def mark_published(self, job_ids: Iterable[str]) -> int:
-        ids = list(job_ids)
-        return self.store.mark_published(self.name, ids) if ids else 0
+    def mark_published(self, jobs: Iterable[Job | Lease]) -> int:
+        """After the broker confirmed: mark these jobs (as ``outbox_due`` gave them) published,
+        those still in the state that was published. Returns how many were marked."""
+        leases = [_lease(j) for j in jobs]
+        return len(self.store.mark_published(self.name, leases)) if leases else 0
 
     # --- inspection ------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from typing import Any
 from leaseq import validate
 from leaseq.app import App, Finish, PayloadMismatch, Task
 from leaseq.completer import Completer
-from leaseq.errors import InvalidPayload, StoreUnavailable
+from leaseq.errors import InvalidInput, StoreUnavailable
 from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_reason
 from leaseq.metrics import Metrics
 from leaseq.queue import Queue
@@ -179,7 +179,7 @@ class Runner:
                 return self.completer.complete(queue, job.lease, result_json,
                                                validate.terminal_status(done.status),
                                                validate.result_key(done.result_key))
-            except InvalidPayload as exc:  # the result is not JSON: retrying cannot help
+            except InvalidInput as exc:  # not JSON, a live status, a bad key: retrying can't help
                 log.warning("job %s: handler returned a result leaseq cannot store: %s",
                             job.id, exc)
                 return queue.fail(job, exc, Failure.PERMANENT)

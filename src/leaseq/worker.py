@@ -264,7 +264,11 @@ class Worker:
 
     def _landed(self, item: InFlight, future: Future[Any]) -> None:
         with self._lock:
-            self._in_flight.pop((item.queue.name, item.job.id), None)
+            key = (item.queue.name, item.job.id)
+            # Only this attempt's entry: after a lapsed lease this worker may hold the same
+            # job again under a newer epoch, and that attempt must stay tracked.
+            if self._in_flight.get(key) is item:
+                del self._in_flight[key]
         if not future.cancelled() and future.exception() is not None:
             log.error("job %s: worker error", item.job.id, exc_info=future.exception())
         self._wake.set()

@@ -281,11 +281,15 @@ def test_journal_entry_is_stamped_by_the_server():
     assert fields["at"] == NOW and fields["reason"] == {"$literal": "$r"}
 
 
-def test_mark_published_only_touches_due_unpublished_pending_jobs() -> None:
-    doc = D.unpublished(["a", "b"], 0.0)
+def test_mark_published_only_touches_due_unpublished_pending_jobs_at_their_epoch() -> None:
+    doc = D.unpublished([("a", 0), ("b", 3)], 0.0)
     assert doc["_id"] == {"$in": ["a", "b"]}
     assert (doc["status"], doc["published_at"]) == ("pending", None)
-    assert doc["$or"] == D.outbox_due(0.0)["$or"]
+    at_epoch, due = doc["$and"]
+    assert at_epoch == {"$or": [{"_id": "a", "lease_epoch": 0},
+                                {"_id": "a", "lease_epoch": {"$exists": False}},
+                                {"_id": "b", "lease_epoch": 3}]}
+    assert due == {"$or": D.outbox_due(0.0)["$or"]}
 
 
 def test_republish_clears_the_mark_of_pending_jobs_published_long_ago() -> None:

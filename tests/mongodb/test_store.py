@@ -235,7 +235,7 @@ def test_reclaim_journals_only_what_it_moved_when_a_worker_raced_it(db, store):
 def test_mark_published_counts_what_it_marked(db, store):
     db[Q].answer("find", [doc("a", status="pending")])
     db[Q].answer("update_many", Result(matched_count=1))
-    assert store.mark_published("q", ["a", "b"]) == 1
+    assert store.mark_published("q", [Lease("a", 0), Lease("b", 3)]) == ["a"]
     assert db.of(Q, "update_many")[0][0][1] == D.mark_published(0)
 
 

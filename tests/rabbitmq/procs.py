@@ -85,7 +85,7 @@ class KillBeforeMark:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    def mark_published(self, queue, job_ids):
+    def mark_published(self, queue, leases):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

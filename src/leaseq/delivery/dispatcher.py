@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from leaseq.delivery.connection import CONTENT_TYPE, encode, reconnecting, session
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput, TopologyError
-from leaseq.job import JobStatus
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -161,32 +160,35 @@ class Dispatcher:
     def run_once(self, channel: BlockingChannel, queue: Queue) -> _Round:
         """Publish one batch of ``queue``'s owed jobs and mark the confirmed ones."""
         done = _Round()
-        confirmed: list[str] = []
+        confirmed: list[Job] = []
         for job in queue.outbox_due(self.config.batch_size):
             if self._publish(channel, queue, job):
-                confirmed.append(job.id)
+                confirmed.append(job)
             else:
                 done.refused.append(job.id)
         done.published = len(confirmed) + len(done.refused)
         # Only after every confirm: a crash before this line means "publish again", never
         # "marked but never reached the broker".
-        done.marked = queue.mark_published(confirmed)
-        if done.marked < len(confirmed):
-            self._journal_moved_on(queue, confirmed)
+        marked = set(queue.store.mark_published(queue.name, [j.lease for j in confirmed])
+                     if confirmed else ())
+        done.marked = len(marked)
+        self._journal_moved_on(queue, [j for j in confirmed if j.id not in marked])
         return done
 
     @staticmethod
-    def _journal_moved_on(queue: Queue, confirmed: list[str]) -> None:
-        """``mark_published`` marks (and journals) only jobs still pending; a consumer may have
-        taken a job before its confirm came back. Journal those publishes here, so every job's
-        story shows each publish the broker confirmed."""
-        for job_id in confirmed:
-            job = queue.get(job_id)
-            # Marked ones keep published_at until their next return to pending.
-            if job is not None and job.status != JobStatus.PENDING and job.published_at is None:
-                queue.store.record(queue.name, job_id, "published", attempt=job.attempts,
-                                   lease_epoch=job.lease_epoch,
-                                   reason=f"confirmed after the job was already {job.status}")
+    def _journal_moved_on(queue: Queue, unmarked: list[Job]) -> None:
+        """``mark_published`` marks (and journals) only jobs still in the state that was
+        published; a consumer may have taken a job (and even given it back) before its confirm
+        came back. Journal those publishes here, so every job's story shows each publish the
+        broker confirmed."""
+        for sent in unmarked:
+            job = queue.get(sent.id)
+            if job is None:
+                continue  # purged meanwhile: no story left to tell
+            queue.store.record(queue.name, sent.id, "published", attempt=sent.attempts,
+                               lease_epoch=sent.lease_epoch,
+                               reason=f"confirmed after the job moved on (now {job.status}, "
+                                      f"epoch {job.lease_epoch})")
 
     def _publish(self, channel: BlockingChannel, queue: Queue, job: Job) -> bool:
         """True once the broker confirmed it; False when it was returned or nacked (the job

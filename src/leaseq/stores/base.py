@@ -270,10 +270,12 @@ class Store(abc.ABC):
         not-before order; ``[]`` when none. Reads only."""
 
     @abc.abstractmethod
-    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
-        """Set ``published_at`` = now on those of ``job_ids`` still ``pending`` and unpublished
-        (call only after the broker confirmed). Returns how many were marked. Journal:
-        ``published``."""
+    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+        """Set ``published_at`` = now on those of ``leases`` (the jobs ``outbox_due`` gave,
+        with their epochs) still ``pending``, unpublished, due and at that epoch. Call only
+        after the broker confirmed. A claim in between bumps the epoch, so a late confirm
+        never marks a later pending state that has no message behind it. Returns the ids
+        marked (``[]`` when none). Journal: ``published``."""
 
     @abc.abstractmethod
     def republish(self, queue: str, published_before_s: float) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from leaseq.job import Job, JournalEntry
+from leaseq.job import Job, JournalEntry, Lease
 from leaseq.queue import Queue
 from leaseq.stores import connect
 from leaseq.stores.base import Store
@@ -212,6 +212,12 @@ def given_stolen(q: Queue, job_id: str = "j1", lease_s: float = 60.0) -> tuple[J
     (new,) = q.claim(W2, lease_s=LONG_LEASE_S)
     assert new.id == job_id
     return old, new
+
+
+def leases(q: Queue, *job_ids: str) -> list[Lease]:
+    """The jobs' leases as they stand (what a dispatcher read from ``outbox_due``); a missing
+    job gets epoch 0."""
+    return [Lease(i, job.lease_epoch if (job := q.get(i)) else 0) for i in job_ids]
 
 
 def events(entries: Sequence[JournalEntry]) -> list[str]:

@@ -141,12 +141,18 @@ def unpublish() -> list[Doc]:
     return [{"$set": {"published_at": None}}]
 
 
-def unpublished(job_ids: Sequence[str], offset_s: float) -> Doc:
-    """Only due jobs: a stale dispatcher must not mark a retry that is not yet due (its message
-    would be acked as "not due" and nothing would publish it again)."""
+def unpublished(leases: Sequence[tuple[str, int]], offset_s: float) -> Doc:
+    """Only the state that was published: still pending, unpublished and due, at the epoch
+    outbox_due read (a claim and give-back in between bumped it; that later pending state is
+    owed its own publish). A document without ``lease_epoch`` is at epoch 0."""
+    at_epoch: list[Doc] = []
+    for job_id, epoch in leases:
+        at_epoch.append({"_id": job_id, "lease_epoch": epoch})
+        if epoch == 0:
+            at_epoch.append({"_id": job_id, "lease_epoch": {"$exists": False}})
     due = outbox_due(offset_s)
-    return {"_id": {"$in": list(job_ids)}, "status": PENDING, "published_at": None,
-            "$or": due["$or"]}
+    return {"_id": {"$in": [job_id for job_id, _ in leases]}, "status": PENDING,
+            "published_at": None, "$and": [{"$or": at_epoch}, {"$or": due["$or"]}]}
 
 
 def operator_retryable(job_id: str) -> Doc:

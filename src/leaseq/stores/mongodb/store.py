@@ -449,11 +449,12 @@ class MongoStore(Store):
         return self._coll(queue).update_many(query, D.unpublish()).modified_count
 
     @guarded
-    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
-        marked = self._move(queue, D.unpublished(job_ids, self._off), D.mark_published(self._off),
+    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+        pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
+        marked = self._move(queue, D.unpublished(pairs, self._off), D.mark_published(self._off),
                             D.PENDING)
         self._log([(queue, d["_id"], "published", records.moved(d, None)) for d in marked])
-        return len(marked)
+        return [d["_id"] for d in marked]
 
     # --- inspection ------------------------------------------------------------------------
 

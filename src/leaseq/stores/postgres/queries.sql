@@ -455,13 +455,18 @@ WITH cleared AS (
     RETURNING id)
 SELECT count(*) AS n FROM cleared;
 
+-- Only the state that was published: still due and at the epoch outbox_due read (see the
+-- SQLite twin of this query).
 -- name: mark_published
-WITH marked AS (
-    UPDATE {jobs} SET published_at = {now}
-    WHERE queue = %(queue)s AND status = 'pending' AND published_at IS NULL
-      AND lease_until <= {now} AND id = ANY(%(ids)s::text[])
-    RETURNING queue, id, attempts, lease_epoch),
+WITH l AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[]) AS l(id, lease_epoch)),
+marked AS (
+    UPDATE {jobs} j SET published_at = {now}
+    FROM l
+    WHERE j.queue = %(queue)s AND j.id = l.id AND j.lease_epoch = l.lease_epoch
+      AND j.status = 'pending' AND j.published_at IS NULL AND j.lease_until <= {now}
+    RETURNING j.queue, j.id, j.attempts, j.lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch)
     SELECT queue, id, {now}, 'published', attempts, lease_epoch FROM marked ORDER BY id)
-SELECT count(*) AS n FROM marked;
+SELECT id FROM marked;

@@ -336,11 +336,13 @@ class PostgresStore(Store):
                 results=[result for _, result, _, _ in items],
                 result_keys=[key for *_, key in items], stale_reason=STALE_REASON)
             stale = cols.get("was_stale", -1)
-            by_id = {job.id: job for job in _jobs(cols, rows)}
-            return self._wake_after(conn, queue, by_id, any(r[stale] for r in rows))
-        by_id = self._session.run(work, single=True)
-        return [by_id.get(lease.job_id) or LeaseLost(queue, lease.job_id, lease.lease_epoch)
-                for lease, *_ in items]
+            # Keyed by lease, not id: a batch may hold a lost lease and the current one of the
+            # same job, and only the current one finished (a finish keeps the epoch).
+            by_lease = {(job.id, job.lease_epoch): job for job in _jobs(cols, rows)}
+            return self._wake_after(conn, queue, by_lease, any(r[stale] for r in rows))
+        by_lease = self._session.run(work, single=True)
+        return [by_lease.get((lease.job_id, lease.lease_epoch))
+                or LeaseLost(queue, lease.job_id, lease.lease_epoch) for lease, *_ in items]
 
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
                     delay_s: float) -> Job:
@@ -403,12 +405,13 @@ class PostgresStore(Store):
             conn, "republish", queue=queue, published_before_s=published_before_s),
             retry_commit=True, single=True)
 
-    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
-        if not job_ids:
-            return 0
-        return self._session.run(lambda conn: self._count(
-            conn, "mark_published", queue=queue, ids=list(job_ids)), retry_commit=True,
-            single=True)
+    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+        if not leases:
+            return []
+        rows = self._session.run(lambda conn: self._rows(
+            conn, "mark_published", queue=queue, ids=[lease.job_id for lease in leases],
+            epochs=[lease.lease_epoch for lease in leases]), retry_commit=True, single=True)
+        return [r["id"] for r in rows]
 
     # --- inspection ------------------------------------------------------------------------
 

@@ -207,14 +207,16 @@ WHERE queue = :queue
   AND lease_until <= {now} AND status = 'pending' AND published_at IS NULL
 ORDER BY lease_until, id LIMIT :limit;
 
--- Only a due job: a stale dispatcher must not mark a retry that is not yet due (its
--- message would be acked as "not due" and nothing would publish it again).
 -- name: republish
 UPDATE leaseq_jobs SET published_at = NULL
 WHERE queue = :queue AND status = 'pending' AND published_at < {now} - :published_before_s;
 
 -- name: mark_published
+-- Only the state that was published: still due (a not-yet-due retry is owed its own publish)
+-- and at the epoch read by outbox_due (a claim and give-back in between bumped it, and that
+-- later pending state has no message behind it). :leases is a JSON array of [id, epoch].
 UPDATE leaseq_jobs SET published_at = {now}
 WHERE queue = :queue AND status = 'pending' AND published_at IS NULL AND lease_until <= {now}
-  AND id IN (SELECT value FROM json_each(:ids))
+  AND (id, lease_epoch) IN (
+      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
 RETURNING id, attempts, lease_epoch;

@@ -394,6 +394,9 @@ class SQLiteStore(Store):
         event = self._wakeup_event()
         deadline = time.monotonic() + timeout_s
         seen = self._data_version()
+        # A commit between the caller's empty claim and the read above would go unseen.
+        if self._any_ready(queues):
+            return True
         while (remaining := deadline - time.monotonic()) > 0:
             if event.wait(min(remaining, WAKEUP_POLL_S)):
                 event.clear()
@@ -401,9 +404,12 @@ class SQLiteStore(Store):
             version = self._data_version()
             if version != seen:
                 seen = version
-                if any(self._read("any_ready", queue=q) for q in queues):
+                if self._any_ready(queues):
                     return True
         return False
+
+    def _any_ready(self, queues: Sequence[str]) -> bool:
+        return any(self._read("any_ready", queue=q) for q in queues)
 
     def _data_version(self) -> int:
         with self._lock:
@@ -419,12 +425,13 @@ class SQLiteStore(Store):
             return conn.execute(Q["republish"], self._params(
                 queue=queue, published_before_s=published_before_s)).rowcount
 
-    def mark_published(self, queue: str, job_ids: Sequence[str]) -> int:
+    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+        pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
         with self._tx() as conn:
-            rows = self._rows(conn, "mark_published", queue=queue, ids=json.dumps(list(job_ids)))
+            rows = self._rows(conn, "mark_published", queue=queue, leases=pairs)
             for r in rows:
                 self._journal(conn, queue, r["id"], "published", r["attempts"], r["lease_epoch"])
-        return len(rows)
+        return [r["id"] for r in rows]
 
     # --- inspection ------------------------------------------------------------------------
 

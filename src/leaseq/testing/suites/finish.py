@@ -71,15 +71,17 @@ class FinishSuite:
         q = leaseq_store.queue()
         held = [given_claimed(q, f"m{i}") for i in range(3)]
         q.enqueue("m2", {"name": "m2"}, revision="r2")
-        old, _ = given_stolen(q, "m-stolen")
-        # When they are completed in one batch
-        out = q.complete_many([(held[0], {"n": 0}), held[1], held[2], old])
-        # Then each item got its own outcome, in order
-        assert [type(o).__name__ for o in out] == ["Job", "Job", "Job", "LeaseLost"]
+        old, new = given_stolen(q, "m-stolen")
+        # When they are completed in one batch, the stolen job under both its leases
+        out = q.complete_many([(held[0], {"n": 0}), held[1], held[2], old, (new, {"n": 9})])
+        # Then each item got its own outcome, in order: the old lease lost, the new one done
+        assert [type(o).__name__ for o in out] == ["Job", "Job", "Job", "LeaseLost", "Job"]
         assert [o.status for o in out[:3]] == ["done", "done", "pending"]  # type: ignore[union-attr]
         assert must_get(q, "m0").result == {"n": 0}
         assert must_get(q, "m2").attempts == 0  # the stale finish gave the attempt back
-        assert must_get(q, "m-stolen").status == "processing"
+        stolen = must_get(q, "m-stolen")
+        assert (stolen.status, stolen.result, stolen.lease_epoch) == ("done", {"n": 9}, 2)
+        assert out[4] == stolen
         assert events(q.journal("m1"))[-1] == "result_saved"
         assert events(q.journal("m2"))[-1] == "snoozed"
         assert q.complete_many([]) == []

@@ -12,6 +12,7 @@ from leaseq.testing.harness import (
     advance_past,
     events,
     given_stolen,
+    leases,
 )
 
 #: Put in payloads; must never show up in a journal entry.
@@ -56,7 +57,7 @@ class JournalSuite:
         (job,) = q.claim(W1)
         q.enqueue("j1", {"secret": CANARY, "v": 2}, revision="r2")  # stale while processing
         q.complete(job, {"echo": "fine"})  # becomes a snooze
-        q.mark_published(["j1"])
+        q.mark_published(leases(q, "j1"))
         (job,) = q.claim(W1, lease_s=60)
         q.heartbeat([job])
         q.retry_later(job, "transient", delay_s=0)

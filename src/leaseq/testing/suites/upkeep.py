@@ -22,6 +22,7 @@ from leaseq.testing.harness import (
     advance_past,
     events,
     given_claimed,
+    leases,
     must_get,
     run_processes,
     shifted_clock,
@@ -159,8 +160,8 @@ class InspectionSuite:
         q.enqueue("delayed", {}, delay_s=600)
         assert [j.id for j in q.outbox_due()] == ["first", "second"]
         # When the first is published, Then it is no longer owed; marking twice counts once
-        assert q.mark_published(["first", "missing"]) == 1
-        assert q.mark_published(["first"]) == 0
+        assert q.mark_published(leases(q, "first", "missing")) == 1
+        assert q.mark_published(leases(q, "first")) == 0
         assert [j.id for j in q.outbox_due()] == ["second"]
         assert must_get(q, "first").published_at is not None
         assert "published" in events(q.journal("first"))
@@ -173,10 +174,10 @@ class InspectionSuite:
         q = leaseq_store.queue()
         for job_id in ("lost", "fresh", "taken"):
             q.enqueue(job_id, {})
-        assert q.mark_published(["lost", "taken"]) == 2
+        assert q.mark_published(leases(q, "lost", "taken")) == 2
         q.claim_id("taken", W1)
         advance(leaseq_store.store, 600)
-        assert q.mark_published(["fresh"]) == 1
+        assert q.mark_published(leases(q, "fresh")) == 1
         # When the operator republishes what was published over five minutes ago
         cleared = q.republish(300)
         # Then only the lost one is owed again
@@ -190,14 +191,30 @@ class InspectionSuite:
         # Given a job published, claimed, and sent back for a retry in ten minutes
         q = leaseq_store.queue()
         q.enqueue("j1", {})
-        assert q.mark_published(["j1"]) == 1
+        assert q.mark_published(leases(q, "j1")) == 1
         (job,) = q.claim(W1, lease_s=60)
         q.retry_later(job, "flaky", delay_s=600)
-        # When a dispatcher that read the job before the claim confirms its old publish
-        marked = q.mark_published(["j1"])
+        # When a dispatcher confirms a publish of the retry before it is due
+        marked = q.mark_published(leases(q, "j1"))
         # Then the not-yet-due retry is still owed: its own publish comes when it is due
         assert marked == 0 and must_get(q, "j1").published_at is None
         advance(leaseq_store.store, 601)
+        assert [j.id for j in q.outbox_due()] == ["j1"]
+
+    def test_a_late_confirm_cannot_mark_a_later_pending_state(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a dispatcher that read a job from the outbox and published it
+        q = leaseq_store.queue()
+        q.enqueue("j1", {})
+        (read,) = q.outbox_due()
+        # ... while a polling worker claimed the job and gave it back, due at once
+        (job,) = q.claim(W1, lease_s=60)
+        q.snooze(job, 0)
+        # When the dispatcher's confirm for the state it read comes back
+        marked = q.mark_published([read])
+        # Then the later pending state (no message behind it) is still owed a publish
+        assert marked == 0 and must_get(q, "j1").published_at is None
         assert [j.id for j in q.outbox_due()] == ["j1"]
 
     @pytest.mark.parametrize("how", sorted(BACK_TO_PENDING))
@@ -207,9 +224,9 @@ class InspectionSuite:
         # Given a job whose ready state was published, then claimed
         q = leaseq_store.queue()
         q.enqueue("j1", {}, revision="r1")
-        assert q.mark_published(["j1"]) == 1
+        assert q.mark_published(leases(q, "j1")) == 1
         (job,) = q.claim(W1, lease_s=60)
-        assert q.mark_published(["j1"]) == 0  # processing: nothing to publish
+        assert q.mark_published(leases(q, "j1")) == 0  # processing: nothing to publish
         # When it comes back to pending, Then the outbox owes a publish again
         BACK_TO_PENDING[how](q, job)
         back = must_get(q, "j1")
