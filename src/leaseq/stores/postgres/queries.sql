@@ -183,36 +183,8 @@ log AS (
     WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch))
 SELECT id, lease_epoch FROM held;
 
--- name: complete
-WITH old AS (
-    SELECT id, stale FROM {jobs}
-    WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
-      AND status = 'processing'
-    FOR UPDATE),
-snoozed AS (
-    UPDATE {jobs} j
-    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
-        stale = false, published_at = NULL, updated_at = {now}
-    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
-    RETURNING j.*),
-finished AS (
-    UPDATE {jobs} j
-    SET status = %(status)s, result = %(result)s::json, result_key = %(result_key)s,
-        failure = NULL, lease_until = NULL, updated_at = {now}
-    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale
-    RETURNING j.*),
-log AS (
-    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text
-    FROM snoozed
-    UNION ALL
-    SELECT queue, id, {now}, 'result_saved', attempts, lease_epoch, worker_id, status
-    FROM finished)
-SELECT *, true AS was_stale FROM snoozed
-UNION ALL
-SELECT *, false FROM finished;
-
--- A batch of completions: each item fenced on its own, as in `complete`. Rows are locked in
+-- Completions, one or a batch (`complete` sends one item): each item fenced on its own by
+-- id + lease_epoch + status processing; a stale one becomes a snooze. Rows are locked in
 -- id order so two batches never wait on each other in a cycle.
 -- name: complete_many
 WITH items AS (

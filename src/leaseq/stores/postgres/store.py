@@ -320,8 +320,10 @@ class PostgresStore(Store):
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
                  result_key: str | None = None,
                  then: FollowUps = ()) -> Job:
-        return self._finish(queue, lease, "complete", then, status=status, result=result_json,
-                            result_key=result_key)
+        # One item of the batch statement: complete and complete_many fence alike by design.
+        return self._finish(queue, lease, "complete_many", then, ids=[lease.job_id],
+                            epochs=[lease.lease_epoch], statuses=[status], results=[result_json],
+                            result_keys=[result_key])
 
     def complete_many(self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
                       ) -> list[Job | LeaseLost]:
