@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     report.print_tables(run, console, info)
     if args.markdown:
         for store in dict.fromkeys(r.store for r in run.results):
-            console.print(report.markdown(run.results, store), markup=False, highlight=False)
+            # Plain print: a console would cut Markdown rows at its width.
+            print(report.markdown(run.results, store), flush=True)
     path = args.json_out or default_json_path()
     report.write_json(report.to_json(run, stores, info, sys.argv), path)
     console.log(f"JSON written to {path}")
