@@ -97,7 +97,7 @@ class Completer:
 
 
 def _settle(items: list[_Item], exc: BaseException) -> None:
-    """Fail the waiters not yet answered, each with its own copy of the error's message."""
+    """Fail the waiters not yet answered (an earlier write may already have answered some)."""
     for item in items:
         if not item.future.done():
             item.future.set_exception(exc)

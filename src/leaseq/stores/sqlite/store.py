@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -236,10 +236,17 @@ class SQLiteStore(Store):
 
     def _journal_claims(self, conn: sqlite3.Connection, queue: str,
                         rows: list[dict[str, Any]]) -> None:
+        self._journal_rows(conn, queue, rows, "claimed",
+                           lambda r: "redelivered" if r["attempts"] > 1 else None)
+
+    def _journal_rows(self, conn: sqlite3.Connection, queue: str, rows: Iterable[dict[str, Any]],
+                      event: str, reason: Callable[[dict[str, Any]], str | None]) -> None:
+        """One event for each row a statement returned (``id``, ``attempts``, ``lease_epoch``,
+        ``worker_id``), in one ``executemany``."""
         conn.executemany(Q["record"], [self._params(
-            queue=queue, id=r["id"], event="claimed", attempt=r["attempts"],
-            lease_epoch=r["lease_epoch"], worker_id=r["worker_id"],
-            reason="redelivered" if r["attempts"] > 1 else None, data=None) for r in rows])
+            queue=queue, id=r["id"], event=event, attempt=r["attempts"],
+            lease_epoch=r["lease_epoch"], worker_id=r.get("worker_id"), reason=reason(r),
+            data=None) for r in rows])
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
         pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
@@ -247,9 +254,8 @@ class SQLiteStore(Store):
             held = {r["id"] for r in self._rows(conn, "heartbeat", queue=queue, leases=pairs,
                                                 lease_s=lease_s)}
             lost = [lease for lease in leases if lease.job_id not in held]
-            for lease in lost:
-                conn.execute(Q["journal_heartbeat_lost"], self._params(
-                    queue=queue, id=lease.job_id, lease_epoch=lease.lease_epoch))
+            conn.executemany(Q["journal_heartbeat_lost"], [self._params(
+                queue=queue, id=lease.job_id, lease_epoch=lease.lease_epoch) for lease in lost])
         return [lease.job_id for lease in lost]
 
     def _fenced(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> dict[str, Any]:
@@ -295,10 +301,7 @@ class SQLiteStore(Store):
         with self._tx() as conn:
             done = {r["id"]: r for r in self._rows(conn, "complete_many", queue=queue,
                                                    items=payload)}
-            conn.executemany(Q["record"], [self._params(
-                queue=queue, id=r["id"], event="result_saved", attempt=r["attempts"],
-                lease_epoch=r["lease_epoch"], worker_id=r["worker_id"], reason=r["status"],
-                data=None) for r in done.values()])
+            self._journal_rows(conn, queue, done.values(), "result_saved", lambda r: r["status"])
             return [self._settle(conn, queue, lease, done) for lease, *_ in items]
 
     def _settle(self, conn: sqlite3.Connection, queue: str, lease: Lease,
@@ -349,11 +352,9 @@ class SQLiteStore(Store):
         with self._tx() as conn:
             spent = self._rows(conn, "expire_spent", queue=queue)
             returned = self._rows(conn, "return_expired", queue=queue)
-            for rows, event, reason in ((spent, "quarantined", "expired: lease ran out"),
-                                        (returned, "reclaimed", "lease expired")):
-                for r in rows:
-                    self._journal(conn, queue, r["id"], event, r["attempts"], r["lease_epoch"],
-                                  r["worker_id"], reason)
+            self._journal_rows(conn, queue, spent, "quarantined",
+                               lambda _: "expired: lease ran out")
+            self._journal_rows(conn, queue, returned, "reclaimed", lambda _: "lease expired")
         return len(spent), len(returned)
 
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
@@ -429,8 +430,7 @@ class SQLiteStore(Store):
         pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
         with self._tx() as conn:
             rows = self._rows(conn, "mark_published", queue=queue, leases=pairs)
-            for r in rows:
-                self._journal(conn, queue, r["id"], "published", r["attempts"], r["lease_epoch"])
+            self._journal_rows(conn, queue, rows, "published", lambda _: None)
         return [r["id"] for r in rows]
 
     # --- inspection ------------------------------------------------------------------------
