@@ -36,8 +36,7 @@ class QueueSnapshot:
 def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSnapshot]:
     """Counts by status, ready and oldest pending age per queue (all queues when None)."""
     names = list(queues) if queues else store.queues()
-    return [QueueSnapshot(q, store.counts(q), store.ready(q), store.oldest_pending_age_s(q))
-            for q in names]
+    return [QueueSnapshot(q, store.counts(q), *store.ready_stats(q)) for q in names]
 
 
 class StoreCollector(Collector):

@@ -249,6 +249,11 @@ class Store(abc.ABC):
     def oldest_pending_age_s(self, queue: str) -> float:
         """Seconds since the longest-waiting claimable job became ready; 0.0 when none."""
 
+    def ready_stats(self, queue: str) -> tuple[int, float]:
+        """``(ready(queue), oldest_pending_age_s(queue))``; stores that get both from one
+        query override this (the metrics and ``leaseq status`` read them together)."""
+        return self.ready(queue), self.oldest_pending_age_s(queue)
+
     @abc.abstractmethod
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
         """The job's events, oldest first; ``[]`` when none."""

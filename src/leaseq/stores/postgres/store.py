@@ -430,11 +430,15 @@ class PostgresStore(Store):
         return {r["status"]: int(r["n"]) for r in self._read("counts", queue=queue)}
 
     def ready(self, queue: str) -> int:
-        return int(self._read("ready", queue=queue)[0]["n"])
+        return self.ready_stats(queue)[0]
 
     def oldest_pending_age_s(self, queue: str) -> float:
-        age = self._read("ready", queue=queue)[0]["age"]
-        return max(float(age), 0.0) if age is not None else 0.0
+        return self.ready_stats(queue)[1]
+
+    def ready_stats(self, queue: str) -> tuple[int, float]:
+        row = self._read("ready", queue=queue)[0]
+        age = row["age"]
+        return int(row["n"]), max(float(age), 0.0) if age is not None else 0.0
 
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
         return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
