@@ -242,17 +242,16 @@ class Store(abc.ABC):
         """Jobs by status; statuses with no job are left out; ``{}`` for an empty queue."""
 
     @abc.abstractmethod
-    def ready(self, queue: str) -> int:
-        """How many jobs are claimable now (the number an autoscaler should scale on)."""
-
-    @abc.abstractmethod
-    def oldest_pending_age_s(self, queue: str) -> float:
-        """Seconds since the longest-waiting claimable job became ready; 0.0 when none."""
-
     def ready_stats(self, queue: str) -> tuple[int, float]:
-        """``(ready(queue), oldest_pending_age_s(queue))``; stores that get both from one
-        query override this (the metrics and ``leaseq status`` read them together)."""
-        return self.ready(queue), self.oldest_pending_age_s(queue)
+        """``(ready, oldest_pending_age_s)`` from one read: how many jobs are claimable now
+        (the number an autoscaler should scale on), and the seconds since the longest-waiting
+        of them became ready; ``(0, 0.0)`` when none."""
+
+    def ready(self, queue: str) -> int:
+        return self.ready_stats(queue)[0]
+
+    def oldest_pending_age_s(self, queue: str) -> float:
+        return self.ready_stats(queue)[1]
 
     @abc.abstractmethod
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:

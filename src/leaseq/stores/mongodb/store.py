@@ -478,13 +478,10 @@ class MongoStore(Store):
         return rows[0] if rows else {"n": 0, "age_ms": None}
 
     @guarded
-    def ready(self, queue: str) -> int:
-        return int(self._ready(queue)["n"])
-
-    @guarded
-    def oldest_pending_age_s(self, queue: str) -> float:
-        age_ms = self._ready(queue).get("age_ms")
-        return max(float(age_ms) / 1000.0, 0.0) if age_ms is not None else 0.0
+    def ready_stats(self, queue: str) -> tuple[int, float]:
+        stats = self._ready(queue)
+        age_ms = stats.get("age_ms")
+        return int(stats["n"]), max(float(age_ms) / 1000.0, 0.0) if age_ms is not None else 0.0
 
     @guarded
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:

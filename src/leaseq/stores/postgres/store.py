@@ -429,12 +429,6 @@ class PostgresStore(Store):
     def counts(self, queue: str) -> dict[str, int]:
         return {r["status"]: int(r["n"]) for r in self._read("counts", queue=queue)}
 
-    def ready(self, queue: str) -> int:
-        return self.ready_stats(queue)[0]
-
-    def oldest_pending_age_s(self, queue: str) -> float:
-        return self.ready_stats(queue)[1]
-
     def ready_stats(self, queue: str) -> tuple[int, float]:
         row = self._read("ready", queue=queue)[0]
         age = row["age"]
