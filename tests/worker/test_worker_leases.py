@@ -149,9 +149,9 @@ def test_stop_lets_a_short_job_finish_and_gives_a_long_one_back(app: leaseq.App)
     # Then the short job finished and the long one is ready again with its attempt back
     short, long = q.get("short"), q.get("long")
     assert short is not None and short.status == "done"
-    assert long is not None and (long.status, long.attempts) == ("pending", 0)
+    assert long is not None and (long.status, long.attempts, long.givebacks) == ("pending", 0, 1)
     assert q.ready() == 1
-    assert events(q, "long")[-1] == "snoozed"
+    assert events(q, "long")[-1] == "given_back"
     assert "shutting down" in (q.journal("long")[-1].reason or "")
     # And the abandoned handler's late result is discarded
     release.set()
