@@ -180,7 +180,7 @@ def test_a_job_that_outlives_every_grace_period_spends_its_attempts_and_ends(
         # When workers keep being stopped while it runs (a scale-down every cool-down)
         while q.get("e").status == "pending" and stops < 10:  # type: ignore[union-attr]
             with running(app, grace_s=0.1):
-                wait_until(lambda: len(runs) == stops + 1, what="the handler to start")
+                wait_until(lambda n=stops + 1: len(runs) == n, what="the handler to start")
             stops += 1
     finally:
         release.set()

@@ -131,6 +131,7 @@ class RetrySuite:
         # When the job is snoozed without a delay, Then it waits those 30 s, not 0
         back, shortest, longest = _not_before_delay(leaseq_store.store, job, lambda: q.snooze(job))
         assert 30 - CLOCK_SLACK_S <= shortest <= longest <= 30 + CLOCK_SLACK_S
+        assert (back.status, back.snoozes) == ("pending", 1)
         assert q.claim(W1) == [] and q.ready() == 0
         assert leaseq_store.queue().policy.snooze_s == 5.0  # the default: a few seconds
 
