@@ -10,7 +10,7 @@ import pytest
 
 import leaseq
 from leaseq.stores.sql import migrations
-from leaseq.stores.sqlite.store import SQLiteStore
+from leaseq.stores.sqlite import schema
 
 SQLITE = "leaseq.stores.sqlite"
 
@@ -53,9 +53,9 @@ def test_a_migration_another_process_applied_first_is_skipped(tmp_path: Path) ->
     conn = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
     version, name, sql = migrations(SQLITE)[1]
     # When this one applies the same migration (ADD COLUMN cannot run twice), Then it skips it
-    SQLiteStore._apply(conn, version, name, sql)
+    schema.apply(conn, version, name, sql)
     assert not conn.in_transaction
     # But a migration that fails and is not recorded still raises
     with pytest.raises(sqlite3.OperationalError):
-        SQLiteStore._apply(conn, 99, "broken", "ALTER TABLE leaseq_jobs ADD COLUMN snoozes;")
+        schema.apply(conn, 99, "broken", "ALTER TABLE leaseq_jobs ADD COLUMN snoozes;")
     conn.close()

@@ -34,7 +34,8 @@ from leaseq.job import (
     snoozed_too_often,
 )
 from leaseq.stores.base import Store, decide_upsert
-from leaseq.stores.sql import load_queries, migrations
+from leaseq.stores.sql import load_queries
+from leaseq.stores.sqlite import schema
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
@@ -140,34 +141,7 @@ class SQLiteStore(Store):
 
     def migrate(self) -> int:
         with self._lock:
-            conn = self._conn
-            conn.execute("CREATE TABLE IF NOT EXISTS leaseq_schema "
-                         "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
-            done = {r[0] for r in conn.execute("SELECT version FROM leaseq_schema")}
-            latest = max(done, default=0)
-            for version, name, sql in migrations(__package__):
-                if version in done:
-                    continue
-                self._apply(conn, version, name, sql)
-                latest = version
-            return latest
-
-    @staticmethod
-    def _apply(conn: sqlite3.Connection, version: int, name: str, sql: str) -> None:
-        """One migration in one transaction. Another process may have applied it since we
-        read the versions: a statement that cannot run twice (``ADD COLUMN``) then fails,
-        and the version, found recorded, is skipped."""
-        try:
-            conn.executescript(
-                f"BEGIN IMMEDIATE;\n{sql}\nINSERT OR IGNORE INTO leaseq_schema "
-                f"VALUES ({version}, '{name}', julianday('now'));\nCOMMIT;"
-            )
-        except sqlite3.OperationalError:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if not conn.execute("SELECT 1 FROM leaseq_schema WHERE version = ?",
-                                (version,)).fetchone():
-                raise
+            return schema.migrate(self._conn)
 
     def server_now(self) -> datetime:
         return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
