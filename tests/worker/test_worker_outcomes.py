@@ -166,12 +166,15 @@ def test_snooze_without_a_delay_does_not_spin(app: leaseq.App) -> None:
     assert 5.0 - 2.0 < wait_s <= 5.0
 
 
-def test_a_snooze_that_never_clears_ends_exhausted(app: leaseq.App) -> None:
-    # Given a handler that always snoozes, on a queue that allows 3 snoozes, due at once
-    app.configure_queue("polling", {"snooze_s": 0.0, "max_snoozes": 3})
+@pytest.mark.parametrize("set_on", ["queue", "task"])
+def test_a_snooze_that_never_clears_ends_exhausted(app: leaseq.App, set_on: str) -> None:
+    # Given a handler that always snoozes, under a policy (the queue's, or its task's own)
+    # that allows 3 snoozes, due at once
+    bounds = {"snooze_s": 0.0, "max_snoozes": 3}
+    app.configure_queue("polling", bounds if set_on == "queue" else {})
     runs: list[int] = []
 
-    @app.task(queue="polling")
+    @app.task(queue="polling", **(bounds if set_on == "task" else {}))  # type: ignore[arg-type]
     def wait_forever() -> None:
         runs.append(1)
         raise leaseq.Snooze()
