@@ -244,8 +244,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def retry(self, queue: str, job_id: str) -> bool:
         """Operator retry of a terminal job (failed, cancelled, done, app terminal): back to
-        ``pending``, attempts 0, failure cleared, ready now. False when the job is live
-        (pending / processing); ``JobNotFound`` when there is no such job. Journal: ``retried``.
+        ``pending``, attempts, snoozes and givebacks 0, failure cleared, ready now. False when
+        the job is live (pending / processing); ``JobNotFound`` when there is no such job.
+        Journal: ``retried``.
         """
 
     @abc.abstractmethod

@@ -191,8 +191,8 @@ log AS (
 SELECT id, lease_epoch FROM held;
 
 -- Completions, one or a batch (`complete` sends one item): each item fenced on its own by
--- id + lease_epoch + status processing; a stale one is given back for its new revision. Rows are locked in
--- id order so two batches never wait on each other in a cycle.
+-- id + lease_epoch + status processing; a stale one is given back for its new revision. Rows
+-- are locked in id order so two batches never wait on each other in a cycle.
 -- name: complete_many
 WITH items AS (
     SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(statuses)s::text[],
@@ -455,7 +455,8 @@ SELECT count(*) AS n FROM stuck;
 -- name: operator_retry
 WITH changed AS (
     UPDATE {jobs}
-    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL, stale = false, worker_id = NULL,
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+        stale = false, worker_id = NULL,
         lease_until = {now}, published_at = NULL, updated_at = {now}
     WHERE queue = %(queue)s AND id = %(id)s AND status NOT IN ('pending', 'processing')
     RETURNING queue, id, attempts, lease_epoch),

@@ -181,7 +181,8 @@ RETURNING id, attempts, lease_epoch, worker_id;
 
 -- name: operator_retry
 UPDATE leaseq_jobs
-SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL, stale = 0, worker_id = NULL,
+SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL, stale = 0,
+    worker_id = NULL,
     lease_until = {now}, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND status NOT IN ('pending', 'processing')
 RETURNING attempts, lease_epoch;
