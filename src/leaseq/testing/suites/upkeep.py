@@ -316,6 +316,17 @@ class OperatorSuite:
         assert [j.id for j in q.claim(W1)] == [job.id]
         assert "retried" in events(q.journal(job.id))
 
+    def test_operator_retry_gives_a_fresh_snooze_budget(self, leaseq_store: FreshStore) -> None:
+        # Given a job quarantined by the snooze bound
+        q = leaseq_store.queue(max_snoozes=1)
+        q.enqueue("j1", {})
+        q.snooze(q.claim(W1)[0], 0)
+        assert q.snooze(q.claim(W1)[0], 0).status == "failed"
+        # When an operator retries it, Then it may snooze again
+        assert q.retry("j1") is True
+        assert (must_get(q, "j1").snoozes, must_get(q, "j1").givebacks) == (0, 0)
+        assert q.snooze(q.claim(W1)[0], 0).status == "pending"
+
     def test_operator_retry_of_a_live_or_missing_job(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
         q.enqueue("pending", {})
