@@ -34,7 +34,7 @@ ENQUEUE_OPTIONS = frozenset({"job_id", "revision", "delay_s", "on_conflict", "co
 
 #: Task options that are queue-policy fields (the rest of ``@app.task``'s keywords are its own).
 _POLICY_OPTIONS = frozenset({"max_attempts", "lease_s", "heartbeat_every_s", "backoff_base_s",
-                             "backoff_cap_s"})
+                             "backoff_cap_s", "snooze_s", "max_snoozes", "max_givebacks"})
 
 
 class PayloadMismatch(InvalidPayload):

@@ -98,6 +98,11 @@ class Job:
     task: str | None = None
     attempts: int = 0
     max_attempts: int = 5
+    snoozes: int = 0
+    """``Snooze`` outcomes of this revision, bounded by the policy's ``max_snoozes``."""
+    givebacks: int = 0
+    """Give-backs of a running handler (a worker's stop) that refunded the attempt, bounded
+    by the policy's ``max_givebacks``."""
     lease_until: datetime | None = None
     lease_epoch: int = 0
     worker_id: str | None = None
@@ -188,9 +193,14 @@ class Permanent(Exception):
 
 
 class Snooze(Exception):
-    """Not the job's fault: put it back for ``delay_s`` and give the attempt back."""
+    """Not the job's fault: put it back for ``delay_s`` and give the attempt back.
 
-    def __init__(self, delay_s: float = 0.0, reason: str = "snoozed"):
+    ``delay_s=None`` means the policy's ``snooze_s`` (a few seconds): a condition that has not
+    cleared is not looked at again at once. Every snooze is counted; past the policy's
+    ``max_snoozes`` the job is quarantined as ``failed(exhausted)``.
+    """
+
+    def __init__(self, delay_s: float | None = None, reason: str = "snoozed"):
         super().__init__(reason)
         self.delay_s = delay_s
 
@@ -215,6 +225,7 @@ EVENTS = (
     "result_saved",
     "retry_scheduled",
     "snoozed",
+    "given_back",
     "quarantined",
     "reclaimed",
     "retried",
@@ -223,6 +234,20 @@ EVENTS = (
     "received",
     "ack_sent",
 )
+
+
+#: Why a stale job's finish was turned into a give-back (journal reason).
+STALE_REASON = "stale revision: the payload changed while this attempt ran"
+
+
+def snoozed_too_often(snoozes: int) -> str:
+    """The error of a job quarantined by the snooze bound."""
+    return f"snoozed {snoozes} times without finishing"
+
+
+def given_back_too_often(givebacks: int) -> str:
+    """The error of a job whose attempts ran out while it kept being given back."""
+    return f"given back {givebacks} times while its handler ran; its attempts are spent"
 
 
 def safe_reason(exc: BaseException | str, limit: int = 500) -> str:

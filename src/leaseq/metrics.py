@@ -31,12 +31,16 @@ class QueueSnapshot:
     counts: dict[str, int]
     ready: int
     oldest_pending_age_s: float
+    in_flight: int = 0
+    """Processing jobs under a live lease: work that an autoscaler must not scale away."""
 
 
 def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSnapshot]:
-    """Counts by status, ready and oldest pending age per queue (all queues when None)."""
+    """Counts by status, ready, oldest pending age and in-flight jobs per queue (all queues
+    when None)."""
     names = list(queues) if queues else store.queues()
-    return [QueueSnapshot(q, store.counts(q), *store.ready_stats(q)) for q in names]
+    return [QueueSnapshot(q, store.counts(q), *store.ready_stats(q), store.in_flight(q))
+            for q in names]
 
 
 class StoreCollector(Collector):
@@ -73,12 +77,17 @@ class StoreCollector(Collector):
         oldest = GaugeMetricFamily("leaseq_oldest_pending_age_seconds",
                                    "Seconds the longest-waiting claimable job has waited.",
                                    labels=["queue"])
+        in_flight = GaugeMetricFamily(
+            "leaseq_in_flight_jobs",
+            "Jobs being worked on now (processing, lease live): scale on ready + in flight, so "
+            "running work is never scaled away.", labels=["queue"])
         for snap in self._snapshots():
             for status, n in sorted(snap.counts.items()):
                 jobs.add_metric([snap.queue, status], n)
             ready.add_metric([snap.queue], snap.ready)
             oldest.add_metric([snap.queue], snap.oldest_pending_age_s)
-        yield from (jobs, ready, oldest)
+            in_flight.add_metric([snap.queue], snap.in_flight)
+        yield from (jobs, ready, oldest, in_flight)
 
 
 class Metrics:
@@ -98,7 +107,8 @@ class Metrics:
 
     def watch_store(self, store: Store, queues: Callable[[], Sequence[str] | None],
                     refresh_s: float = 5.0) -> None:
-        """Add the ``leaseq_jobs`` / ``leaseq_ready_jobs`` / oldest-age gauges."""
+        """Add the ``leaseq_jobs`` / ``leaseq_ready_jobs`` / oldest-age /
+        ``leaseq_in_flight_jobs`` gauges."""
         self.registry.register(StoreCollector(store, queues, refresh_s))
 
     def job_finished(self, queue: str, outcome: str, duration_s: float | None) -> None:

@@ -1,4 +1,5 @@
-"""Queue policy: attempts, lease, heartbeat and backoff, with their defaults."""
+"""Queue policy: attempts, lease, heartbeat, backoff and the snooze and give-back bounds,
+with their defaults."""
 
 from __future__ import annotations
 
@@ -27,6 +28,17 @@ class QueuePolicy:
     """Longest retry delay before jitter. Defaults to 3,600 s."""
     max_payload_bytes: int = 1_048_576
     """Largest payload, as canonical JSON in UTF-8. Defaults to 1 MiB."""
+    snooze_s: float = 5.0
+    """Delay of a ``Snooze()`` raised without one. Defaults to 5 s: a condition that has not
+    cleared is not looked at again at once (an explicit ``Snooze(0)`` still is)."""
+    max_snoozes: int = 200
+    """Snoozes a job may have; the next one quarantines it as ``failed(exhausted)``, so a
+    condition that never clears cannot keep it alive for ever. Defaults to 200."""
+    max_givebacks: int = 3
+    """Times a job may be given back *while its handler ran* (a worker stopped before it
+    finished) with its attempt refunded; after that each give-back spends the attempt, so a
+    job that outlives every grace period still ends. A handler that never started is always
+    given back free. Defaults to 3."""
 
     def __post_init__(self) -> None:
         _check_int(self.max_attempts, "max_attempts", 1, 1_000_000)
@@ -34,6 +46,9 @@ class QueuePolicy:
         _check_number(self.backoff_base_s, "backoff_base_s", 0.0)
         _check_number(self.backoff_cap_s, "backoff_cap_s", 0.0)
         _check_int(self.max_payload_bytes, "max_payload_bytes", 2, 1 << 30)
+        _check_number(self.snooze_s, "snooze_s", 0.0)
+        _check_int(self.max_snoozes, "max_snoozes", 0, 1_000_000)
+        _check_int(self.max_givebacks, "max_givebacks", 0, 1_000_000)
         if self.heartbeat_every_s is None:
             object.__setattr__(self, "heartbeat_every_s", self.lease_s / 3)
         _check_number(self.heartbeat_every_s, "heartbeat_every_s", 0.001)

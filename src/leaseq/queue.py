@@ -190,10 +190,27 @@ class Queue:
         return self.store.retry_later(self.name, job.lease, _error_text(error),
                                       safe_reason(error), delay)
 
-    def snooze(self, job: Job | Lease, delay_s: float = 0, reason: str = "snoozed") -> Job:
-        """Back to pending after ``delay_s``, the attempt given back. Raises ``LeaseLost``."""
-        return self.store.snooze(self.name, _lease(job), validate.delay_s(delay_s),
-                                 safe_reason(reason))
+    def snooze(self, job: Job | Lease, delay_s: float | None = None, reason: str = "snoozed",
+               *, max_snoozes: int | None = None) -> Job:
+        """Back to pending after ``delay_s`` (None: the policy's ``snooze_s``), the attempt
+        given back; counted, and past ``max_snoozes`` (None: the policy's) the job is
+        ``failed(exhausted)`` instead. Raises ``LeaseLost``."""
+        delay = self.policy.snooze_s if delay_s is None else validate.delay_s(delay_s)
+        bound = self.policy.max_snoozes if max_snoozes is None else _bound(
+            max_snoozes, "max_snoozes")
+        return self.store.snooze(self.name, _lease(job), delay, safe_reason(reason), bound)
+
+    def give_back(self, job: Job | Lease, started: bool, reason: str = "given back", *,
+                  max_givebacks: int | None = None) -> Job:
+        """Back to pending, ready at once, without running it to an outcome (a worker
+        stopping). Free when the handler never ``started``; when it did, free at most
+        ``max_givebacks`` times (None: the policy's), then the attempt is spent. Not a
+        snooze. Raises ``LeaseLost``."""
+        if not isinstance(started, bool):
+            raise InvalidInput(f"started must be True or False, got {started!r}")
+        bound = self.policy.max_givebacks if max_givebacks is None else _bound(
+            max_givebacks, "max_givebacks")
+        return self.store.give_back(self.name, _lease(job), started, safe_reason(reason), bound)
 
     def fail(
         self, job: Job | Lease, error: BaseException | str, failure: str = Failure.PERMANENT
@@ -207,7 +224,8 @@ class Queue:
     # --- upkeep and operators -------------------------------------------------------------
 
     def reclaim_expired(self) -> tuple[int, int]:
-        """``(failed, returned)``: spent expired jobs quarantined, the rest made ready."""
+        """``(failed, returned)``: spent expired jobs (and pending ones whose attempts are
+        spent) quarantined, the other expired ones made ready."""
         return self.store.reclaim_expired(self.name)
 
     def purge(self, older_than_s: Mapping[str, float] | None = None, **by_status: float) -> int:
@@ -257,6 +275,10 @@ class Queue:
     def oldest_pending_age_s(self) -> float:
         return self.store.oldest_pending_age_s(self.name)
 
+    def in_flight(self) -> int:
+        """Jobs being worked on now (processing under a live lease)."""
+        return self.store.in_flight(self.name)
+
     def journal(self, job_id: str) -> list[JournalEntry]:
         return self.store.journal(self.name, validate.job_id(job_id))
 
@@ -271,6 +293,11 @@ class Queue:
         if value <= 0:
             raise InvalidInput("lease_s must be > 0")
         return value
+
+
+def _bound(value: int, name: str) -> int:
+    """A snooze or give-back bound, checked as the policy checks its own."""
+    return getattr(QueuePolicy.build(**{name: value}), name)  # type: ignore[no-any-return]
 
 
 def _lease(job: Job | Lease) -> Lease:

@@ -3,8 +3,9 @@
 DESIGN.md §3, handler outcomes: a return value → ``complete`` (``Finish`` for an app status or
 follow-up jobs); ``Retry`` or any unexpected exception → ``retry_later`` (the store turns it into
 ``failed(exhausted)`` when attempts are spent); ``Permanent`` or a type the task lists as
-permanent → ``fail(permanent)``; ``Snooze`` → ``snooze``; unknown task or a payload that no
-longer fits → ``fail(invalid)``. This is also the one place that records the outcome metrics.
+permanent → ``fail(permanent)``; ``Snooze`` → ``snooze`` (no delay given: the policy's
+``snooze_s``; bounded by its ``max_snoozes``); unknown task or a payload that no longer fits →
+``fail(invalid)``. This is also the one place that records the outcome metrics.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from leaseq.completer import Completer
 from leaseq.errors import InvalidInput, StoreUnavailable
 from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_reason
 from leaseq.metrics import Metrics
+from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
 
 log = logging.getLogger("leaseq.worker")
@@ -47,6 +49,9 @@ class InFlight:
     lock: threading.Lock = field(default_factory=threading.Lock)
     finished: bool = False
     """Set once the finishing write was made (or given up): the heartbeat leaves it alone."""
+    started: bool = False
+    """Set (under ``lock``) just before the handler is called: a give-back at shutdown is free
+    for a job whose handler never started, and counted for one that did."""
     future: Future[Any] | None = None
 
 
@@ -75,6 +80,8 @@ class Runner:
         """Run a sync handler (in a pool thread) and write its outcome; returns the outcome."""
         kwargs, ran = self._prepare(item)
         if ran is None:
+            if not self._begin(item):
+                return "abandoned"
             started = self.clock()
             try:
                 value = item.task.func(**kwargs)  # type: ignore[union-attr]
@@ -89,6 +96,8 @@ class Runner:
         (``finish_in``: an executor's ``run_in_executor``-style call) so it never blocks it."""
         kwargs, ran = self._prepare(item)
         if ran is None:
+            if not self._begin(item):
+                return "abandoned"
             started = self.clock()
             try:
                 value = await item.task.func(**kwargs)  # type: ignore[union-attr]
@@ -99,6 +108,16 @@ class Runner:
             else:
                 ran = Ran(value=value, duration_s=self.clock() - started)
         return await finish_in(self.finish, item, ran)
+
+    @staticmethod
+    def _begin(item: InFlight) -> bool:
+        """Mark the handler started, unless the job was given back first: then it must not
+        run at all (its give-back was free because it had not started)."""
+        with item.lock:
+            if item.finished:
+                return False
+            item.started = True
+            return True
 
     def _prepare(self, item: InFlight) -> tuple[dict[str, Any], Ran | None]:
         """The handler's arguments, or a ``Ran`` that already says the job is invalid."""
@@ -156,7 +175,10 @@ class Runner:
         if error is None:
             return self._complete(item, ran.value)
         if isinstance(error, Snooze):
-            return "snooze", lambda: queue.snooze(job, error.delay_s, str(error))
+            policy = _policy(item)
+            delay = policy.snooze_s if error.delay_s is None else error.delay_s
+            return "snooze", lambda: queue.snooze(job, delay, str(error),
+                                                  max_snoozes=policy.max_snoozes)
         if isinstance(error, _Invalid):
             log.warning("job %s: quarantined as invalid: %s", job.id, error)
             return "fail", lambda: queue.fail(job, str(error), Failure.INVALID)
@@ -196,7 +218,7 @@ class Runner:
             # The traceback goes to the log with the job id; never the payload.
             log.warning("job %s (task %s) raised on attempt %d of %d: %s", job.id, job.task,
                         job.attempts, job.max_attempts, safe_reason(error), exc_info=error)
-        policy = item.task.policy if item.task else item.queue.policy
+        policy = _policy(item)
         return None if policy == item.queue.policy else policy.backoff_s(job.attempts)
 
     def lease_lost(self, item: InFlight) -> None:
@@ -234,11 +256,21 @@ class _Invalid(Exception):
     """The job cannot run here: unknown task or a payload that does not fit."""
 
 
+def _policy(item: InFlight) -> QueuePolicy:
+    """The policy the job runs under: its task's, else its queue's."""
+    return item.task.policy if item.task else item.queue.policy
+
+
 def _label(action: str, job: Job) -> str:
-    """The outcome as the store saw it: a stale job's finish became a snooze, a retry on the
-    last attempt became ``failed(exhausted)``."""
+    """The outcome as the store saw it: a retry on the last attempt, or a snooze past the
+    bound, became ``failed(exhausted)``; a stale job's finish became a give-back, which starts
+    the new revision with every counter at 0 (a retry keeps its attempt, a snooze counts)."""
     if job.status == "failed":
         return str(job.failure or "failed")
     if job.status == "pending":
-        return "retried" if action == "retry" else "snoozed"
+        if action == "retry" and job.attempts:
+            return "retried"
+        if action == "snooze" and job.snoozes:
+            return "snoozed"
+        return "given_back"
     return job.status

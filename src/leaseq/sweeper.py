@@ -3,7 +3,8 @@
 Idempotent and safe to run in several places at once (each step is one store transaction);
 every worker runs it every ``sweep_every_s`` too. Claims heal expired leases on their own, so
 the sweeper's reclaim mostly makes the state (and the ready count an autoscaler reads) honest
-sooner, and buries spent jobs as ``failed(expired)``.
+sooner, and buries spent jobs as ``failed(expired)`` (and pending ones nothing could ever
+claim as ``failed(exhausted)``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class SweeperConfig:
 class SweepResult:
     queue: str
     expired: int = 0
-    """Spent jobs whose lease ran out: quarantined as ``failed(expired)``."""
+    """Spent jobs whose lease ran out, quarantined as ``failed(expired)``, and pending jobs
+    whose attempts were spent (older data), quarantined as ``failed(exhausted)``."""
     reclaimed: int = 0
     """Jobs whose lease ran out with attempts left: ready again."""
     purged: int = 0

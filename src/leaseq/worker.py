@@ -291,8 +291,8 @@ class Worker:
         self._heartbeat.start()
 
     def _drain(self) -> None:
-        """Let in-flight jobs finish within ``grace_s``, then give the rest back (snooze,
-        ready now) so another worker takes them at once instead of waiting for the lease."""
+        """Let in-flight jobs finish within ``grace_s``, then give the rest back (ready now)
+        so another worker takes them at once instead of waiting for the lease."""
         deadline = self.clock() + self.config.grace_s
         if self._snapshot():
             log.info("stopping: %d job(s) in flight get up to %.1f s to finish",
@@ -304,15 +304,21 @@ class Worker:
             self._give_back(item)
 
     def _give_back(self, item: InFlight) -> None:
+        """Give the job back. Free when its handler never started (under the same lock the
+        runner takes to start it, so it then never will); counted toward the policy's
+        ``max_givebacks`` when it ran, so a job that outlives every grace period still
+        spends its attempts and ends."""
         with item.lock:
             if item.finished:
                 return
             item.finished = True
             item.job.lease_lost = True  # the handler may notice; its result will be discarded
+            policy = item.task.policy if item.task else item.queue.policy
             try:
-                item.queue.snooze(item.job, 0, SHUTDOWN_REASON)
-                log.warning("job %s: still running after the grace period; given back",
-                            item.job.id)
+                item.queue.give_back(item.job, item.started, SHUTDOWN_REASON,
+                                     max_givebacks=policy.max_givebacks)
+                log.warning("job %s: %s after the grace period; given back", item.job.id,
+                            "still running" if item.started else "not started")
             except LeaseLost:
                 pass  # already taken or cancelled: nothing of ours to give back
             except LeaseqError as exc:

@@ -52,8 +52,8 @@ def test_failure_kinds_and_outcomes() -> None:
 
 def test_journal_events_are_the_designed_ones() -> None:
     for event in ("enqueued", "claimed", "heartbeat_lost", "result_saved", "retry_scheduled",
-                  "snoozed", "quarantined", "reclaimed", "retried", "cancelled", "published",
-                  "ack_sent"):
+                  "snoozed", "given_back", "quarantined", "reclaimed", "retried", "cancelled",
+                  "published", "ack_sent"):
         assert event in EVENTS
 
 
@@ -103,6 +103,8 @@ def test_outcome_exceptions_carry_their_values() -> None:
     assert Permanent("bad file").reason == "bad file"
     snooze = Snooze(30)
     assert (snooze.delay_s, str(snooze)) == (30, "snoozed")
+    assert Snooze().delay_s is None  # the policy's snooze_s
+    assert Snooze(0).delay_s == 0  # an explicit 0 stays allowed
 
 
 def test_safe_reason_is_type_and_last_500_characters() -> None:

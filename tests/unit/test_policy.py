@@ -26,6 +26,13 @@ def test_defaults_are_the_documented_ones() -> None:
     policy = QueuePolicy()
     assert (policy.max_attempts, policy.lease_s, policy.heartbeat_every_s) == (5, 900.0, 300.0)
     assert (policy.backoff_base_s, policy.backoff_cap_s) == (60.0, 3600.0)
+    assert (policy.snooze_s, policy.max_snoozes, policy.max_givebacks) == (5.0, 200, 3)
+
+
+def test_snooze_and_give_back_bounds_may_be_zero() -> None:
+    # Snooze(0) semantics for every bare Snooze(); no snooze allowed; no free give-back.
+    policy = QueuePolicy.build(snooze_s=0, max_snoozes=0, max_givebacks=0)
+    assert (policy.snooze_s, policy.max_snoozes, policy.max_givebacks) == (0, 0, 0)
 
 
 def test_heartbeat_follows_a_new_lease_unless_given() -> None:
@@ -56,6 +63,12 @@ def test_unknown_key_is_refused_and_known_keys_named() -> None:
         {"backoff_cap_s": float("-inf")},
         {"lease_s": 60, "heartbeat_every_s": 60},
         {"max_payload_bytes": 1},
+        {"snooze_s": -1},
+        {"snooze_s": float("nan")},
+        {"max_snoozes": -1},
+        {"max_snoozes": 1.5},
+        {"max_givebacks": -1},
+        {"max_givebacks": None},
     ],
     ids=repr,
 )

@@ -149,11 +149,73 @@ def test_stop_lets_a_short_job_finish_and_gives_a_long_one_back(app: leaseq.App)
     # Then the short job finished and the long one is ready again with its attempt back
     short, long = q.get("short"), q.get("long")
     assert short is not None and short.status == "done"
-    assert long is not None and (long.status, long.attempts) == ("pending", 0)
+    assert long is not None and (long.status, long.attempts, long.givebacks) == ("pending", 0, 1)
     assert q.ready() == 1
-    assert events(q, "long")[-1] == "snoozed"
+    assert events(q, "long")[-1] == "given_back"
     assert "shutting down" in (q.journal("long")[-1].reason or "")
     # And the abandoned handler's late result is discarded
     release.set()
     wait_until(lambda: worker.in_flight() == [])  # the handler returned...
     assert q.get("long").status == "pending"  # type: ignore[union-attr]  # ...to no effect
+
+
+def test_a_job_that_outlives_every_grace_period_spends_its_attempts_and_ends(
+    app: leaseq.App
+) -> None:
+    # Given a handler that never ends within a grace period, on a queue with 2 attempts of
+    # which 1 give-back of a running handler is free
+    app.configure_queue("slow", {"max_attempts": 2, "max_givebacks": 1})
+    release = threading.Event()
+    runs: list[int] = []
+
+    @app.task(queue="slow")
+    def endless(job: leaseq.Job) -> None:
+        runs.append(job.attempt)
+        release.wait(60)
+
+    endless.enqueue(job_id="e")
+    q = app.queue("slow")
+    stops = 0
+    try:
+        # When workers keep being stopped while it runs (a scale-down every cool-down)
+        while q.get("e").status == "pending" and stops < 10:  # type: ignore[union-attr]
+            with running(app, grace_s=0.1):
+                wait_until(lambda n=stops + 1: len(runs) == n, what="the handler to start")
+            stops += 1
+    finally:
+        release.set()
+    # Then the first give-back was free, the next ones spent the attempts, and it ended
+    job = q.get("e")
+    assert job is not None and (job.status, job.failure) == ("failed", "exhausted")
+    assert (job.attempts, job.givebacks, stops) == (2, 1, 3)
+    assert "given back 1 times" in (job.error or "")
+    assert events(q, "e").count("given_back") == 2
+
+
+def test_a_job_whose_handler_never_started_is_given_back_free(app: leaseq.App) -> None:
+    # Given two async jobs, the first of which blocks the event loop, so the second never
+    # gets to start
+    release = threading.Event()
+    started: list[str] = []
+
+    @app.task(queue="work")
+    async def hog(name: str) -> None:
+        started.append(name)
+        release.wait(60)  # blocks the loop on purpose
+
+    hog.enqueue(name="a", job_id="a")
+    hog.enqueue(name="b", job_id="b")
+    q = app.queue("work")
+    try:
+        # When the worker stops while one handler runs and the other waits to start
+        with running(app, grace_s=0.2) as worker:
+            wait_until(lambda: len(worker.in_flight()) == 2 and started)
+    finally:
+        release.set()
+    # Then the one that ran was given back counted, the other free
+    assert len(started) == 1
+    ran, waited = q.get(started[0]), q.get("b" if started == ["a"] else "a")
+    assert ran is not None and (ran.status, ran.attempts, ran.givebacks) == ("pending", 0, 1)
+    assert waited is not None and (waited.status, waited.attempts, waited.givebacks) == (
+        "pending", 0, 0)
+    assert events(q, waited.id)[-1] == "given_back"

@@ -56,6 +56,7 @@ def test_worker_metrics_endpoint(app: leaseq.App) -> None:
     assert samples[("leaseq_jobs", (*q, ("status", "pending")))] == 1
     assert samples[("leaseq_ready_jobs", q)] == 0  # the pending one is not due: not real work
     assert samples[("leaseq_oldest_pending_age_seconds", q)] == 0
+    assert samples[("leaseq_in_flight_jobs", q)] == 0
 
 
 def test_sweep_counts_reclaimed_leases(app: leaseq.App) -> None:
@@ -86,6 +87,24 @@ def test_store_gauges_are_cached_between_scrapes(app: leaseq.App) -> None:
     ok.enqueue(job_id="a")
     # Within refresh_s the gauges are not read again
     assert metrics.registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) == 0
+
+
+def test_in_flight_gauge_counts_running_work(app: leaseq.App) -> None:
+    # Given a job held under a live lease, one whose lease ran out, and one ready
+    @app.task(queue="work")
+    def ok() -> None: ...
+
+    for job_id in ("running", "expired", "ready"):
+        ok.enqueue(job_id=job_id)
+    q = app.queue("work")
+    q.claim_id("running", "w", lease_s=600)
+    q.claim_id("expired", "w", lease_s=1)
+    app.store.time_offset_s = 5  # the store's clock moves past the short lease
+    metrics = Metrics()
+    metrics.watch_store(app.store, lambda: ["work"], refresh_s=0)
+    # Then only the live lease is in flight; the expired one is ready work again
+    assert metrics.registry.get_sample_value("leaseq_in_flight_jobs", {"queue": "work"}) == 1
+    assert metrics.registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) == 2
 
 
 def test_sweeper_reclaims_buries_and_purges(app: leaseq.App) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from worker_helpers import events, running, wait_until
@@ -140,6 +141,56 @@ def test_snooze_gives_the_attempt_back(app: leaseq.App) -> None:
     job = app.queue("work").get("s")
     assert job is not None and (job.status, job.attempts, job.lease_epoch) == ("done", 1, 2)
     assert "snoozed" in events(app.queue("work"), "s")
+
+
+def test_snooze_without_a_delay_does_not_spin(app: leaseq.App) -> None:
+    # Given a handler that snoozes on a condition that does not clear, no delay given
+    runs: list[float] = []
+
+    @app.task(queue="work")
+    def wait_for_upstream() -> None:
+        runs.append(time.monotonic())
+        raise leaseq.Snooze(reason="upstream not ready")
+
+    wait_for_upstream.enqueue(job_id="s")
+    q = app.queue("work")
+    # When a worker serves the queue for a second
+    with running(app):
+        wait_until(lambda: runs, what="the first run")
+        time.sleep(1.0)  # the window in which runs are counted
+    # Then it ran once: the next run waits the policy's snooze_s (5 s), it does not spin
+    assert len(runs) == 1
+    job = q.get("s")
+    assert job is not None and (job.status, job.attempts, job.snoozes) == ("pending", 0, 1)
+    # not-before and updated_at come from the one statement that snoozed it
+    wait_s = (job.lease_until - job.updated_at).total_seconds()  # type: ignore[operator]
+    assert abs(wait_s - 5.0) < 0.01
+
+
+@pytest.mark.parametrize("set_on", ["queue", "task"])
+def test_a_snooze_that_never_clears_ends_exhausted(app: leaseq.App, set_on: str) -> None:
+    # Given a handler that always snoozes, under a policy (the queue's, or its task's own)
+    # that allows 3 snoozes, due at once
+    bounds = {"snooze_s": 0.0, "max_snoozes": 3}
+    app.configure_queue("polling", bounds if set_on == "queue" else {})
+    runs: list[int] = []
+
+    @app.task(queue="polling", **(bounds if set_on == "task" else {}))  # type: ignore[arg-type]
+    def wait_forever() -> None:
+        runs.append(1)
+        raise leaseq.Snooze()
+
+    wait_forever.enqueue(job_id="w")
+    # When a burst worker runs it until nothing is left
+    worker = burst(app)
+    # Then the fourth snooze ended it, with a reason that says so
+    job = app.queue("polling").get("w")
+    assert job is not None and (job.status, job.failure, job.snoozes) == (
+        "failed", "exhausted", 4)
+    assert job.error == "snoozed 4 times without finishing"
+    assert len(runs) == 4
+    assert _counter(worker, "leaseq_processed_total", queue="polling", outcome="snoozed") == 3
+    assert _counter(worker, "leaseq_processed_total", queue="polling", outcome="exhausted") == 1
 
 
 def test_unknown_task_and_payload_that_no_longer_fits_are_invalid(app: leaseq.App) -> None:

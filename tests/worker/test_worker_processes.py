@@ -104,12 +104,13 @@ def test_sigterm_gives_back_what_does_not_finish_within_the_grace_period(
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
         output = process.stdout.read()  # type: ignore[union-attr]
-    # Then the job is ready again at once, its attempt given back, and it says why
+    # Then the job is ready again at once, its attempt given back (counted: the handler ran),
+    # and it says why
     q = proc_app.queue("work")
     job = q.get("g")
-    assert job is not None and (job.status, job.attempts) == ("pending", 0)
+    assert job is not None and (job.status, job.attempts, job.givebacks) == ("pending", 0, 1)
     assert q.ready() == 1
-    assert events(q, "g")[-1] == "snoozed"
+    assert events(q, "g")[-1] == "given_back"
     assert "given back" in output
 
 

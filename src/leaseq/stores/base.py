@@ -10,8 +10,15 @@ A store owns the records of many queues. Every primitive names its queue. Rules 
 * Every write after a claim is fenced: it matches ``queue + id + lease_epoch + status =
   'processing'``. When nothing matches, nothing is written and ``LeaseLost`` is raised.
 * A *stale* job (its payload got a new revision while it was processing) is never finished by
-  its worker: complete, retry_later and fail turn into a snooze (attempt given back, ready now),
-  and the returned ``Job`` shows ``status == "pending"``.
+  its worker: complete, complete_many, retry_later, fail, snooze and give_back turn into a
+  give-back that starts the new revision fresh (``pending``, ready now, attempts, snoozes and
+  givebacks 0; journal ``given_back`` with the stale reason), and the returned ``Job`` shows
+  ``status == "pending"``.
+* A new revision resets the job's budget (attempts, snoozes, givebacks 0; the spec's
+  ``max_attempts``) whatever the status it finds, so no path leaves a ``pending`` job with
+  attempts ≥ max_attempts (it would be unclaimable for ever). On a ``processing`` job the
+  running attempt belongs to the old revision: should its lease expire, the job comes back
+  ready for the new one (never ``failed(expired)`` for the old revision's attempts).
 * Every transition to ``pending`` clears ``published_at`` (the outbox then owes a publish).
 * Each state change writes its journal event in the same transaction, where the store has
   transactions. A journal entry never holds the payload.
@@ -98,10 +105,11 @@ class Store(abc.ABC):
 
         * none → insert ``pending``, not-before = now + ``delay_s`` → ``created``
         * spec.revision given and equal to the stored revision → ``unchanged``
-        * spec.revision given and different → payload, task and revision replaced, then by
-          the stored status: terminal → ``pending`` with attempts 0, failure/result cleared,
-          not-before = now + delay → ``revived``; ``pending`` → not-before = now + delay →
-          ``updated``; ``processing`` → marked stale (lease untouched) → ``updated``
+        * spec.revision given and different → payload, task, revision and max_attempts
+          replaced, attempts, snoozes and givebacks reset to 0, then by the stored status:
+          terminal → ``pending``, failure/result cleared, not-before = now + delay →
+          ``revived``; ``pending`` → not-before = now + delay → ``updated``; ``processing`` →
+          marked stale (lease untouched) → ``updated``
         * no spec.revision and the same payload (``payload_json``) → ``unchanged``
         * no spec.revision and another payload → by ``on_conflict``: ``"raise"`` rolls the
           whole call back and raises ``JobConflict`` naming the ids; ``"keep"`` → ``conflict``
@@ -124,7 +132,8 @@ class Store(abc.ABC):
         (then id). Each taken job: ``processing``, ``worker_id``, lease_until = now +
         ``lease_s``, attempts + 1, lease_epoch + 1, stale cleared. Two concurrent claims never
         take the same job. Journal: ``claimed`` (reason ``redelivered`` on every claim after
-        the first, whether after a retry or from an expired lease).
+        the first — after a retry, an expired lease, a snooze or a give-back — read from
+        ``lease_epoch``, which nothing ever refunds).
         """
 
     @abc.abstractmethod
@@ -152,15 +161,16 @@ class Store(abc.ABC):
     ) -> Job:
         """Fenced finish: ``status`` (``done`` or an app terminal one), result saved, lease
         cleared. ``then``: follow-up jobs ``(queue, specs)`` enqueued in the same transaction
-        (``on_conflict="keep"``). Stale job → snooze instead. Raises ``LeaseLost`` when fenced
-        out (and then writes nothing, follow-ups included). Journal: ``result_saved``.
+        (``on_conflict="keep"``). Stale job → stale give-back instead (no follow-ups). Raises
+        ``LeaseLost`` when fenced out (and then writes nothing, follow-ups included). Journal:
+        ``result_saved``.
         """
 
     def complete_many(
         self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
     ) -> list[Job | LeaseLost]:
         """Finish many jobs at once: each item is ``(lease, result_json, status, result_key)``
-        and is fenced on its own, exactly as ``complete`` (stale → snooze). Returns, per item
+        and is fenced on its own, exactly as ``complete`` (stale → give-back). Returns, per item
         in order, the resulting ``Job`` or the ``LeaseLost`` it met (not raised). Stores
         override this with one transaction for the batch; this fallback loops."""
         out: list[Job | LeaseLost] = []
@@ -176,30 +186,50 @@ class Store(abc.ABC):
         self, queue: str, lease: Lease, error: str, reason: str, delay_s: float
     ) -> Job:
         """Fenced: back to ``pending`` with not-before = now + ``delay_s`` and ``error`` kept;
-        when attempts are spent, ``failed(exhausted)`` instead. Stale job → snooze.
+        when attempts are spent, ``failed(exhausted)`` instead. Stale job → stale give-back.
         ``LeaseLost`` when fenced out. Journal: ``retry_scheduled`` or ``quarantined``.
         """
 
     @abc.abstractmethod
-    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
-        """Fenced: back to ``pending`` with not-before = now + ``delay_s`` and attempts − 1
-        (never below 0). ``LeaseLost`` when fenced out. Journal: ``snoozed``.
+    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed",
+               max_snoozes: int = 200) -> Job:
+        """Fenced: snoozes + 1; then, when the new count is above ``max_snoozes``,
+        ``failed(exhausted)`` with the error "snoozed N times without finishing" (N the new
+        count; journal ``quarantined``); otherwise back to ``pending`` with not-before = now +
+        ``delay_s`` and attempts − 1, never below 0 (journal ``snoozed``). Stale job → stale
+        give-back. ``LeaseLost`` when fenced out.
+        """
+
+    @abc.abstractmethod
+    def give_back(self, queue: str, lease: Lease, started: bool, reason: str,
+                  max_givebacks: int = 3) -> Job:
+        """Fenced: back to ``pending``, ready now, ``published_at`` cleared; never a snooze.
+        ``started=False`` (the handler never ran) → attempts − 1 (≥ 0), givebacks unchanged.
+        ``started=True`` and givebacks < ``max_givebacks`` → attempts − 1 (≥ 0), givebacks
+        + 1. ``started=True`` past the bound → the attempt is spent (attempts unchanged,
+        givebacks unchanged), and when attempts ≥ max_attempts the job is
+        ``failed(exhausted)`` instead, its error saying it was given back N times. Stale job
+        → stale give-back. ``LeaseLost`` when fenced out. Journal: ``given_back`` with
+        ``reason``, or ``quarantined``.
         """
 
     @abc.abstractmethod
     def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
         """Fenced: quarantine as ``failed`` with ``failure`` and ``error``; lease cleared.
-        Stale job → snooze. ``LeaseLost`` when fenced out. Journal: ``quarantined``.
+        Stale job → stale give-back. ``LeaseLost`` when fenced out. Journal: ``quarantined``.
         """
 
     # --- upkeep ----------------------------------------------------------------------------
 
     @abc.abstractmethod
     def reclaim_expired(self, queue: str) -> tuple[int, int]:
-        """Two steps in this order (the other way round a spent job would be claimable for a
-        moment): expired ``processing`` with attempts spent → ``failed(expired)``; then the
-        other expired ``processing`` → ``pending``, ready now. Returns ``(failed, returned)``;
-        ``(0, 0)`` when none. Journal: ``quarantined`` / ``reclaimed``.
+        """Three steps, the first two in this order (the other way round a spent job would
+        be claimable for a moment): expired ``processing`` with attempts spent →
+        ``failed(expired)``; then the other expired ``processing`` → ``pending``, ready now;
+        then any ``pending`` job with attempts ≥ max_attempts (data written before leaseq
+        reset a new revision's attempts: nothing would ever claim it) → ``failed(exhausted)``.
+        Returns ``(failed, returned)``, failed counting both quarantines; ``(0, 0)`` when none.
+        Journal: ``quarantined`` / ``reclaimed``.
         """
 
     @abc.abstractmethod
@@ -214,8 +244,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def retry(self, queue: str, job_id: str) -> bool:
         """Operator retry of a terminal job (failed, cancelled, done, app terminal): back to
-        ``pending``, attempts 0, failure cleared, ready now. False when the job is live
-        (pending / processing); ``JobNotFound`` when there is no such job. Journal: ``retried``.
+        ``pending``, attempts, snoozes and givebacks 0, failure cleared, ready now. False when
+        the job is live (pending / processing); ``JobNotFound`` when there is no such job.
+        Journal: ``retried``.
         """
 
     @abc.abstractmethod
@@ -246,6 +277,11 @@ class Store(abc.ABC):
         """``(ready, oldest_pending_age_s)`` from one read: how many jobs are claimable now
         (the number an autoscaler should scale on), and the seconds since the longest-waiting
         of them became ready; ``(0, 0.0)`` when none."""
+
+    @abc.abstractmethod
+    def in_flight(self, queue: str) -> int:
+        """How many ``processing`` jobs hold a live lease (``lease_until`` > now): work being
+        done right now, which an autoscaler must not scale away; 0 when none."""
 
     def ready(self, queue: str) -> int:
         return self.ready_stats(queue)[0]

@@ -26,6 +26,7 @@ from leaseq.testing.harness import FreshStore, StoreFactory, fresh_store
 from leaseq.testing.suites.claim import ClaimSuite
 from leaseq.testing.suites.enqueue import EnqueueSuite
 from leaseq.testing.suites.finish import FinishSuite
+from leaseq.testing.suites.giveback import GiveBackSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
 from leaseq.testing.suites.retry import RetrySuite
@@ -36,6 +37,7 @@ ALL_SUITES = (
     ClaimSuite,
     LeaseSuite,
     RetrySuite,
+    GiveBackSuite,
     EnqueueSuite,
     FinishSuite,
     JournalSuite,
@@ -52,6 +54,7 @@ __all__ = [
     "EnqueueSuite",
     "FinishSuite",
     "FreshStore",
+    "GiveBackSuite",
     "InspectionSuite",
     "JournalSuite",
     "LeaseSuite",

@@ -5,7 +5,8 @@
 -- Every state change writes its journal rows in the same statement (a data-modifying CTE),
 -- so a change and its event commit together and cost one round trip.
 -- A fenced finish reads the row FOR UPDATE in a CTE (`old`) and then runs one of several
--- UPDATEs whose conditions exclude each other: the stale one snoozes, the other finishes.
+-- UPDATEs whose conditions exclude each other: the stale one gives the job back for its new
+-- revision (restarted), the others finish.
 
 -- name: now
 SELECT {now} AS now;
@@ -80,24 +81,30 @@ RETURNING id;
 -- name: revive_job
 UPDATE {jobs}
 SET status = 'pending', payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
-    max_attempts = %(max_attempts)s, attempts = 0, failure = NULL, result = NULL,
-    result_key = NULL, stale = false, worker_id = NULL,
+    max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+    result = NULL, result_key = NULL, stale = false, worker_id = NULL,
     lease_until = {now} + make_interval(secs => %(delay_s)s), published_at = NULL,
     updated_at = {now}
 WHERE queue = %(queue)s AND id = %(id)s;
 
+-- A new revision starts with a fresh budget: attempts kept from the old one could be at or
+-- past the new max_attempts, and nothing would ever claim the job again.
 -- name: update_pending
 UPDATE {jobs}
 SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
-    max_attempts = %(max_attempts)s, lease_until = {now} + make_interval(secs => %(delay_s)s),
+    max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0,
+    lease_until = {now} + make_interval(secs => %(delay_s)s),
     published_at = NULL, updated_at = {now}
 WHERE queue = %(queue)s AND id = %(id)s;
 
--- A processing job keeps its lease; its worker's finish becomes a snooze (see base.py).
+-- A processing job keeps its lease; its worker's finish becomes a give-back (see base.py).
+-- The running attempt belongs to the old revision, so the budget is reset now: an expired
+-- lease then returns the job ready for the new revision instead of failing it as expired.
 -- name: mark_stale
 UPDATE {jobs}
 SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
-    max_attempts = %(max_attempts)s, stale = true, updated_at = {now}
+    max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0, stale = true,
+    updated_at = {now}
 WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: journal_enqueued
@@ -137,7 +144,7 @@ taken AS (
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
     SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
-           CASE WHEN attempts > 1 THEN 'redelivered' END
+           CASE WHEN lease_epoch > 1 THEN 'redelivered' END
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
@@ -159,7 +166,7 @@ taken AS (
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
     SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
-           CASE WHEN attempts > 1 THEN 'redelivered' END
+           CASE WHEN lease_epoch > 1 THEN 'redelivered' END
     FROM taken)
 SELECT * FROM taken;
 
@@ -184,8 +191,8 @@ log AS (
 SELECT id, lease_epoch FROM held;
 
 -- Completions, one or a batch (`complete` sends one item): each item fenced on its own by
--- id + lease_epoch + status processing; a stale one becomes a snooze. Rows are locked in
--- id order so two batches never wait on each other in a cycle.
+-- id + lease_epoch + status processing; a stale one is given back for its new revision. Rows
+-- are locked in id order so two batches never wait on each other in a cycle.
 -- name: complete_many
 WITH items AS (
     SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(statuses)s::text[],
@@ -197,9 +204,9 @@ old AS (
     WHERE j.queue = %(queue)s AND j.status = 'processing'
     ORDER BY j.id
     FOR UPDATE OF j),
-snoozed AS (
+restarted AS (
     UPDATE {jobs} j
-    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
         stale = false, published_at = NULL, updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
@@ -211,16 +218,17 @@ finished AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text
-    FROM snoozed
+    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+           %(stale_reason)s::text
+    FROM restarted
     UNION ALL
     SELECT queue, id, {now}, 'result_saved', attempts, lease_epoch, worker_id, status
     FROM finished)
-SELECT *, true AS was_stale FROM snoozed
+SELECT *, true AS was_stale FROM restarted
 UNION ALL
 SELECT *, false FROM finished;
 
--- Three ways out, by the row as locked: stale → snooze; attempts spent → failed(exhausted);
+-- Three ways out, by the row as locked: stale → restarted; attempts spent → failed(exhausted);
 -- otherwise back to pending after the delay.
 -- name: retry_later
 WITH old AS (
@@ -228,9 +236,9 @@ WITH old AS (
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
       AND status = 'processing'
     FOR UPDATE),
-snoozed AS (
+restarted AS (
     UPDATE {jobs} j
-    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
         stale = false, published_at = NULL, updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
@@ -250,9 +258,9 @@ retried AS (
 log AS (
     INSERT INTO {journal}
         (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
-    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text,
-           NULL::json
-    FROM snoozed
+    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+           %(stale_reason)s::text, NULL::json
+    FROM restarted
     UNION ALL
     SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
            'exhausted: ' || %(reason)s::text, NULL::json
@@ -261,7 +269,7 @@ log AS (
     SELECT queue, id, {now}, 'retry_scheduled', attempts, lease_epoch, worker_id, %(reason)s::text,
            %(data)s::json
     FROM retried)
-SELECT *, true AS was_stale FROM snoozed
+SELECT *, true AS was_stale FROM restarted
 UNION ALL
 SELECT *, false FROM exhausted
 UNION ALL
@@ -273,9 +281,9 @@ WITH old AS (
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
       AND status = 'processing'
     FOR UPDATE),
-snoozed AS (
+restarted AS (
     UPDATE {jobs} j
-    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), lease_until = {now},
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
         stale = false, published_at = NULL, updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
@@ -287,30 +295,115 @@ failed AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(stale_reason)s::text
-    FROM snoozed
+    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+           %(stale_reason)s::text
+    FROM restarted
     UNION ALL
     SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
            %(failure)s::text || ': ' || %(reason)s::text
     FROM failed)
-SELECT *, true AS was_stale FROM snoozed
+SELECT *, true AS was_stale FROM restarted
 UNION ALL
 SELECT *, false FROM failed;
 
+-- Three ways out, by the row as locked: stale → restarted; the snooze past max_snoozes →
+-- failed(exhausted) (the words are leaseq.job.snoozed_too_often's); otherwise pending after
+-- the delay with the attempt given back. Each snooze is counted.
 -- name: snooze
-WITH snoozed AS (
-    UPDATE {jobs}
-    SET status = 'pending', attempts = greatest(attempts - 1, 0),
-        lease_until = {now} + make_interval(secs => %(delay_s)s), stale = false,
-        published_at = NULL, updated_at = {now}
+WITH old AS (
+    SELECT id, stale, snoozes + 1 > %(max_snoozes)s AS spent FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
       AND status = 'processing'
-    RETURNING *),
+    FOR UPDATE),
+restarted AS (
+    UPDATE {jobs} j
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
+        stale = false, published_at = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
+    RETURNING j.*),
+snoozed_out AS (
+    UPDATE {jobs} j
+    SET status = 'failed', failure = 'exhausted', snoozes = j.snoozes + 1,
+        error = 'snoozed ' || (j.snoozes + 1) || ' times without finishing',
+        lease_until = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale AND old.spent
+    RETURNING j.*),
+snoozed AS (
+    UPDATE {jobs} j
+    SET status = 'pending', attempts = greatest(j.attempts - 1, 0), snoozes = j.snoozes + 1,
+        lease_until = {now} + make_interval(secs => %(delay_s)s), published_at = NULL,
+        updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale AND NOT old.spent
+    RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(reason)s
+    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+           %(stale_reason)s::text
+    FROM restarted
+    UNION ALL
+    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+           'exhausted: ' || error
+    FROM snoozed_out
+    UNION ALL
+    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(reason)s::text
     FROM snoozed)
-SELECT *, false AS was_stale FROM snoozed;
+SELECT *, true AS was_stale FROM restarted
+UNION ALL
+SELECT *, false FROM snoozed_out
+UNION ALL
+SELECT *, false FROM snoozed;
+
+-- Back to pending at once, by the row as locked: stale → restarted; a give-back that is free
+-- (the handler never started, or it ran and givebacks < max_givebacks) refunds the attempt
+-- (counted when it ran); past the bound the attempt is spent, and on the last attempt the
+-- job is failed(exhausted) (the words are leaseq.job.given_back_too_often's).
+-- name: give_back
+WITH old AS (
+    SELECT id, stale, NOT %(started)s OR givebacks < %(max_givebacks)s AS free,
+           attempts >= max_attempts AS last FROM {jobs}
+    WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
+      AND status = 'processing'
+    FOR UPDATE),
+restarted AS (
+    UPDATE {jobs} j
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
+        stale = false, published_at = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
+    RETURNING j.*),
+exhausted AS (
+    UPDATE {jobs} j
+    SET status = 'failed', failure = 'exhausted', lease_until = NULL, updated_at = {now},
+        error = 'given back ' || j.givebacks || ' times while its handler ran; '
+                || 'its attempts are spent'
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale AND NOT old.free
+      AND old.last
+    RETURNING j.*),
+given AS (
+    UPDATE {jobs} j
+    SET status = 'pending',
+        attempts = CASE WHEN old.free THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+        givebacks = j.givebacks + CASE WHEN old.free AND %(started)s THEN 1 ELSE 0 END,
+        lease_until = {now}, published_at = NULL, updated_at = {now}
+    FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale
+      AND (old.free OR NOT old.last)
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+           %(stale_reason)s::text
+    FROM restarted
+    UNION ALL
+    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+           'exhausted: ' || error
+    FROM exhausted
+    UNION ALL
+    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id, %(reason)s::text
+    FROM given)
+SELECT *, true AS was_stale FROM restarted
+UNION ALL
+SELECT *, false FROM exhausted
+UNION ALL
+SELECT *, false FROM given;
 
 -- Step 1 of reclaim: spent jobs are buried before step 2 can make them pending.
 -- name: expire_spent
@@ -343,10 +436,27 @@ log AS (
     FROM returned ORDER BY id)
 SELECT count(*) AS n FROM returned;
 
+-- Step 3 of reclaim: a pending job with its attempts spent can never be claimed (data written
+-- before a new revision reset them); quarantine it. The predicate is the partial index's.
+-- name: exhaust_pending
+WITH stuck AS (
+    UPDATE {jobs}
+    SET status = 'failed', failure = 'exhausted', lease_until = NULL, updated_at = {now},
+        error = 'attempts spent while pending (' || attempts || ' of ' || max_attempts || ')'
+    WHERE queue = %(queue)s AND status = 'pending' AND attempts >= max_attempts
+    RETURNING queue, id, attempts, lease_epoch, worker_id),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+           'exhausted: attempts spent while pending'
+    FROM stuck ORDER BY id)
+SELECT count(*) AS n FROM stuck;
+
 -- name: operator_retry
 WITH changed AS (
     UPDATE {jobs}
-    SET status = 'pending', attempts = 0, failure = NULL, stale = false, worker_id = NULL,
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+        stale = false, worker_id = NULL,
         lease_until = {now}, published_at = NULL, updated_at = {now}
     WHERE queue = %(queue)s AND id = %(id)s AND status NOT IN ('pending', 'processing')
     RETURNING queue, id, attempts, lease_epoch),
@@ -401,6 +511,10 @@ FROM {jobs}
 WHERE queue = %(queue)s
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now});
+
+-- name: in_flight
+SELECT count(*) AS n FROM {jobs}
+WHERE queue = %(queue)s AND status = 'processing' AND lease_until > {now};
 
 -- name: journal
 SELECT * FROM {journal} WHERE queue = %(queue)s AND job_id = %(id)s ORDER BY seq;

@@ -24,6 +24,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
+    STALE_REASON,
     EnqueueResult,
     Job,
     JobSpec,
@@ -42,7 +43,6 @@ from leaseq.stores.sql import load_queries, migrations
 
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
-STALE_REASON = "stale revision: the payload changed while this attempt ran"
 _SAVEPOINT = "leaseq_enqueue"
 T = TypeVar("T")
 FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
@@ -111,6 +111,9 @@ class PostgresStore(Store):
 
     def _count(self, conn: psycopg.Connection, name: str, **params: Any) -> int:
         return int(self._rows(conn, name, **params)[0]["n"])
+
+    def _count_read(self, name: str, **params: Any) -> int:
+        return int(self._read(name, **params)[0]["n"])
 
     def _notify(self, conn: psycopg.Connection, queue: str) -> None:
         """Wake listening workers when this transaction commits (never if it rolls back)."""
@@ -295,7 +298,7 @@ class PostgresStore(Store):
                 raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
             job = _jobs(cols, rows)[0]
             if rows[0][cols["was_stale"]]:
-                return job, True  # snoozed instead: ready again at once
+                return job, True  # given back for its new revision: ready again at once
             for next_queue, specs in then:
                 self._enqueue(conn, next_queue, specs, "keep")
             return job, job.status == "pending" and not params.get("delay_s")
@@ -352,8 +355,15 @@ class PostgresStore(Store):
                             reason=_text(reason), delay_s=delay_s,
                             data=json.dumps({"delay_s": delay_s}))
 
-    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
-        return self._finish(queue, lease, "snooze", delay_s=delay_s, reason=_text(reason))
+    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed",
+               max_snoozes: int = 200) -> Job:
+        return self._finish(queue, lease, "snooze", delay_s=delay_s, reason=_text(reason),
+                            max_snoozes=max_snoozes)
+
+    def give_back(self, queue: str, lease: Lease, started: bool, reason: str,
+                  max_givebacks: int = 3) -> Job:
+        return self._finish(queue, lease, "give_back", started=bool(started),
+                            reason=_text(reason), max_givebacks=max_givebacks)
 
     def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
         return self._finish(queue, lease, "fail", error=_text(error), reason=_text(reason),
@@ -365,6 +375,7 @@ class PostgresStore(Store):
         def work(conn: psycopg.Connection) -> tuple[int, int]:
             failed = self._count(conn, "expire_spent", queue=queue)
             returned = self._count(conn, "return_expired", queue=queue)
+            failed += self._count(conn, "exhaust_pending", queue=queue)
             if returned:
                 self._notify(conn, queue)
             return failed, returned
@@ -433,6 +444,9 @@ class PostgresStore(Store):
         row = self._read("ready", queue=queue)[0]
         age = row["age"]
         return int(row["n"]), max(float(age), 0.0) if age is not None else 0.0
+
+    def in_flight(self, queue: str) -> int:
+        return self._count_read("in_flight", queue=queue)
 
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
         return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]

@@ -16,22 +16,28 @@ VALUES (:queue, :id, :task, 'pending', :payload, 0, :max_attempts, {now} + :dela
 -- name: revive_job
 UPDATE leaseq_jobs
 SET status = 'pending', payload = :payload, task = :task, revision = :revision,
-    max_attempts = :max_attempts, attempts = 0, failure = NULL, result = NULL,
+    max_attempts = :max_attempts, attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+    result = NULL,
     result_key = NULL, stale = 0, worker_id = NULL, lease_until = {now} + :delay_s,
     published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id;
 
+-- A new revision starts with a fresh budget: attempts kept from the old one could be at or
+-- past the new max_attempts, and nothing would ever claim the job again.
 -- name: update_pending
 UPDATE leaseq_jobs
 SET payload = :payload, task = :task, revision = :revision, max_attempts = :max_attempts,
+    attempts = 0, snoozes = 0, givebacks = 0,
     lease_until = {now} + :delay_s, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id;
 
--- A processing job keeps its lease; its worker's finish becomes a snooze (see base.py).
+-- A processing job keeps its lease; its worker's finish becomes a give-back (see base.py).
+-- The running attempt belongs to the old revision, so the budget is reset now: an expired
+-- lease then returns the job ready for the new revision instead of failing it as expired.
 -- name: mark_stale
 UPDATE leaseq_jobs
 SET payload = :payload, task = :task, revision = :revision, max_attempts = :max_attempts,
-    stale = 1, updated_at = {now}
+    attempts = 0, snoozes = 0, givebacks = 0, stale = 1, updated_at = {now}
 WHERE queue = :queue AND id = :id;
 
 -- The inner SELECT repeats the partial index's predicate word for word so SQLite uses it.
@@ -75,7 +81,7 @@ SELECT queue, id, {now}, 'heartbeat_lost', attempts, :lease_epoch,
 FROM leaseq_jobs WHERE queue = :queue AND id = :id;
 
 -- name: fenced_row
-SELECT stale, attempts, max_attempts FROM leaseq_jobs
+SELECT stale, attempts, max_attempts, snoozes, givebacks FROM leaseq_jobs
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing';
 
 -- name: complete
@@ -86,7 +92,7 @@ WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'p
 RETURNING *;
 
 -- :items is a JSON array of [id, lease_epoch, status, result_json, result_key]. Stale jobs
--- are left out here (they become snoozes one by one).
+-- are left out here (they become give-backs one by one).
 -- name: complete_many
 WITH i AS MATERIALIZED (  -- materialized so the plan drives from the items into the primary key
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS lease_epoch,
@@ -118,7 +124,31 @@ RETURNING *;
 
 -- name: snooze
 UPDATE leaseq_jobs
-SET status = 'pending', attempts = max(attempts - 1, 0), lease_until = {now} + :delay_s,
+SET status = 'pending', attempts = max(attempts - 1, 0), snoozes = snoozes + 1,
+    lease_until = {now} + :delay_s, stale = 0, published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+RETURNING *;
+
+-- name: snoozed_out
+UPDATE leaseq_jobs
+SET status = 'failed', failure = 'exhausted', error = :error, snoozes = snoozes + 1,
+    lease_until = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+RETURNING *;
+
+-- Ready at once. :refund is 1 when the attempt is given back, :counted 1 when the give-back
+-- counts toward max_givebacks.
+-- name: give_back
+UPDATE leaseq_jobs
+SET status = 'pending', attempts = max(attempts - :refund, 0), givebacks = givebacks + :counted,
+    lease_until = {now}, stale = 0, published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+RETURNING *;
+
+-- A stale job's finish: the new revision starts fresh, ready at once.
+-- name: restart_revision
+UPDATE leaseq_jobs
+SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
     stale = 0, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
 RETURNING *;
@@ -140,9 +170,19 @@ WHERE queue = :queue AND status = 'processing' AND attempts < max_attempts
   AND lease_until < {now}
 RETURNING id, attempts, lease_epoch, worker_id;
 
+-- Step 3 of reclaim: a pending job with its attempts spent can never be claimed (data written
+-- before a new revision reset them); quarantine it. The predicate is the partial index's.
+-- name: exhaust_pending
+UPDATE leaseq_jobs
+SET status = 'failed', failure = 'exhausted', lease_until = NULL, updated_at = {now},
+    error = 'attempts spent while pending (' || attempts || ' of ' || max_attempts || ')'
+WHERE queue = :queue AND status = 'pending' AND attempts >= max_attempts
+RETURNING id, attempts, lease_epoch, worker_id;
+
 -- name: operator_retry
 UPDATE leaseq_jobs
-SET status = 'pending', attempts = 0, failure = NULL, stale = 0, worker_id = NULL,
+SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL, stale = 0,
+    worker_id = NULL,
     lease_until = {now}, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND status NOT IN ('pending', 'processing')
 RETURNING attempts, lease_epoch;
@@ -182,6 +222,10 @@ SELECT count(*) AS n, {now} - min(lease_until) AS age FROM leaseq_jobs
 WHERE queue = :queue
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now});
+
+-- name: in_flight
+SELECT count(*) AS n FROM leaseq_jobs
+WHERE queue = :queue AND status = 'processing' AND lease_until > {now};
 
 -- name: any_ready
 SELECT 1 AS ready FROM leaseq_jobs

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
+    STALE_REASON,
     EnqueueResult,
     Failure,
     Job,
@@ -29,14 +30,16 @@ from leaseq.job import (
     LeaseLost,
     OnConflict,
     Outcome,
+    given_back_too_often,
+    snoozed_too_often,
 )
 from leaseq.stores.base import Store, decide_upsert
-from leaseq.stores.sql import load_queries, migrations
+from leaseq.stores.sql import load_queries
+from leaseq.stores.sqlite import schema
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
 NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
-STALE_REASON = "stale revision: the payload changed while this attempt ran"
 #: How often an idle worker looks for commits by other processes. Defaults to 2 ms: a
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
@@ -138,21 +141,7 @@ class SQLiteStore(Store):
 
     def migrate(self) -> int:
         with self._lock:
-            conn = self._conn
-            conn.execute("CREATE TABLE IF NOT EXISTS leaseq_schema "
-                         "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
-            done = {r[0] for r in conn.execute("SELECT version FROM leaseq_schema")}
-            latest = max(done, default=0)
-            for version, name, sql in migrations(__package__):
-                if version in done:
-                    continue
-                # Migrations use IF NOT EXISTS, so two processes racing here both succeed.
-                conn.executescript(
-                    f"BEGIN IMMEDIATE;\n{sql}\nINSERT OR IGNORE INTO leaseq_schema "
-                    f"VALUES ({version}, '{name}', julianday('now'));\nCOMMIT;"
-                )
-                latest = version
-            return latest
+            return schema.migrate(self._conn)
 
     def server_now(self) -> datetime:
         return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
@@ -236,8 +225,10 @@ class SQLiteStore(Store):
 
     def _journal_claims(self, conn: sqlite3.Connection, queue: str,
                         rows: list[dict[str, Any]]) -> None:
+        # From the epoch, not the attempts: a snooze or a give-back refunds the attempt, but
+        # the claim after it is still a redelivery.
         self._journal_rows(conn, queue, rows, "claimed",
-                           lambda r: "redelivered" if r["attempts"] > 1 else None)
+                           lambda r: "redelivered" if r["lease_epoch"] > 1 else None)
 
     def _journal_rows(self, conn: sqlite3.Connection, queue: str, rows: Iterable[dict[str, Any]],
                       event: str, reason: Callable[[dict[str, Any]], str | None]) -> None:
@@ -273,11 +264,11 @@ class SQLiteStore(Store):
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
         return rows[0]
 
-    def _snooze_in(self, conn: sqlite3.Connection, queue: str, lease: Lease, delay_s: float,
-                   reason: str) -> Job:
-        row = self._finish(conn, queue, lease, "snooze", delay_s=delay_s)
-        self._journal(conn, queue, lease.job_id, "snoozed", row["attempts"], lease.lease_epoch,
-                      row["worker_id"], reason)
+    def _restart_stale(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> Job:
+        """A stale job's finish: given back, the new revision to start afresh."""
+        row = self._finish(conn, queue, lease, "restart_revision")
+        self._journal(conn, queue, lease.job_id, "given_back", row["attempts"],
+                      lease.lease_epoch, row["worker_id"], STALE_REASON)
         return _job(row)
 
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
@@ -285,7 +276,7 @@ class SQLiteStore(Store):
                  then: Sequence[tuple[str, Sequence[JobSpec]]] = ()) -> Job:
         with self._tx() as conn:
             if self._fenced(conn, queue, lease)["stale"]:
-                return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+                return self._restart_stale(conn, queue, lease)
             row = self._finish(conn, queue, lease, "complete", status=status,
                                result=result_json, result_key=result_key)
             self._journal(conn, queue, lease.job_id, "result_saved", row["attempts"],
@@ -306,13 +297,13 @@ class SQLiteStore(Store):
 
     def _settle(self, conn: sqlite3.Connection, queue: str, lease: Lease,
                 done: dict[str, dict[str, Any]]) -> Job | LeaseLost:
-        """An item of complete_many: done, or a stale job's snooze, or LeaseLost."""
+        """An item of complete_many: done, or a stale job's give-back, or LeaseLost."""
         row = done.get(lease.job_id)
         if row is not None and row["lease_epoch"] == lease.lease_epoch:
             return _job(row)
         try:
             self._fenced(conn, queue, lease)  # still held here means stale
-            return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+            return self._restart_stale(conn, queue, lease)
         except LeaseLost as exc:
             return exc
 
@@ -321,7 +312,7 @@ class SQLiteStore(Store):
         with self._tx() as conn:
             fenced = self._fenced(conn, queue, lease)
             if fenced["stale"]:
-                return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+                return self._restart_stale(conn, queue, lease)
             if fenced["attempts"] >= fenced["max_attempts"]:
                 return self._fail_in(conn, queue, lease, error, reason, Failure.EXHAUSTED)
             row = self._finish(conn, queue, lease, "retry_later", error=error, delay_s=delay_s)
@@ -329,14 +320,44 @@ class SQLiteStore(Store):
                           lease.lease_epoch, row["worker_id"], reason, {"delay_s": delay_s})
         return _job(row)
 
-    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
+    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed",
+               max_snoozes: int = 200) -> Job:
         with self._tx() as conn:
-            return self._snooze_in(conn, queue, lease, delay_s, reason)
+            fenced = self._fenced(conn, queue, lease)
+            if fenced["stale"]:
+                return self._restart_stale(conn, queue, lease)
+            snoozes = fenced["snoozes"] + 1
+            if snoozes > max_snoozes:
+                error = snoozed_too_often(snoozes)
+                row = self._finish(conn, queue, lease, "snoozed_out", error=error)
+                self._journal(conn, queue, lease.job_id, "quarantined", row["attempts"],
+                              lease.lease_epoch, row["worker_id"], f"exhausted: {error}")
+                return _job(row)
+            row = self._finish(conn, queue, lease, "snooze", delay_s=delay_s)
+            self._journal(conn, queue, lease.job_id, "snoozed", row["attempts"],
+                          lease.lease_epoch, row["worker_id"], reason)
+        return _job(row)
+
+    def give_back(self, queue: str, lease: Lease, started: bool, reason: str,
+                  max_givebacks: int = 3) -> Job:
+        with self._tx() as conn:
+            fenced = self._fenced(conn, queue, lease)
+            if fenced["stale"]:
+                return self._restart_stale(conn, queue, lease)
+            free = not started or fenced["givebacks"] < max_givebacks
+            if not free and fenced["attempts"] >= fenced["max_attempts"]:
+                error = given_back_too_often(fenced["givebacks"])
+                return self._fail_in(conn, queue, lease, error, error, Failure.EXHAUSTED)
+            row = self._finish(conn, queue, lease, "give_back", refund=int(free),
+                               counted=int(started and free))
+            self._journal(conn, queue, lease.job_id, "given_back", row["attempts"],
+                          lease.lease_epoch, row["worker_id"], reason)
+        return _job(row)
 
     def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
         with self._tx() as conn:
             if self._fenced(conn, queue, lease)["stale"]:
-                return self._snooze_in(conn, queue, lease, 0.0, STALE_REASON)
+                return self._restart_stale(conn, queue, lease)
             return self._fail_in(conn, queue, lease, error, reason, failure)
 
     def _fail_in(self, conn: sqlite3.Connection, queue: str, lease: Lease, error: str,
@@ -352,10 +373,13 @@ class SQLiteStore(Store):
         with self._tx() as conn:
             spent = self._rows(conn, "expire_spent", queue=queue)
             returned = self._rows(conn, "return_expired", queue=queue)
+            stuck = self._rows(conn, "exhaust_pending", queue=queue)
             self._journal_rows(conn, queue, spent, "quarantined",
                                lambda _: "expired: lease ran out")
             self._journal_rows(conn, queue, returned, "reclaimed", lambda _: "lease expired")
-        return len(spent), len(returned)
+            self._journal_rows(conn, queue, stuck, "quarantined",
+                               lambda _: "exhausted: attempts spent while pending")
+        return len(spent) + len(stuck), len(returned)
 
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
         deleted = 0
@@ -452,6 +476,9 @@ class SQLiteStore(Store):
         age = row["age"]
         return int(row["n"]), max(float(age), 0.0) if age is not None else 0.0
 
+    def in_flight(self, queue: str) -> int:
+        return int(self._read("in_flight", queue=queue)[0]["n"])
+
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
         return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
 
@@ -471,7 +498,8 @@ def _job(row: dict[str, Any]) -> Job:
     return Job(
         id=row["id"], queue=row["queue"], status=row["status"],
         payload=json.loads(row["payload"]), task=row["task"], attempts=row["attempts"],
-        max_attempts=row["max_attempts"], lease_until=_dt(row["lease_until"]),
+        max_attempts=row["max_attempts"], snoozes=row["snoozes"], givebacks=row["givebacks"],
+        lease_until=_dt(row["lease_until"]),
         lease_epoch=row["lease_epoch"], worker_id=row["worker_id"], error=row["error"],
         failure=row["failure"], revision=row["revision"], stale=bool(row["stale"]),
         result=None if row["result"] is None else json.loads(row["result"]),

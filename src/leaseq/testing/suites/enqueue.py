@@ -93,6 +93,35 @@ class EnqueueSuite:
             "pending", {"v": 2}, "r2", 0)
         assert q.claim(W1) == []  # the new delay applies
 
+    def test_new_revision_of_a_pending_job_starts_a_fresh_budget(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a job with three transient failures behind it: attempts 3 of 5
+        q = leaseq_store.queue(max_attempts=5)
+        q.enqueue("j1", {"v": 1}, revision="r1")
+        for _ in range(3):
+            q.retry_later(q.claim(W1)[0], "transient", delay_s=0)
+        assert must_get(q, "j1").attempts == 3
+        # When a new revision comes through a queue whose policy now says max_attempts=2
+        stricter = leaseq_store.queue(max_attempts=2)
+        assert stricter.enqueue("j1", {"v": 2}, revision="r2").outcome == "updated"
+        # Then the new revision has its own budget and runs (it is not stuck pending for ever)
+        job = must_get(q, "j1")
+        assert (job.status, job.attempts, job.max_attempts) == ("pending", 0, 2)
+        assert q.ready() == 1
+        (again,) = q.claim(W1)
+        assert (again.payload, again.attempts) == ({"v": 2}, 1)
+
+    def test_new_revision_resets_snoozes_and_givebacks(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        q.enqueue("j1", {"v": 1}, revision="r1")
+        q.snooze(q.claim(W1)[0], 0)
+        q.give_back(q.claim(W1)[0], started=True)
+        assert (must_get(q, "j1").snoozes, must_get(q, "j1").givebacks) == (1, 1)
+        q.enqueue("j1", {"v": 2}, revision="r2")
+        job = must_get(q, "j1")
+        assert (job.attempts, job.snoozes, job.givebacks) == (0, 0, 0)
+
     @pytest.mark.parametrize("end", ["done", "failed"])
     def test_new_revision_revives_a_terminal_job(self, leaseq_store: FreshStore, end: str) -> None:
         # Given a finished job with a result, or a quarantined one

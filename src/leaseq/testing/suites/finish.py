@@ -78,12 +78,12 @@ class FinishSuite:
         assert [type(o).__name__ for o in out] == ["Job", "Job", "Job", "LeaseLost", "Job"]
         assert [o.status for o in out[:3]] == ["done", "done", "pending"]  # type: ignore[union-attr]
         assert must_get(q, "m0").result == {"n": 0}
-        assert must_get(q, "m2").attempts == 0  # the stale finish gave the attempt back
+        assert must_get(q, "m2").attempts == 0  # the stale finish restarted the new revision
         stolen = must_get(q, "m-stolen")
         assert (stolen.status, stolen.result, stolen.lease_epoch) == ("done", {"n": 9}, 2)
         assert out[4] == stolen
         assert events(q.journal("m1"))[-1] == "result_saved"
-        assert events(q.journal("m2"))[-1] == "snoozed"
+        assert events(q.journal("m2"))[-1] == "given_back"
         assert q.complete_many([]) == []
 
     def test_fail_quarantines_with_its_reason(self, leaseq_store: FreshStore) -> None:

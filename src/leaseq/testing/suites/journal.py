@@ -40,6 +40,23 @@ class JournalSuite:
         assert all(e.job_id == "j1" for e in journal)
         assert [e.at for e in journal] == sorted(e.at for e in journal)
 
+    def test_every_claim_after_the_first_is_redelivered_refunds_included(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a job claimed and snoozed (the attempt refunded), then claimed again
+        q = leaseq_store.queue()
+        q.enqueue("j1", {})
+        q.snooze(q.claim(W1)[0], 0)
+        (job,) = q.claim(W1)
+        # Then the second claim says redelivered, though attempts are still 1
+        claims = [e for e in q.journal("j1") if e.event == "claimed"]
+        assert [(e.attempt, e.reason) for e in claims] == [(1, None), (1, "redelivered")]
+        # And so does the claim after a free give-back
+        q.give_back(job, started=False)
+        q.claim(W2)
+        last = q.journal("j1")[-1]
+        assert (last.event, last.attempt, last.reason) == ("claimed", 1, "redelivered")
+
     def test_journal_time_is_the_stores_clock(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
         advance(leaseq_store.store, 7200)  # a clock only the store knows about
@@ -56,7 +73,7 @@ class JournalSuite:
         q.enqueue("j1", {"secret": CANARY}, revision="r1")
         (job,) = q.claim(W1)
         q.enqueue("j1", {"secret": CANARY, "v": 2}, revision="r2")  # stale while processing
-        q.complete(job, {"echo": "fine"})  # becomes a snooze
+        q.complete(job, {"echo": "fine"})  # becomes a give-back
         q.mark_published(leases(q, "j1"))
         (job,) = q.claim(W1, lease_s=60)
         q.heartbeat([job])

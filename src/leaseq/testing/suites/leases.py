@@ -29,6 +29,7 @@ FENCED_WRITES: dict[str, Callable[[Queue, Any], Any]] = {
     "complete": lambda q, job: q.complete(job, {"r": 1}),
     "retry_later": lambda q, job: q.retry_later(job, "boom", delay_s=0),
     "snooze": lambda q, job: q.snooze(job, 0),
+    "give_back": lambda q, job: q.give_back(job, started=True),
     "fail": lambda q, job: q.fail(job, "boom"),
 }
 

@@ -1,4 +1,5 @@
-"""Retry and snooze: backoff bounds, the attempt budget, error text, and the stale revision."""
+"""Retry and snooze: backoff bounds, the attempt budget, the snooze's default delay and bound,
+error text, and the stale revision."""
 
 from __future__ import annotations
 
@@ -23,11 +24,15 @@ from leaseq.testing.harness import (
 )
 from leaseq.validate import MAX_ERROR_CHARS
 
-#: A worker's finishing writes; on a stale job each one must become a snooze.
+#: A worker's finishing writes; on a stale job each one must become a give-back that starts
+#: the new revision afresh.
 FINISHES: dict[str, Callable[[Queue, Job], Job]] = {
     "complete": lambda q, job: q.complete(job, {"r": 1}, then=[q.spec("follow-up", {})]),
+    "complete_many": lambda q, job: q.complete_many([(job, {"r": 1})])[0],  # type: ignore[return-value]
     "retry_later": lambda q, job: q.retry_later(job, "boom", delay_s=300),
     "fail": lambda q, job: q.fail(job, "boom"),
+    "snooze": lambda q, job: q.snooze(job, 300),
+    "give_back": lambda q, job: q.give_back(job, started=True),
 }
 
 
@@ -101,7 +106,7 @@ class RetrySuite:
         q = leaseq_store.queue()
         job = given_claimed(q)
         back = q.snooze(job, 0)
-        assert (back.status, back.attempts) == ("pending", 0)
+        assert (back.status, back.attempts, back.snoozes, back.givebacks) == ("pending", 0, 1, 0)
         again = q.claim(W2)
         assert [(j.id, j.attempts, j.lease_epoch) for j in again] == [(job.id, 1, 2)]
         assert "snoozed" in events(q.journal(job.id))
@@ -117,25 +122,80 @@ class RetrySuite:
         advance_past(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
         assert len(q.claim(W1)) == 1
 
+    def test_snooze_without_a_delay_waits_the_policys_snooze_s(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a queue whose snooze_s is 30 s
+        q = leaseq_store.queue(snooze_s=30)
+        job = given_claimed(q)
+        # When the job is snoozed without a delay, Then it waits those 30 s, not 0
+        back, shortest, longest = _not_before_delay(leaseq_store.store, job, lambda: q.snooze(job))
+        assert 30 - CLOCK_SLACK_S <= shortest <= longest <= 30 + CLOCK_SLACK_S
+        assert (back.status, back.snoozes) == ("pending", 1)
+        assert q.claim(W1) == [] and q.ready() == 0
+        assert leaseq_store.queue().policy.snooze_s == 5.0  # the default: a few seconds
+
+    def test_snoozes_are_counted_and_bounded(self, leaseq_store: FreshStore) -> None:
+        # Given a queue that allows two snoozes
+        q = leaseq_store.queue(max_snoozes=2)
+        q.enqueue("j1", {})
+        # When the job snoozes twice, Then each is counted and it comes back
+        for n in (1, 2):
+            back = q.snooze(q.claim(W1)[0], 0)
+            assert (back.status, back.snoozes, back.attempts) == ("pending", n, 0)
+        # When it snoozes a third time, Then it is quarantined: the condition never cleared
+        done = q.snooze(q.claim(W1)[0], 0)
+        assert (done.status, done.failure, done.snoozes) == ("failed", "exhausted", 3)
+        assert done.error == "snoozed 3 times without finishing"
+        last = q.journal("j1")[-1]
+        assert (last.event, last.reason) == ("quarantined",
+                                             "exhausted: snoozed 3 times without finishing")
+        assert q.claim(W1) == [] and must_get(q, "j1") == done
+
     @pytest.mark.parametrize("finish", sorted(FINISHES))
-    def test_finish_of_a_stale_job_becomes_a_snooze(
+    def test_finish_of_a_stale_job_is_given_back_for_its_new_revision(
         self, leaseq_store: FreshStore, finish: str
     ) -> None:
-        # Given a job whose payload got a new revision while it was processing
-        q = leaseq_store.queue()
-        job = given_claimed(q, revision="r1")
+        # Given a job on its last attempt, snoozed and given back before, whose payload got a
+        # new revision while it was processing
+        q = leaseq_store.queue(max_attempts=2)
+        q.enqueue("j1", {"v": 1}, revision="r1")
+        q.snooze(q.claim(W1)[0], 0)
+        q.give_back(q.claim(W1)[0], started=True)
+        q.retry_later(q.claim(W1)[0], "transient", delay_s=0)
+        (job,) = q.claim(W1)
+        assert (job.attempts, job.snoozes, job.givebacks) == (2, 1, 1)
         assert q.enqueue(job.id, {"v": 2}, revision="r2").outcome == "updated"
         marked = must_get(q, job.id)
         assert (marked.status, marked.lease_until, marked.lease_epoch) == (
             "processing", job.lease_until, job.lease_epoch)
         # When its worker finishes it (any way)
         back = FINISHES[finish](q, job)
-        # Then it is a snooze: pending, attempt given back, ready now, no follow-up written
-        assert (back.status, back.attempts) == ("pending", 0)
+        # Then it is given back: pending, ready now, the new revision's budget untouched, no
+        # follow-up written
+        assert (back.status, back.attempts, back.snoozes, back.givebacks) == ("pending", 0, 0, 0)
         assert q.get("follow-up") is None
         (again,) = q.claim(W2)
         assert (again.payload, again.revision, again.attempts) == ({"v": 2}, "r2", 1)
-        assert events(q.journal(job.id))[-2:] == ["snoozed", "claimed"]
+        assert events(q.journal(job.id))[-2:] == ["given_back", "claimed"]
+        assert "stale revision" in (q.journal(job.id)[-2].reason or "")
+
+    @pytest.mark.parametrize("how", ["reclaim", "claim"])
+    def test_expired_stale_job_comes_back_for_its_new_revision(
+        self, leaseq_store: FreshStore, how: str
+    ) -> None:
+        # Given a job on its last attempt whose worker died after a new revision arrived
+        q = leaseq_store.queue(max_attempts=1)
+        job = given_claimed(q, revision="r1", lease_s=60)
+        q.enqueue(job.id, {"v": 2}, revision="r2")
+        advance_past(leaseq_store.store, job.lease_until)  # type: ignore[arg-type]
+        # When the lease is reclaimed (or the next claim takes it)
+        if how == "reclaim":
+            assert q.reclaim_expired() == (0, 1)
+            assert must_get(q, job.id).status == "pending"
+        # Then the new revision runs: the old revision's spent attempt never fails it
+        (again,) = q.claim(W2)
+        assert (again.revision, again.attempts, again.max_attempts) == ("r2", 1, 1)
 
     def test_stale_job_keeps_its_lease_until_finished(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()

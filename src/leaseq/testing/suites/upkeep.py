@@ -40,6 +40,8 @@ def _reclaim(q: Any, job: Job) -> None:
 BACK_TO_PENDING: dict[str, Callable[[Any, Job], Any]] = {
     "retry_later": lambda q, job: q.retry_later(job, "transient", delay_s=0),
     "snooze": lambda q, job: q.snooze(job, 0),
+    "give_back-unstarted": lambda q, job: q.give_back(job, started=False),
+    "give_back-started": lambda q, job: q.give_back(job, started=True),
     "stale-complete": lambda q, job: (q.enqueue("j1", {"v": 2}, revision="r2"),
                                       q.complete(job)),
     "reclaim": _reclaim,
@@ -48,7 +50,50 @@ BACK_TO_PENDING: dict[str, Callable[[Any, Job], Any]] = {
 }
 
 
+def _write_older_data(store: Any, queue: str, job_id: str, attempts: int) -> None:
+    """Set a pending job's attempts behind the API's back: what leaseq before the revision
+    reset could leave (a new revision that lowered max_attempts below the attempts kept). No
+    primitive can write it any more, so each store is reached by its own means."""
+    kind = type(store).__name__
+    if kind == "SQLiteStore":
+        with store._tx() as conn:
+            conn.execute("UPDATE leaseq_jobs SET attempts = ? WHERE queue = ? AND id = ?",
+                         (attempts, queue, job_id))
+    elif kind == "PostgresStore":
+        store._session.run(lambda conn: conn.execute(
+            f"UPDATE {store._schema}.jobs SET attempts = %s WHERE queue = %s AND id = %s",
+            (attempts, queue, job_id)))
+    elif kind == "MongoStore":
+        store._coll(queue).update_one({"_id": job_id}, {"$set": {"attempts": attempts}})
+    else:
+        pytest.skip(f"skipped: the suite cannot write older data into a {kind}")
+
+
 class UpkeepSuite:
+    def test_sweep_quarantines_a_pending_job_whose_attempts_are_spent(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given older data: a pending job with attempts 3 of 2 (never claimable), and a
+        # healthy pending job
+        q = leaseq_store.queue(max_attempts=2)
+        q.enqueue("stuck", {})
+        q.enqueue("fine", {})
+        _write_older_data(leaseq_store.store, q.name, "stuck", 3)
+        assert q.ready() == 1
+        # When the sweeper reclaims
+        assert q.reclaim_expired() == (1, 0)
+        # Then the stuck job is quarantined as exhausted, and journaled; the other untouched
+        stuck = must_get(q, "stuck")
+        assert (stuck.status, stuck.failure, stuck.attempts) == ("failed", "exhausted", 3)
+        assert "attempts spent while pending" in (stuck.error or "")
+        assert events(q.journal("stuck"))[-1] == "quarantined"
+        assert must_get(q, "fine").status == "pending"
+        assert q.reclaim_expired() == (0, 0)
+        # And an operator can run it again
+        assert q.retry("stuck") is True
+        assert [j.id for j in q.claim(W1, 2)] == ["fine", "stuck"]
+
+
     def test_purge_deletes_only_named_statuses_old_enough(self, leaseq_store: FreshStore) -> None:
         # Given done / failed / app-status jobs finished 100 s ago, and a done one just now
         q = leaseq_store.queue()
@@ -117,6 +162,23 @@ class InspectionSuite:
         assert q.counts() == {"pending": 2, "processing": 2, "done": 1}
         assert q.ready() == 2
         assert 30 - CLOCK_SLACK_S <= q.oldest_pending_age_s() <= 30 + CLOCK_SLACK_S
+
+    def test_in_flight_counts_processing_jobs_with_a_live_lease(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given ready, held, expiring and done jobs
+        q = leaseq_store.queue()
+        assert q.in_flight() == 0
+        q.enqueue("ready", {})
+        given_claimed(q, "held", lease_s=LONG_LEASE_S)
+        given_claimed(q, "expiring", lease_s=10)
+        q.complete(given_claimed(q, "done"))
+        assert q.in_flight() == 2
+        # When the expiring lease runs out, Then only the held job is in flight: the expired
+        # one is ready work again, not running work
+        advance(leaseq_store.store, 30)
+        assert (q.in_flight(), q.ready()) == (1, 2)
+        assert leaseq_store.queue("other").in_flight() == 0
 
     def test_expired_lease_is_ready_since_it_ran_out(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
@@ -253,6 +315,17 @@ class OperatorSuite:
         assert (back.status, back.attempts, back.failure) == ("pending", 0, None)
         assert [j.id for j in q.claim(W1)] == [job.id]
         assert "retried" in events(q.journal(job.id))
+
+    def test_operator_retry_gives_a_fresh_snooze_budget(self, leaseq_store: FreshStore) -> None:
+        # Given a job quarantined by the snooze bound
+        q = leaseq_store.queue(max_snoozes=1)
+        q.enqueue("j1", {})
+        q.snooze(q.claim(W1)[0], 0)
+        assert q.snooze(q.claim(W1)[0], 0).status == "failed"
+        # When an operator retries it, Then it may snooze again
+        assert q.retry("j1") is True
+        assert (must_get(q, "j1").snoozes, must_get(q, "j1").givebacks) == (0, 0)
+        assert q.snooze(q.claim(W1)[0], 0).status == "pending"
 
     def test_operator_retry_of_a_live_or_missing_job(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()

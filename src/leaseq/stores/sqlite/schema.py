@@ -1,0 +1,37 @@
+"""The SQLite schema's migrations: ``migrations/NNN_name.sql``, each applied once, in order."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from leaseq.stores.sql import migrations
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply the migrations ``conn``'s database lacks; safe to race. Returns the version."""
+    conn.execute("CREATE TABLE IF NOT EXISTS leaseq_schema "
+                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
+    done = {r[0] for r in conn.execute("SELECT version FROM leaseq_schema")}
+    latest = max(done, default=0)
+    for version, name, sql in migrations(__package__):
+        if version not in done:
+            apply(conn, version, name, sql)
+            latest = version
+    return latest
+
+
+def apply(conn: sqlite3.Connection, version: int, name: str, sql: str) -> None:
+    """One migration in one transaction. Another process may have applied it since the
+    versions were read: a statement that cannot run twice (``ADD COLUMN``; the others use
+    ``IF NOT EXISTS``) then fails, and the version, found recorded, is skipped."""
+    try:
+        conn.executescript(
+            f"BEGIN IMMEDIATE;\n{sql}\nINSERT OR IGNORE INTO leaseq_schema "
+            f"VALUES ({version}, '{name}', julianday('now'));\nCOMMIT;"
+        )
+    except sqlite3.OperationalError:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if not conn.execute("SELECT 1 FROM leaseq_schema WHERE version = ?",
+                            (version,)).fetchone():
+            raise
