@@ -29,6 +29,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
         lease_until=dt(doc.get("lease_until")), lease_epoch=int(doc.get("lease_epoch") or 0),
         worker_id=doc.get("worker_id"), error=doc.get("error"), failure=doc.get("failure"),
         revision=doc.get("revision"), stale=bool(doc.get("stale")),
+        snoozes=int(doc.get("snoozes") or 0), givebacks=int(doc.get("givebacks") or 0),
         result=json.loads(result) if isinstance(result, str) else result,
         result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
         updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
@@ -45,9 +46,22 @@ def entry(doc: Mapping[str, Any]) -> JournalEntry:
 
 
 def claimed_fields(found: Job) -> dict[str, Any]:
+    """``redelivered`` on every claim after the first: the epoch counts claims and is never
+    refunded (attempts are, by a snooze or a give-back)."""
     return {"attempt": found.attempts, "lease_epoch": found.lease_epoch,
             "worker_id": found.worker_id,
-            "reason": "redelivered" if found.attempts > 1 else None}
+            "reason": "redelivered" if found.lease_epoch > 1 else None}
+
+
+def reclaim_reason(doc: Mapping[str, Any]) -> str:
+    if doc.get("stale"):
+        return "lease expired; stale revision, attempts reset"
+    return "lease expired"
+
+
+def spent_reason(doc: Mapping[str, Any]) -> str:
+    return (f"exhausted: pending with attempts spent ({doc.get('attempts', 0)} of "
+            f"{doc.get('max_attempts', DEFAULT_MAX_ATTEMPTS)})")
 
 
 def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:
