@@ -77,6 +77,12 @@ class FakeCollection:
         self.name = name
         self.calls = calls
         self.answers: dict[str, deque[Any]] = defaultdict(deque)
+        self.options: dict[str, Any] = {}
+
+    def with_options(self, **options: Any) -> FakeCollection:
+        inspect.signature(Collection.with_options).bind(None, **options)
+        self.options = options
+        return self
 
     def answer(self, method: str, *values: Any) -> FakeCollection:
         self.answers[method].extend(values)

@@ -65,6 +65,7 @@ def test_no_builder_reads_the_worker_clock():
 # --- claim ---------------------------------------------------------------------------------
 
 
+STALE = {"$eq": [{"$ifNull": ["$stale", False]}, True]}
 LEFT = {"$lt": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}]}
 
 
@@ -77,7 +78,8 @@ def test_claim_filter_is_a_rooted_or_of_the_three_branches_of_the_issue():
     assert due["status"] == "pending"
     assert due["$expr"] == {"$and": [{"$lte": ["$lease_until", NOW]}, LEFT]}
     assert expired["status"] == "processing"
-    assert expired["$expr"] == {"$and": [{"$lt": ["$lease_until", NOW]}, LEFT]}
+    # a stale job's new revision never ran: its spent attempts do not keep it from a claim
+    assert expired["$expr"] == {"$and": [{"$lt": ["$lease_until", NOW]}, {"$or": [LEFT, STALE]}]}
     # an aggregation null sorts below every date: only real dates may take the < branches
     assert due["lease_until"] == expired["lease_until"] == {"$type": "date"}
 
@@ -89,7 +91,10 @@ def test_claim_is_a_pipeline_update_with_server_lease_and_counters():
     assert fields["status"] == "processing"
     assert fields["worker_id"] == {"$literal": "host:1:abcd1234"}
     assert fields["lease_until"] == plus(902_000)
-    assert fields["attempts"] == {"$add": [{"$ifNull": ["$attempts", 0]}, 1]}
+    assert fields["attempts"] == {
+        "$cond": [STALE, 1, {"$add": [{"$ifNull": ["$attempts", 0]}, 1]}]}
+    assert fields["snoozes"] == {"$cond": [STALE, 0, "$snoozes"]}
+    assert fields["givebacks"] == {"$cond": [STALE, 0, "$givebacks"]}
     assert fields["lease_epoch"] == {"$add": [{"$ifNull": ["$lease_epoch", 0]}, 1]}
     assert fields["updated_at"] == plus(2000)
     assert fields["stale"] is False
@@ -206,9 +211,6 @@ def test_a_conditional_transition_to_pending_clears_published_at(pipeline):
 
 
 # --- reclaim -------------------------------------------------------------------------------
-
-
-STALE = {"$eq": [{"$ifNull": ["$stale", False]}, True]}
 
 
 def test_reclaim_step_one_takes_only_spent_expired_jobs_that_are_not_stale():

@@ -50,12 +50,13 @@ def test_the_ready_branches_are_the_claims_own():
     assert (fresh, due) == (store_fresh, store_due)
 
 
-def test_processing_counts_while_its_lease_lives_or_while_it_is_claimable():
+def test_processing_counts_while_its_lease_lives_or_once_it_is_claimable_again():
     *_, running = example_query()["$or"]
     *_, expired = at_server_now(D.claimable(0))["$or"]
     live = at_server_now(D.in_flight(0))
     assert running["status"] == expired["status"] == live["status"] == "processing"
-    assert running["$expr"] == {"$or": [live["$expr"], expired["$expr"]["$and"][1]]}
+    claimable = expired["$expr"]["$and"][1]["$or"]
+    assert running["$expr"] == {"$or": [live["$expr"], *claimable]}
 
 
 def test_attempts_are_read_with_their_defaults_everywhere():

@@ -10,7 +10,7 @@ from unittest import mock
 
 import pytest
 from mongo_fakes import Deleted, FakeDB, Updated
-from pymongo import ReturnDocument
+from pymongo import ReadPreference, ReturnDocument
 from pymongo.client_session import ClientSession
 from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
 
@@ -470,3 +470,11 @@ def test_a_job_shows_its_counters_and_reads_absent_ones_as_zero(db, store):
     assert (job.snoozes, job.givebacks) == (2, 1)
     adopted = store.get("q", "old")
     assert (adopted.snoozes, adopted.givebacks, adopted.payload) == (0, 0, {})
+
+
+def test_every_read_goes_to_the_primary_whatever_the_url_says(db, store):
+    # The store's reads decide its writes: a lagging secondary would offer jobs already taken
+    store.claim("q", "w", 1, 60)
+    store.journal("q", "a")
+    assert db[Q].options == {"read_preference": ReadPreference.PRIMARY}
+    assert db["leaseq_journal"].options == {"read_preference": ReadPreference.PRIMARY}

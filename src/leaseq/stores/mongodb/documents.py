@@ -97,7 +97,9 @@ def has_attempts_left() -> Doc:
 
 
 def claimable(offset_s: float) -> Doc:
-    """DESIGN.md §3: attempts left and (fresh, due, or an expired lease).
+    """DESIGN.md §3: attempts left and (fresh, due, or an expired lease). A stale job with an
+    expired lease is claimable whatever its attempts: its new revision never ran, and the
+    claim starts it afresh (see ``claim``).
 
     A rooted ``$or`` whose every branch carries all of its conditions: MongoDB plans each
     branch as its own scan of ``CLAIM_INDEX`` and merges them in claim order (``SORT_MERGE``),
@@ -109,7 +111,7 @@ def claimable(offset_s: float) -> Doc:
         {"status": PENDING, "lease_until": {"$type": "date"},
          "$expr": {"$and": [{"$lte": ["$lease_until", clock]}, left]}},
         {"status": PROCESSING, "lease_until": {"$type": "date"},
-         "$expr": {"$and": [{"$lt": ["$lease_until", clock]}, left]}},
+         "$expr": {"$and": [{"$lt": ["$lease_until", clock]}, {"$or": [left, is_stale()]}]}},
     ]}
 
 
@@ -230,11 +232,18 @@ def journal_of(queue: str, job_id: str) -> Doc:
 
 
 def claim(worker_id: str, lease_s: float, offset_s: float) -> list[Doc]:
+    """The claim; a stale job (taken over from an expired lease) starts afresh, as reclaim
+    and a stale finish would start it: its first attempt, no snoozes, no give-backs."""
+    def afresh(value: Any, otherwise: Any) -> Doc:
+        return {"$cond": [is_stale(), value, otherwise]}
+
     return [{"$set": {
         "status": PROCESSING,
         "worker_id": lit(worker_id),
         "lease_until": now(offset_s, lease_s),
-        "attempts": {"$add": [attempts(), 1]},
+        "attempts": afresh(1, {"$add": [attempts(), 1]}),
+        "snoozes": afresh(0, "$snoozes"),
+        "givebacks": afresh(0, "$givebacks"),
         "lease_epoch": {"$add": [{"$ifNull": ["$lease_epoch", 0]}, 1]},
         "max_attempts": max_attempts(),
         "stale": False,

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from bson import ObjectId
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import ReadPreference, ReturnDocument, UpdateOne
 from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
@@ -74,7 +74,8 @@ class MongoStore(WorkerWrites, Store):
         self._owns_client = client is not None
         self._prefix = prefix
         self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
-        self._indexed: set[str] = set()  # collections whose indexes this store has made
+        self._collections: dict[str, Any] = {}  # those whose indexes this store has made
+        self._journal = self._primary(self._prefix + "journal")
         self.supports_transactions = self._probe_transactions()
         self.migrate()
 
@@ -113,14 +114,18 @@ class MongoStore(WorkerWrites, Store):
     def _coll(self, queue: str) -> Any:
         """The queue's collection; its indexes are made on first use (outside any session)."""
         name = self._name(queue)
-        if name not in self._indexed:
-            self._create_indexes(self._db[name], D.job_indexes(self._ttl_s))
-            self._indexed.add(name)
-        return self._db[name]
+        coll = self._collections.get(name)
+        if coll is None:
+            coll = self._primary(name)
+            self._create_indexes(coll, D.job_indexes(self._ttl_s))
+            self._collections[name] = coll
+        return coll
 
-    @property
-    def _journal(self) -> Any:
-        return self._db[self._prefix + "journal"]
+    def _primary(self, name: str) -> Any:
+        """Read from the primary whatever the URL's ``readPreference`` says: the store's reads
+        decide its writes (a claim's candidates, what a reclaim moved), and a lagging
+        secondary would offer jobs already taken."""
+        return self._db[name].with_options(read_preference=ReadPreference.PRIMARY)
 
     @staticmethod
     def _create_indexes(coll: Any, specs: Sequence[tuple[Any, dict[str, Any]]]) -> None:
@@ -181,7 +186,7 @@ class MongoStore(WorkerWrites, Store):
         for name in self._db.list_collection_names(
                 filter={"name": {"$regex": "^" + re.escape(self._prefix)}}):
             self._db.drop_collection(name)
-        self._indexed.clear()
+        self._collections.clear()
 
     # --- producers -------------------------------------------------------------------------
 
