@@ -3,8 +3,9 @@
 Atomicity without transactions: each primitive changes each job with one
 ``find_one_and_update`` / ``update_many`` whose filter carries the whole guard (claimable,
 fenced, still expired), so two workers can never both win. Transactions (replica set or mongos)
-are used only where the protocol needs several documents to change together: ``enqueue_many``
-and ``complete(then=…)``. The journal is written right after the change it records, outside it.
+are used where several documents must change together: ``enqueue_many``, ``complete(then=…)``,
+and each job's change with its journal entries (workers.py). Without transactions the journal
+follows the change; docs/mongodb.md says what happens when that write fails.
 """
 
 from __future__ import annotations
