@@ -5,8 +5,11 @@ shape (no attempts / max_attempts) read as the store reads them."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from pipeline_model import matches
 
 from leaseq.stores.mongodb import documents as D
 from leaseq.stores.mongodb import indexes as ix
@@ -67,3 +70,23 @@ def test_attempts_are_read_with_their_defaults_everywhere():
 def test_the_example_query_is_served_by_the_stores_index():
     jobs = [keys for keys, _ in ix.job_indexes({})]
     assert ix.unserved(example_query(), [], jobs) == []
+
+
+def test_the_example_counts_ready_and_in_flight_jobs_of_any_shape():
+    now = datetime(2024, 1, 2, tzinfo=UTC)
+    later, earlier = now + timedelta(minutes=1), now - timedelta(minutes=1)
+    docs = [
+        {"status": "pending"},  # original shape: no attempts, no max_attempts
+        {"status": "pending", "lease_until": earlier, "attempts": 2},
+        {"status": "pending", "lease_until": later},  # backing off: not work yet
+        {"status": "processing", "lease_until": later, "attempts": 5},  # running, last try
+        {"status": "processing", "lease_until": earlier, "attempts": 5},  # spent: reclaim's
+        {"status": "processing", "lease_until": earlier, "attempts": 5, "stale": True},
+        {"status": "done"},
+    ]
+    counted = [matches(example_query(), {"_id": i, **d}, now) for i, d in enumerate(docs)]
+    assert counted == [True, True, False, True, False, True, False]
+    for i, doc in enumerate(docs):
+        store_counts = (matches(D.claimable(0), {"_id": i, **doc}, now)
+                        or matches(D.in_flight(0), {"_id": i, **doc}, now))
+        assert counted[i] == store_counts
