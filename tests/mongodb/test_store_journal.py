@@ -61,7 +61,8 @@ def test_on_a_replica_set_a_failed_journal_write_aborts_the_claim(replica):
 def test_on_a_standalone_server_a_failed_journal_write_gives_the_claims_back(db, store):
     # Given two claimed jobs whose `claimed` entries cannot be written
     db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}])
-    db[Q].answer("find_one_and_update", doc("a", lease_epoch=4), doc("b", lease_epoch=1))
+    db[Q].answer("find_one_and_update", doc("a", lease_epoch=4), doc("b", lease_epoch=1),
+                 doc("a", status="pending", lease_epoch=4), doc("b", status="pending"))
     db[JOURNAL].answer("bulk_write", AutoReconnect("connection reset"))
     # When the worker claims
     with pytest.raises(StoreUnavailable):
@@ -69,8 +70,41 @@ def test_on_a_standalone_server_a_failed_journal_write_gives_the_claims_back(db,
     # Then both jobs were given back at once, fenced by their new epochs, attempts refunded,
     # instead of waiting out the lease the worker never saw and losing an attempt
     undo = [a for a, _ in db.of(Q, "find_one_and_update")][2:]
-    assert undo == [(D.fenced("a", 4), D.give_back(False, 0, 0)),
-                    (D.fenced("b", 1), D.give_back(False, 0, 0))]
+    assert undo == [(D.fenced("a", 4, stale=False), D.give_back(False, 0, 0)),
+                    (D.fenced("b", 1, stale=False), D.give_back(False, 0, 0))]
+
+
+def journal_events(db: FakeDB) -> list[tuple[str, str]]:
+    return [(op._doc[0]["$set"]["job_id"]["$literal"], op._doc[0]["$set"]["event"]["$literal"])
+            for args, _ in db.of(JOURNAL, "bulk_write") for op in args[0]]
+
+
+def test_on_a_standalone_server_a_failure_mid_batch_gives_back_the_claims_made(db, store):
+    # Given a batch whose second claim meets a dropped connection
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}])
+    db[Q].answer("find_one_and_update", doc("a", lease_epoch=2), AutoReconnect("reset"),
+                 doc("a", status="pending", attempts=0, lease_epoch=2))
+    with pytest.raises(StoreUnavailable):
+        store.claim("q", "w", 2, 60)
+    # Then the first job, claimed but never handed over, was given back and journalled so
+    undo = [a for a, _ in db.of(Q, "find_one_and_update")][2]
+    assert undo == (D.fenced("a", 2, stale=False), D.give_back(False, 0, 0))
+    assert journal_events(db) == [("a", "given_back")]
+
+
+def test_on_a_replica_set_a_failure_mid_batch_gives_back_the_committed_claims(replica):
+    # Given a batch whose second claim's transaction fails
+    store = MongoStore(replica)
+    replica[Q].answer("find", [{"_id": "a"}, {"_id": "b"}])
+    replica[Q].answer("find_one_and_update", doc("a"), AutoReconnect("stepdown"),
+                      doc("a", status="pending", attempts=0))
+    with pytest.raises(StoreUnavailable):
+        store.claim("q", "w", 2, 60)
+    # Then the committed claim of the first was given back in a transaction of its own
+    assert journal_events(replica) == [("a", "claimed"), ("a", "given_back")]
+    assert replica.client.transactions == ["start", "commit", "end_session",
+                                           "start", "abort", "end_session",
+                                           "start", "commit", "end_session"]
 
 
 def test_a_give_back_that_fails_too_still_raises_the_journal_error(db, store):

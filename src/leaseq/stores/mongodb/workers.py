@@ -22,6 +22,7 @@ from leaseq.stores.mongodb.connection import guarded
 
 AFTER = ReturnDocument.AFTER
 Event = tuple[str, str, str, dict[str, Any]]  # queue, job id, event, fields
+UNDONE_REASON = "claim undone: the store failed before the worker had the job"
 
 
 class WorkerWrites:
@@ -64,12 +65,12 @@ class WorkerWrites:
 
         With transactions each claim and its entry commit together, one transaction per job
         (a batch in one transaction would abort whole on any one job's write conflict).
-        Without, the entries follow the claims; if that write fails the claimed jobs are
-        given back at once, free, before the error is raised: a claim the caller never saw
-        must not hold its job until the lease runs out and cost it an attempt.
+        Without, the entries follow the claims. Either way, when the store fails part-way
+        the jobs already claimed are given back at once, free, before the error is raised:
+        a claim the caller never saw must not hold its job until the lease runs out and
+        cost it an attempt.
         """
-        update = D.claim(worker_id, lease_s, self._off)
-        coll = self._coll(queue)
+        update, coll, jobs = D.claim(worker_id, lease_s, self._off), self._coll(queue), []
 
         def one(job_id: str, session: Any) -> Job | None:
             doc = coll.find_one_and_update(D.claimable_id(job_id, self._off), update,
@@ -84,23 +85,31 @@ class WorkerWrites:
                 return found
             return work
 
-        if self.supports_transactions:
-            return [j for i in ids if (j := self._transaction(logged(i))) is not None]
-        jobs = [j for i in ids if (j := one(i, None)) is not None]
         try:
-            self._log([_claimed(queue, j) for j in jobs])
+            for job_id in ids:
+                found = (self._transaction(logged(job_id)) if self.supports_transactions
+                         else one(job_id, None))
+                if found is not None:
+                    jobs.append(found)
+            if not self.supports_transactions:
+                self._log([_claimed(queue, j) for j in jobs])
         except PyMongoError:
             self._undo_claims(queue, jobs)
             raise
         return jobs
 
     def _undo_claims(self, queue: str, jobs: Sequence[Job]) -> None:
-        """Best effort: the store may be the reason the journal failed. A claim not undone
+        """Best effort: the store may be the reason the claim failed. A claim not undone
         waits out its lease and comes back through reclaim."""
-        coll, update = self._coll(queue), D.give_back(False, 0, self._off)
+        update = D.give_back(False, 0, self._off)
+
+        def journal(doc: dict[str, Any]) -> list[Event]:
+            return [(queue, doc["_id"], "given_back", records.fields(
+                doc, Lease(doc["_id"], doc.get("lease_epoch", 0)), UNDONE_REASON))]
+
         for found in jobs:
-            with contextlib.suppress(PyMongoError):
-                coll.find_one_and_update(D.fenced(found.id, found.lease_epoch), update)
+            with contextlib.suppress(PyMongoError, LeaseLost):
+                self._fenced(queue, found.lease, update, journal)
 
     @guarded
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
