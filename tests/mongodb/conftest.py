@@ -1,5 +1,5 @@
-"""Fixtures of the MongoDB store's unit tests. Every test that takes ``db`` is also an index
-test: when it ends, every query the store sent in it must be served by one of the store's
+"""Fixtures of the MongoDB store's unit tests. Every test is also an index test: when it ends,
+every query the store sent to any fake database in it must be served by one of the store's
 indexes (the ESR rule, ``leaseq.stores.mongodb.indexes``), so a new query shape without an
 index fails the test that first sends it."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from mongo_fakes import FakeDB, queries
+from mongo_fakes import MADE, FakeDB, queries
 
 from leaseq.stores.mongodb import MongoStore
 from leaseq.stores.mongodb import indexes as ix
@@ -23,11 +23,17 @@ def assert_indexed(db: FakeDB) -> None:
         assert not missing, f"no index serves {query} sorted by {sort} on {collection}"
 
 
+@pytest.fixture(autouse=True)
+def every_query_is_indexed() -> Iterator[None]:
+    MADE.clear()
+    yield
+    for fake in MADE:
+        assert_indexed(fake)
+
+
 @pytest.fixture
-def db() -> Iterator[FakeDB]:
-    fake = FakeDB()
-    yield fake
-    assert_indexed(fake)
+def db() -> FakeDB:
+    return FakeDB()
 
 
 @pytest.fixture

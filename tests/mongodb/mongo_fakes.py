@@ -170,8 +170,13 @@ class FakeClient:
 REPLICA_SET = {"setName": "rs0", "localTime": datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)}
 
 
+#: Every FakeDB made in the current test, so conftest.py can check each one's queries.
+MADE: list[FakeDB] = []
+
+
 class FakeDB:
     def __init__(self, hello: dict[str, Any] | Exception | None = None):
+        MADE.append(self)
         self.calls: list[Call] = []
         self.collections: dict[str, FakeCollection] = {}
         self.hello = hello or {"isWritablePrimary": True,
