@@ -105,8 +105,6 @@ class Job:
     failure: str | None = None
     revision: str | None = None
     stale: bool = False
-    snoozes: int = 0
-    givebacks: int = 0
     result: Any = None
     result_key: str | None = None
     created_at: datetime | None = None

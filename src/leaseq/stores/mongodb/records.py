@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -9,6 +10,11 @@ from typing import Any
 
 from leaseq.job import Job, JournalEntry, Lease
 from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
+
+#: The record's counters ``snoozes`` and ``givebacks`` (absent in a document = 0), handed to
+#: ``Job`` when it declares them: the MongoDB store writes them whatever version of ``Job`` it
+#: runs with, and no store's other columns depend on this one.
+COUNTERS = tuple(f.name for f in dataclasses.fields(Job) if f.name in ("snoozes", "givebacks"))
 
 
 def dt(value: Any) -> datetime | None:
@@ -29,7 +35,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
         lease_until=dt(doc.get("lease_until")), lease_epoch=int(doc.get("lease_epoch") or 0),
         worker_id=doc.get("worker_id"), error=doc.get("error"), failure=doc.get("failure"),
         revision=doc.get("revision"), stale=bool(doc.get("stale")),
-        snoozes=int(doc.get("snoozes") or 0), givebacks=int(doc.get("givebacks") or 0),
+        **{name: int(doc.get(name) or 0) for name in COUNTERS},
         result=json.loads(result) if isinstance(result, str) else result,
         result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
         updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
