@@ -5,42 +5,91 @@ does not evaluate ``$$NOW``, ``$dateAdd`` or pipeline updates faithfully. These 
 store's control flow (which statement, with which builder's document, in which order, and what
 it does with the answer); the documents themselves are asserted in test_documents.py, and the
 semantics on a real server by the conformance suite (LEASEQ_TEST_MONGODB_URL).
+
+The fake holds the store to pymongo's own rules where pymongo can say them without a server:
+every call is bound to the real method's signature (a misspelt keyword fails here as it would
+there), every filter, update and pipeline must encode as BSON and pass pymongo's update
+validation, and the answers are pymongo's real result classes.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict, deque
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import bson
+from pymongo import common
+from pymongo.collection import Collection
+from pymongo.cursor import Cursor
+from pymongo.results import BulkWriteResult, DeleteResult, UpdateResult
 
-@dataclass
-class Result:
-    matched_count: int = 0
-    modified_count: int = 0
-    deleted_count: int = 0
+Call = tuple[str, str, tuple, dict]
 
 
-class Cursor(list):
-    def sort(self, *args: Any, **kwargs: Any) -> Cursor:
-        return self
+def Updated(matched: int = 0, modified: int | None = None) -> UpdateResult:
+    return UpdateResult({"n": matched, "nModified": matched if modified is None else modified},
+                        acknowledged=True)
 
-    def limit(self, n: int) -> Cursor:
-        return Cursor(self[:n])
+
+def Deleted(count: int = 0) -> DeleteResult:
+    return DeleteResult({"n": count}, acknowledged=True)
+
+
+def _bulk_result(ops: list[Any]) -> BulkWriteResult:
+    return BulkWriteResult({"nInserted": 0, "nUpserted": len(ops), "nMatched": 0,
+                            "nModified": 0, "nRemoved": 0, "upserted": [],
+                            "writeErrors": [], "writeConcernErrors": []}, acknowledged=True)
+
+
+#: The real signature each fake method is bound to (``find`` takes a Cursor's arguments).
+_SIGNATURES = {name: inspect.signature(getattr(Collection, name)) for name in (
+    "find_one_and_update", "update_many", "delete_many", "bulk_write", "aggregate",
+    "count_documents", "create_index")}
+_SIGNATURES["find"] = inspect.signature(Cursor.__init__)
+_SIGNATURES["find_one"] = _SIGNATURES["find"]
+
+
+def bound(method: str, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by name, as the real pymongo method would take them."""
+    owner = (None, None) if method in ("find", "find_one") else (None,)  # self (, collection)
+    found = _SIGNATURES[method].bind(*owner, *args, **kwargs)  # a TypeError like pymongo's
+    found.apply_defaults()
+    return dict(found.arguments)
+
+
+def _check_documents(method: str, given: dict[str, Any]) -> None:
+    """What pymongo checks before it sends: BSON-encodable, a valid update or pipeline."""
+    for name in ("filter", "projection", "pipeline"):
+        if given.get(name) is not None:
+            bson.encode({name: given[name]})
+    if "update" in given:
+        common.validate_ok_for_update(given["update"])
+        bson.encode({"u": given["update"]})
+    if given.get("sort") is not None:
+        common.validate_list_or_none("sort", given["sort"])
 
 
 class FakeCollection:
-    def __init__(self, name: str, calls: list[tuple[str, str, tuple, dict]]):
+    def __init__(self, name: str, calls: list[Call]):
         self.name = name
         self.calls = calls
         self.answers: dict[str, deque[Any]] = defaultdict(deque)
+        self.options: dict[str, Any] = {}
+
+    def with_options(self, **options: Any) -> FakeCollection:
+        inspect.signature(Collection.with_options).bind(None, **options)
+        self.options = options
+        return self
 
     def answer(self, method: str, *values: Any) -> FakeCollection:
         self.answers[method].extend(values)
         return self
 
     def _call(self, method: str, args: tuple, kwargs: dict, default: Any) -> Any:
+        _check_documents(method, bound(method, args, kwargs))
         self.calls.append((self.name, method, args, kwargs))
         queue = self.answers[method]
         value = queue.popleft() if queue else default
@@ -55,16 +104,18 @@ class FakeCollection:
         return self._call("find_one_and_update", a, k, None)
 
     def update_many(self, *a: Any, **k: Any) -> Any:
-        return self._call("update_many", a, k, Result())
+        return self._call("update_many", a, k, Updated())
 
     def delete_many(self, *a: Any, **k: Any) -> Any:
-        return self._call("delete_many", a, k, Result())
+        return self._call("delete_many", a, k, Deleted())
 
     def bulk_write(self, *a: Any, **k: Any) -> Any:
-        return self._call("bulk_write", a, k, Result())
+        return self._call("bulk_write", a, k, _bulk_result(list(a[0]) if a else []))
 
-    def find(self, *a: Any, **k: Any) -> Cursor:
-        return Cursor(self._call("find", a, k, []))
+    def find(self, *a: Any, **k: Any) -> list[Any]:
+        found = list(self._call("find", a, k, []))
+        limit = bound("find", a, k)["limit"]
+        return found[:limit] if limit else found
 
     def find_one(self, *a: Any, **k: Any) -> Any:
         return self._call("find_one", a, k, None)
@@ -72,16 +123,67 @@ class FakeCollection:
     def aggregate(self, *a: Any, **k: Any) -> Any:
         return iter(self._call("aggregate", a, k, []))
 
+    def count_documents(self, *a: Any, **k: Any) -> int:
+        return self._call("count_documents", a, k, 0)
+
+
+class FakeSession:
+    """A session whose ``with_transaction`` runs the callback once and records the commit
+    (or the abort, when the callback raises)."""
+
+    def __init__(self, log: list[str]):
+        self.log = log
+        self.in_transaction = False
+
+    def __enter__(self) -> FakeSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.log.append("end_session")
+
+    def with_transaction(self, work: Callable[[Any], Any]) -> Any:
+        self.in_transaction = True
+        try:
+            result = work(self)
+        except BaseException:
+            self.log.append("abort")
+            raise
+        finally:
+            self.in_transaction = False
+        self.log.append("commit")
+        return result
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.transactions: list[str] = []
+        self.closed = False
+
+    def start_session(self) -> FakeSession:
+        self.transactions.append("start")
+        return FakeSession(self.transactions)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+REPLICA_SET = {"setName": "rs0", "localTime": datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)}
+
+
+#: Every FakeDB made in the current test, so conftest.py can check each one's queries.
+MADE: list[FakeDB] = []
+
 
 class FakeDB:
-    def __init__(self, hello: dict[str, Any] | None = None):
-        self.calls: list[tuple[str, str, tuple, dict]] = []
+    def __init__(self, hello: dict[str, Any] | Exception | None = None):
+        MADE.append(self)
+        self.calls: list[Call] = []
         self.collections: dict[str, FakeCollection] = {}
         self.hello = hello or {"isWritablePrimary": True,
                                "localTime": datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)}
         self.names: list[str] = []
         self.dropped: list[str] = []
-        self.client = None
+        self.client: Any = FakeClient()
 
     def __getitem__(self, name: str) -> FakeCollection:
         if name not in self.collections:
@@ -105,3 +207,19 @@ class FakeDB:
 
     def sequence(self, collection: str) -> list[str]:
         return [m for c, m, _, _ in self.calls if c == collection and m != "create_index"]
+
+
+def queries(db: FakeDB) -> Iterator[tuple[str, dict[str, Any], list[tuple[str, int]]]]:
+    """``(collection, filter, sort)`` of every query the store sent, writes included."""
+    for collection, method, args, kwargs in db.calls:
+        if method == "create_index":
+            continue
+        given = bound(method, args, kwargs)
+        if method == "bulk_write":
+            for op in given["requests"]:
+                yield collection, op._filter, []
+        elif method == "aggregate":
+            first = given["pipeline"][0] if given["pipeline"] else {}
+            yield collection, first.get("$match", {}), []
+        else:
+            yield collection, given.get("filter") or {}, list(given.get("sort") or [])

@@ -10,6 +10,7 @@ import pytest
 
 from leaseq.job import JobSpec
 from leaseq.stores.mongodb import documents as D
+from leaseq.stores.mongodb import upserts as U
 
 NOW = {"$dateAdd": {"startDate": "$$NOW", "unit": "millisecond", "amount": 0}}
 
@@ -47,11 +48,13 @@ def test_now_is_the_server_clock_shifted_by_the_offset_in_milliseconds():
 
 def test_no_builder_reads_the_worker_clock():
     # Every timestamp in every pipeline is rooted in $$NOW (no datetime values are sent)
-    pipelines = [D.claim("w", 30, 0), D.extend(30, 0), D.snooze(1, 0), D.fail("e", "x", 0),
+    pipelines = [D.claim("w", 30, 0), D.extend(30, 0), D.snooze(1, 200, 0), D.fail("e", "x", 0),
+                 D.give_back(True, 3, 0), D.give_back(False, 3, 0), D.stale_give_back(0),
+                 D.exhaust_pending(0),
                  D.retry_later("e", 5, 0), D.complete("done", None, None, 0),
                  D.expire_spent(0), D.return_expired(0), D.operator_retry(0),
                  D.operator_cancel(0), D.mark_published(0),
-                 D.upsert({"a": 1}, None, None, 5, 0, "raise", 0)]
+                 U.upsert({"a": 1}, None, None, 5, 0, "raise", 0)]
     for pipeline in pipelines:
         dates = [n for n in walk(pipeline) if isinstance(n, dict) and "$dateAdd" in n]
         assert dates, pipeline
@@ -62,15 +65,21 @@ def test_no_builder_reads_the_worker_clock():
 # --- claim ---------------------------------------------------------------------------------
 
 
-def test_claim_filter_has_the_three_branches_of_the_issue():
+STALE = {"$eq": [{"$ifNull": ["$stale", False]}, True]}
+LEFT = {"$lt": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}]}
+
+
+def test_claim_filter_is_a_rooted_or_of_the_three_branches_of_the_issue():
+    # A rooted $or, every condition inside each branch: one index scan per branch
     query = D.claimable(0)
-    assert query["$expr"] == {"$lt": [{"$ifNull": ["$attempts", 0]},
-                                      {"$ifNull": ["$max_attempts", 5]}]}
+    assert list(query) == ["$or"]
     fresh, due, expired = query["$or"]
-    assert fresh == {"status": "pending", "lease_until": None}
-    assert due["status"] == "pending" and due["$expr"] == {"$lte": ["$lease_until", NOW]}
+    assert fresh == {"status": "pending", "lease_until": None, "$expr": LEFT}
+    assert due["status"] == "pending"
+    assert due["$expr"] == {"$and": [{"$lte": ["$lease_until", NOW]}, LEFT]}
     assert expired["status"] == "processing"
-    assert expired["$expr"] == {"$lt": ["$lease_until", NOW]}
+    # a stale job's new revision never ran: its spent attempts do not keep it from a claim
+    assert expired["$expr"] == {"$and": [{"$lt": ["$lease_until", NOW]}, {"$or": [LEFT, STALE]}]}
     # an aggregation null sorts below every date: only real dates may take the < branches
     assert due["lease_until"] == expired["lease_until"] == {"$type": "date"}
 
@@ -82,7 +91,10 @@ def test_claim_is_a_pipeline_update_with_server_lease_and_counters():
     assert fields["status"] == "processing"
     assert fields["worker_id"] == {"$literal": "host:1:abcd1234"}
     assert fields["lease_until"] == plus(902_000)
-    assert fields["attempts"] == {"$add": [{"$ifNull": ["$attempts", 0]}, 1]}
+    assert fields["attempts"] == {
+        "$cond": [STALE, 1, {"$add": [{"$ifNull": ["$attempts", 0]}, 1]}]}
+    assert fields["snoozes"] == {"$cond": [STALE, 0, "$snoozes"]}
+    assert fields["givebacks"] == {"$cond": [STALE, 0, "$givebacks"]}
     assert fields["lease_epoch"] == {"$add": [{"$ifNull": ["$lease_epoch", 0]}, 1]}
     assert fields["updated_at"] == plus(2000)
     assert fields["stale"] is False
@@ -99,7 +111,7 @@ def test_claim_id_is_the_claim_filter_for_one_id():
 
 
 def test_no_set_on_insert_anywhere():
-    every = [D.claim("w", 1, 0), D.upsert({"a": 1}, "t", "r", 5, 3, "replace", 0)]
+    every = [D.claim("w", 1, 0), U.upsert({"a": 1}, "t", "r", 5, 3, "replace", 0)]
     assert not any("$setOnInsert" in keys_in(p) for p in every)
 
 
@@ -138,34 +150,97 @@ def test_retry_later_turns_into_exhausted_when_attempts_are_spent():
     assert fields["published_at"] == {"$cond": [spent, "$published_at", None]}
 
 
-def test_snooze_gives_the_attempt_back_never_below_zero():
-    fields = D.snooze(5, 0)[0]["$set"]
-    assert fields["attempts"] == {"$max": [{"$subtract": [{"$ifNull": ["$attempts", 0]}, 1]}, 0]}
-    assert fields["status"] == "pending" and fields["published_at"] is None
-    assert fields["stale"] is False and fields["lease_until"] == plus(5000)
+REFUNDED = {"$max": [{"$subtract": [{"$ifNull": ["$attempts", 0]}, 1]}, 0]}
+SPENT = {"$gte": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}]}
 
 
-@pytest.mark.parametrize("pipeline", [D.snooze(0, 0), D.return_expired(0),
-                                      D.operator_retry(0)])
+def test_snooze_gives_the_attempt_back_and_counts_itself_up_to_the_bound():
+    fields = D.snooze(5, 200, 0)[0]["$set"]
+    counted = {"$add": [{"$ifNull": ["$snoozes", 0]}, 1]}
+    over = {"$gt": [counted, 200]}
+    assert fields["snoozes"] == counted
+    assert fields["attempts"] == {"$cond": [over, {"$ifNull": ["$attempts", 0]}, REFUNDED]}
+    assert fields["status"] == {"$cond": [over, "failed", "pending"]}
+    assert fields["failure"] == {"$cond": [over, "exhausted", None]}
+    assert fields["error"]["$cond"][1] == {"$concat": ["snoozed ", {"$toString": counted},
+                                                       " times without finishing"]}
+    assert fields["published_at"] == {"$cond": [over, "$published_at", None]}
+    assert fields["stale"] is False
+    assert fields["lease_until"] == {"$cond": [over, None, plus(5000)]}
+
+
+def test_a_give_back_of_a_job_that_never_started_is_free_and_uncounted():
+    fields = D.give_back(False, 3, 0)[0]["$set"]
+    assert fields["attempts"] == REFUNDED and "givebacks" not in fields
+    assert fields["status"] == "pending" and fields["lease_until"] == NOW
+
+
+def test_a_give_back_of_a_running_job_is_free_up_to_the_bound_then_spends_the_attempt():
+    fields = D.give_back(True, 3, 0)[0]["$set"]
+    given = {"$ifNull": ["$givebacks", 0]}
+    free = {"$lt": [given, 3]}
+    out = {"$and": [{"$not": [free]}, SPENT]}
+    assert fields["attempts"] == {"$cond": [free, REFUNDED, {"$ifNull": ["$attempts", 0]}]}
+    assert fields["givebacks"] == {"$cond": [free, {"$add": [given, 1]}, given]}
+    assert fields["status"] == {"$cond": [out, "failed", "pending"]}
+    assert fields["failure"] == {"$cond": [out, "exhausted", None]}
+    assert fields["lease_until"] == {"$cond": [out, None, NOW]}
+    assert "snoozes" not in fields  # a give-back is not a snooze
+
+
+def test_a_stale_give_back_starts_the_job_afresh():
+    fields = D.stale_give_back(0)[0]["$set"]
+    assert (fields["attempts"], fields["snoozes"], fields["givebacks"]) == (0, 0, 0)
+    assert fields["status"] == "pending" and fields["lease_until"] == NOW
+
+
+@pytest.mark.parametrize("pipeline", [D.return_expired(0), D.operator_retry(0),
+                                      D.give_back(False, 3, 0), D.stale_give_back(0)])
 def test_every_transition_to_pending_clears_published_at(pipeline):
     assert pipeline[0]["$set"]["status"] == "pending"
     assert pipeline[0]["$set"]["published_at"] is None
 
 
+@pytest.mark.parametrize("pipeline", [D.snooze(0, 200, 0), D.give_back(True, 3, 0),
+                                      D.retry_later("e", 0, 0)])
+def test_a_conditional_transition_to_pending_clears_published_at(pipeline):
+    fields = pipeline[0]["$set"]
+    condition = fields["status"]["$cond"][0]
+    assert fields["status"] == {"$cond": [condition, "failed", "pending"]}
+    assert fields["published_at"] == {"$cond": [condition, "$published_at", None]}
+
+
 # --- reclaim -------------------------------------------------------------------------------
 
 
-def test_reclaim_step_one_takes_only_spent_expired_jobs():
-    spent = {"$gte": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}]}
-    assert D.expired(0, spent=True) == {
+def test_reclaim_step_one_takes_only_spent_expired_jobs_that_are_not_stale():
+    assert D.expired(0, spent_=True) == {
         "status": "processing", "lease_until": {"$type": "date"},
-        "$expr": {"$and": [{"$lt": ["$lease_until", NOW]}, spent]}}
-    assert D.expired(0, spent=False)["$expr"]["$and"][1] == {"$not": [spent]}
+        "$expr": {"$and": [{"$lt": ["$lease_until", NOW]},
+                           {"$and": [SPENT, {"$not": [STALE]}]}]}}
+    assert D.expired(0, spent_=False)["$expr"]["$and"][1] == {"$or": [STALE, {"$not": [SPENT]}]}
     fields = D.expire_spent(0)[0]["$set"]
     assert fields["status"] == "failed" and fields["failure"] == "expired"
     assert fields["lease_until"] is None
+
+
+def test_reclaim_step_two_resets_the_attempts_of_a_stale_job_only():
     back = D.return_expired(0)[0]["$set"]
     assert back["status"] == "pending" and back["lease_until"] == NOW
+    assert back["attempts"] == {"$cond": [STALE, 0, {"$ifNull": ["$attempts", 0]}]}
+    assert back["givebacks"] == {"$cond": [STALE, 0, {"$ifNull": ["$givebacks", 0]}]}
+
+
+def test_reclaim_step_three_quarantines_pending_jobs_with_attempts_spent():
+    assert D.pending_spent() == {"status": "pending", "attempts": {"$gte": 1}, "$expr": SPENT}
+    fields = D.exhaust_pending(0)[0]["$set"]
+    assert (fields["status"], fields["failure"], fields["lease_until"]) == (
+        "failed", "exhausted", None)
+
+
+def test_in_flight_is_processing_with_a_live_lease():
+    assert D.in_flight(0) == {"status": "processing", "lease_until": {"$type": "date"},
+                              "$expr": {"$gt": ["$lease_until", NOW]}}
 
 
 # --- indexes -------------------------------------------------------------------------------
@@ -173,13 +248,14 @@ def test_reclaim_step_one_takes_only_spent_expired_jobs():
 
 def test_indexes_claim_index_and_ttl_only_with_a_partial_filter():
     specs = D.job_indexes({"tombstone": 2_592_000, "done": 86_400})
-    assert specs[0] == ([("status", 1), ("lease_until", 1)], {"name": "status_1_lease_until_1"})
+    assert specs[0] == ([("status", 1), ("lease_until", 1), ("_id", 1)],
+                        {"name": "status_1_lease_until_1__id_1"})
     ttl = [(keys, opts) for keys, opts in specs if "expireAfterSeconds" in opts]
     assert len(ttl) == 2
     for keys, opts in ttl:
         assert keys == [("updated_at", 1)]
         assert opts["partialFilterExpression"] == {"status": opts["name"].split("_", 2)[2]}
-    assert D.job_indexes({}) == specs[:1]  # no TTL asked: no TTL index at all
+    assert D.job_indexes({}) == specs[:-2]  # no TTL asked: no TTL index at all
 
 
 # --- upsert --------------------------------------------------------------------------------
@@ -192,7 +268,7 @@ def branches(pipeline: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_upsert_keeps_the_record_puts_the_payload_beside_it_then_the_branch_fields():
-    pipeline = D.upsert({"file": "$a.mp4"}, "sync", "md5-1", 7, 10, "raise", 0)
+    pipeline = U.upsert({"file": "$a.mp4"}, "sync", "md5-1", 7, 10, "raise", 0)
     assert len(pipeline) == 1 and list(pipeline[0]) == ["$replaceWith"]
     found = branches(pipeline)
     assert set(found) == {"create", "revive", "update", "stale"}
@@ -205,7 +281,7 @@ def test_upsert_keeps_the_record_puts_the_payload_beside_it_then_the_branch_fiel
 
 
 def test_upsert_branch_fields_follow_the_protocol():
-    found = branches(D.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0))
+    found = branches(U.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0))
     revive = found["revive"][2]
     assert revive["status"] == "pending" and revive["attempts"] == 0
     assert revive["failure"] is None and revive["result"] is None
@@ -213,24 +289,27 @@ def test_upsert_branch_fields_follow_the_protocol():
     stale = found["stale"][2]
     assert stale["stale"] is True and "lease_until" not in stale and "status" not in stale
     update = found["update"][2]
-    assert update["published_at"] is None and "attempts" not in update
+    assert update["published_at"] is None
+    # a new revision of a pending job starts afresh under the spec's max_attempts (issue 11, 3)
+    assert (update["attempts"], update["snoozes"], update["givebacks"]) == (0, 0, 0)
+    assert update["max_attempts"] == 5
 
 
 def test_upsert_decision_is_computed_from_the_stored_document():
-    op = D.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0)[0]["$replaceWith"]["$let"]["vars"]["op"]
+    op = U.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0)[0]["$replaceWith"]["$let"]["vars"]["op"]
     first, changed = op["$switch"]["branches"]
     assert first == {"case": {"$eq": [{"$type": "$status"}, "missing"]}, "then": "create"}
     assert changed["case"] == {"$ne": ["$revision", {"$literal": "r2"}]}
     assert op["$switch"]["default"] == "keep"
     # without a revision only "replace" may change the stored job
-    raise_op = D.upsert_op({"a": 1}, None, "raise")
+    raise_op = U.upsert_op({"a": 1}, None, "raise")
     assert raise_op["$switch"]["branches"][1]["case"] is False
-    replace_op = D.upsert_op({"a": 1}, None, "replace")
+    replace_op = U.upsert_op({"a": 1}, None, "replace")
     assert "$not" in replace_op["$switch"]["branches"][1]["case"]
 
 
 def test_same_payload_compares_top_level_keys_in_any_order():
-    expr = D.same_payload({"b": 2, "a": [1]})
+    expr = U.same_payload({"b": 2, "a": [1]})
     size, *fields = expr["$and"]
     assert size["$eq"][1] == 2
     assert {f["$eq"][0]["$getField"]["field"]["$literal"] for f in fields} == {"a", "b"}
@@ -249,13 +328,13 @@ def test_same_payload_compares_top_level_keys_in_any_order():
     ({"_id": "j", "status": "done", "a": 1, "extra": 0}, None, "raise", "conflict"),
 ])
 def test_upsert_outcome_mirrors_the_server_decision(before, revision, on_conflict, expected):
-    assert D.upsert_outcome(before, {"a": 1}, revision, on_conflict) == expected
+    assert U.upsert_outcome(before, {"a": 1}, revision, on_conflict) == expected
 
 
 def test_payload_equality_is_bson_like():
-    assert D.bson_equal_payload({"a": 1, "b": 2}, {"b": 2, "a": 1.0})
-    assert not D.bson_equal_payload({"a": True}, {"a": 1})
-    assert not D.bson_equal_payload({"a": {"x": 1, "y": 2}}, {"a": {"y": 2, "x": 1}})
+    assert U.bson_equal_payload({"a": 1, "b": 2}, {"b": 2, "a": 1.0})
+    assert not U.bson_equal_payload({"a": True}, {"a": 1})
+    assert not U.bson_equal_payload({"a": {"x": 1, "y": 2}}, {"a": {"y": 2, "x": 1}})
 
 
 def spec(job_id: str, payload: dict[str, Any], revision: str | None = None) -> JobSpec:
@@ -267,7 +346,7 @@ def test_batch_conflicts_sees_earlier_specs_of_the_same_batch():
     stored = {"old": {"_id": "old", "status": "pending", "a": 1}}
     specs = [spec("old", {"a": 1}), spec("new", {"a": 1}), spec("new", {"a": 2}),
              spec("old", {"a": 3}, revision="r"), spec("old", {"a": 3})]
-    assert D.batch_conflicts(stored, specs) == ["new"]
+    assert U.batch_conflicts(stored, specs) == ["new"]
 
 
 def test_payload_of_is_every_field_that_is_not_the_record():
@@ -290,6 +369,12 @@ def test_mark_published_only_touches_due_unpublished_pending_jobs_at_their_epoch
                                 {"_id": "a", "lease_epoch": {"$exists": False}},
                                 {"_id": "b", "lease_epoch": 3}]}
     assert due == {"$or": D.outbox_due(0.0)["$or"]}
+
+
+def test_purge_reads_only_dated_documents_of_the_status():
+    assert D.purgeable("done", 60, 0) == {
+        "status": "done", "updated_at": {"$type": "date"},
+        "$expr": {"$lt": ["$updated_at", plus(-60_000)]}}
 
 
 def test_republish_clears_the_mark_of_pending_jobs_published_long_ago() -> None:

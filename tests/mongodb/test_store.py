@@ -9,8 +9,8 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from mongo_fakes import FakeDB, Result
-from pymongo import ReturnDocument
+from mongo_fakes import Deleted, FakeDB, Updated
+from pymongo import ReadPreference, ReturnDocument
 from pymongo.client_session import ClientSession
 from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
 
@@ -22,8 +22,9 @@ from leaseq.errors import (
     UnsupportedOperation,
 )
 from leaseq.job import JobSpec, Lease, LeaseLost, Outcome
-from leaseq.stores.mongodb import MongoStore
+from leaseq.stores.mongodb import MongoStore, records
 from leaseq.stores.mongodb import documents as D
+from leaseq.stores.mongodb import upserts as U
 
 Q = "leaseq_q"
 T0 = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -38,16 +39,6 @@ def doc(job_id: str = "j1", **fields: Any) -> dict[str, Any]:
 def spec(job_id: str, payload: dict[str, Any], revision: str | None = None) -> JobSpec:
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return JobSpec(job_id, payload, text, revision=revision)
-
-
-@pytest.fixture
-def db() -> FakeDB:
-    return FakeDB()
-
-
-@pytest.fixture
-def store(db: FakeDB) -> MongoStore:
-    return MongoStore(db, url="mongodb://u:s3cret@db.example/leaseq")
 
 
 def journal_events(db: FakeDB) -> list[tuple[str, str]]:
@@ -67,10 +58,11 @@ def test_indexes_are_made_once_per_queue_on_first_use(db, store):
     store = MongoStore(db, ttl_s={"tombstone": 30 * 86400})
     store.get("q", "a")
     store.get("q", "b")
-    # Then its claim index and its partial TTL index were created once
+    # Then its indexes and its partial TTL index were created once
     created = [a[0] for a, _ in db.of(Q, "create_index")]
-    assert created == [[("status", 1), ("lease_until", 1)], [("updated_at", 1)]]
-    ttl = db.of(Q, "create_index")[1][1]
+    assert created == [keys for keys, _ in D.job_indexes({"tombstone": 1})]
+    assert created[0] == [("status", 1), ("lease_until", 1), ("_id", 1)]
+    ttl = db.of(Q, "create_index")[-1][1]
     assert ttl["partialFilterExpression"] == {"status": "tombstone"}
 
 
@@ -107,20 +99,53 @@ def test_drop_drops_only_this_prefix(db, store):
 # --- claim ---------------------------------------------------------------------------------
 
 
-def test_claim_is_repeated_single_claims_until_none(db, store):
-    # Given two claimable jobs
-    db[Q].answer("find_one_and_update", doc("a", attempts=1), doc("b", attempts=2), None)
+def test_claim_reads_the_candidates_once_then_claims_each_by_id(db, store):
+    # Given two claimable jobs, the second claimed before (epoch 1)
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}])
+    db[Q].answer("find_one_and_update", doc("a", attempts=1, lease_epoch=1),
+                 doc("b", attempts=1, lease_epoch=2))
     # When up to five are claimed
     jobs = store.claim("q", "w", 5, 900)
-    # Then three single claims ran (the third found none), each with the claim documents
+    # Then one indexed read in claim order found them (no scan per job)
+    (read_args, read_kwargs), = db.of(Q, "find")
+    assert read_args == (D.claimable(0), {"_id": 1})
+    assert read_kwargs == {"sort": D.CLAIM_SORT, "limit": 5}
+    # And each was claimed by its id with the whole claimable guard
     calls = db.of(Q, "find_one_and_update")
-    assert [j.id for j in jobs] == ["a", "b"] and len(calls) == 3
-    args, kwargs = calls[0]
-    assert args == (D.claimable(0), D.claim("w", 900, 0))
-    assert kwargs == {"sort": D.CLAIM_SORT, "return_document": ReturnDocument.AFTER}
+    assert [j.id for j in jobs] == ["a", "b"]
+    assert [c[0] for c in calls] == [(D.claimable_id("a", 0), D.claim("w", 900, 0)),
+                                     (D.claimable_id("b", 0), D.claim("w", 900, 0))]
+    assert calls[0][1]["return_document"] == ReturnDocument.AFTER
     # And both claims are journalled in one round trip, the second as a redelivery
     assert journal_events(db) == [("a", "claimed"), ("b", "claimed")]
-    op = db.of("leaseq_journal", "bulk_write")[0][0][0][1]
+    ops = db.of("leaseq_journal", "bulk_write")[0][0][0]
+    assert [op._doc[0]["$set"]["reason"] for op in ops] == [
+        {"$literal": None}, {"$literal": "redelivered"}]
+
+
+def test_claim_stops_reading_once_it_took_some(db, store):
+    # Given three candidates of which another worker took the first two in between
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}, {"_id": "c"}])
+    db[Q].answer("find_one_and_update", None, None, doc("c"))
+    # Then the claim returns the one it got without reading again
+    assert [j.id for j in store.claim("q", "w", 3, 60)] == ["c"]
+    assert db.sequence(Q) == ["find"] + ["find_one_and_update"] * 3
+
+
+def test_claim_reads_again_when_other_workers_took_every_candidate(db, store):
+    # Given a first read whose candidates were all taken by others, then a fresh one
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}], [{"_id": "c"}])
+    db[Q].answer("find_one_and_update", None, None, doc("c"))
+    # Then the claim reads again (an empty answer means nothing was claimable)
+    assert [j.id for j in store.claim("q", "w", 2, 60)] == ["c"]
+    assert [k["limit"] for _, k in db.of(Q, "find")] == [2, 2]
+
+
+def test_redelivered_follows_the_epoch_not_the_refunded_attempts(db, store):
+    # Given a job given back twice: attempts back to 1, but its third claim (epoch 3)
+    db[Q].answer("find_one_and_update", doc("a", attempts=1, lease_epoch=3))
+    store.claim_id("q", "a", "w", 60)
+    op = db.of("leaseq_journal", "bulk_write")[0][0][0][0]
     assert op._doc[0]["$set"]["reason"] == {"$literal": "redelivered"}
 
 
@@ -138,7 +163,7 @@ def test_claim_id_filters_on_the_id(db, store):
 
 
 def test_heartbeat_with_every_lease_held_is_one_statement(db, store):
-    db[Q].answer("update_many", Result(matched_count=2))
+    db[Q].answer("update_many", Updated(2))
     assert store.heartbeat_many("q", [Lease("a", 1), Lease("b", 2)], 60) == []
     assert db.sequence(Q) == ["update_many"]
     args, _ = db.of(Q, "update_many")[0]
@@ -147,7 +172,7 @@ def test_heartbeat_with_every_lease_held_is_one_statement(db, store):
 
 def test_heartbeat_names_the_lost_leases_in_order_and_journals_existing_ones(db, store):
     # Given a held, a re-claimed and a deleted job
-    db[Q].answer("update_many", Result(matched_count=1))
+    db[Q].answer("update_many", Updated(1))
     db[Q].answer("find", [doc("a", lease_epoch=1), doc("b", lease_epoch=9)])
     lost = store.heartbeat_many("q", [Lease("c", 1), Lease("a", 1), Lease("b", 2)], 60)
     # Then the lost ones come back in the given order; only the existing one is journalled
@@ -168,16 +193,29 @@ def test_complete_writes_the_fenced_finish(db, store):
     assert journal_events(db) == [("j1", "result_saved")]
 
 
-def test_a_stale_job_is_snoozed_instead_of_finished(db, store):
+FINISHES = {
+    "complete": lambda s: s.complete("q", Lease("j1", 3), None),
+    "complete_many": lambda s: s.complete_many("q", [(Lease("j1", 3), None, "done", None)])[0],
+    "retry_later": lambda s: s.retry_later("q", Lease("j1", 3), "e", "e", 30),
+    "fail": lambda s: s.fail("q", Lease("j1", 3), "boom", "boom", "permanent"),
+    "snooze": lambda s: s.snooze("q", Lease("j1", 3), 5),
+    "give_back": lambda s: s.give_back("q", Lease("j1", 3), True, "shutdown"),
+}
+
+
+@pytest.mark.parametrize("finish", sorted(FINISHES))
+def test_a_stale_job_is_given_back_afresh_instead_of_finished(db, store, finish):
     # Given a job whose payload got a new revision while it ran
     db[Q].answer("find_one_and_update", None, doc(status="pending", attempts=0))
-    # When its worker finishes it
-    job = store.fail("q", Lease("j1", 3), "boom", "boom", "permanent")
-    # Then the second, stale-only statement snoozed it
+    # When its worker finishes it in any way
+    job = FINISHES[finish](store)
+    # Then the second, stale-only statement gave it back: attempts and counters reset
     second = db.of(Q, "find_one_and_update")[1][0]
-    assert second == (D.fenced("j1", 3, stale=True), D.snooze(0.0, 0))
+    assert second == (D.fenced("j1", 3, stale=True), D.stale_give_back(0))
     assert job.status == "pending"
-    assert journal_events(db) == [("j1", "snoozed")]
+    assert journal_events(db) == [("j1", "given_back")]
+    fields = db.of("leaseq_journal", "bulk_write")[0][0][0][0]._doc[0]["$set"]
+    assert fields["reason"] == {"$literal": D.STALE_REASON}
 
 
 def test_a_lost_lease_raises_and_writes_nothing_else(db, store):
@@ -203,45 +241,107 @@ def test_retry_later_on_the_last_attempt_is_quarantined(db, store):
     assert journal_events(db) == [("j1", "quarantined")]
 
 
-def test_snooze_is_fenced_without_the_stale_split(db, store):
+def test_snooze_is_fenced_and_counted_against_the_bound(db, store):
     with pytest.raises(LeaseLost):
-        store.snooze("q", Lease("j1", 3), 5)
-    assert db.of(Q, "find_one_and_update")[0][0] == (D.fenced("j1", 3), D.snooze(5, 0))
+        store.snooze("q", Lease("j1", 3), 5, max_snoozes=7)
+    first = db.of(Q, "find_one_and_update")[0][0]
+    assert first == (D.fenced("j1", 3, stale=False), D.snooze(5, 7, 0))
+
+
+def test_a_snooze_past_the_bound_is_quarantined_with_its_count(db, store):
+    db[Q].answer("find_one_and_update", doc(status="failed", failure="exhausted", snoozes=201,
+                                            error="snoozed 201 times without finishing"))
+    job = store.snooze("q", Lease("j1", 3), 5)
+    assert (job.status, job.failure) == ("failed", "exhausted")
+    assert journal_events(db) == [("j1", "quarantined")]
+    fields = db.of("leaseq_journal", "bulk_write")[0][0][0][0]._doc[0]["$set"]
+    assert fields["reason"] == {"$literal": "exhausted: snoozed 201 times without finishing"}
+
+
+def test_a_snooze_within_the_bound_is_journalled_as_snoozed(db, store):
+    db[Q].answer("find_one_and_update", doc(status="pending", snoozes=1, attempts=0))
+    job = store.snooze("q", Lease("j1", 3), 5, reason="waiting for the disk")
+    assert job.status == "pending"
+    assert journal_events(db) == [("j1", "snoozed")]
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_give_back_is_fenced_and_journalled(db, store, started):
+    db[Q].answer("find_one_and_update", doc(status="pending", attempts=0, givebacks=int(started)))
+    job = store.give_back("q", Lease("j1", 3), started, "worker shutting down", max_givebacks=2)
+    first = db.of(Q, "find_one_and_update")[0][0]
+    assert first == (D.fenced("j1", 3, stale=False), D.give_back(started, 2, 0))
+    assert job.status == "pending"
+    assert journal_events(db) == [("j1", "given_back")]
+    fields = db.of("leaseq_journal", "bulk_write")[0][0][0][0]._doc[0]["$set"]
+    assert fields["data"] == {"$literal": {"started": started}}
+
+
+def test_a_give_back_past_the_bound_with_attempts_spent_is_quarantined(db, store):
+    db[Q].answer("find_one_and_update", doc(
+        status="failed", failure="exhausted", attempts=5, givebacks=3,
+        error="given back 3 times while running; attempts spent"))
+    job = store.give_back("q", Lease("j1", 3), True, "worker shutting down")
+    assert job.failure == "exhausted"
+    assert journal_events(db) == [("j1", "quarantined")]
+
+
+def test_give_back_of_a_lost_lease_raises(db, store):
+    with pytest.raises(LeaseLost):
+        store.give_back("q", Lease("j1", 3), False, "shutdown")
+    assert db.of("leaseq_journal", "bulk_write") == []
 
 
 # --- reclaim, purge, outbox ----------------------------------------------------------------
 
 
-def test_reclaim_buries_spent_jobs_before_returning_the_others(db, store):
-    db[Q].answer("find", [doc("spent", attempts=5)], [doc("live")])
-    db[Q].answer("update_many", Result(matched_count=1), Result(matched_count=1))
-    assert store.reclaim_expired("q") == (1, 1)
-    first, second = (a for a, _ in db.of(Q, "update_many"))
-    assert first == ({**D.expired(0, spent=True), "_id": {"$in": ["spent"]}}, D.expire_spent(0))
-    assert second == ({**D.expired(0, spent=False), "_id": {"$in": ["live"]}},
+def test_reclaim_buries_spent_jobs_before_returning_the_others_then_fails_spent_pending(
+        db, store):
+    db[Q].answer("find", [doc("spent", attempts=5)], [doc("live")],
+                 [doc("old", status="pending", attempts=3, max_attempts=2)])
+    db[Q].answer("update_many", Updated(1), Updated(1), Updated(1))
+    assert store.reclaim_expired("q") == (2, 1)
+    first, second, third = (a for a, _ in db.of(Q, "update_many"))
+    assert first == ({**D.expired(0, spent_=True), "_id": {"$in": ["spent"]}},
+                     D.expire_spent(0))
+    assert second == ({**D.expired(0, spent_=False), "_id": {"$in": ["live"]}},
                       D.return_expired(0))
-    assert journal_events(db) == [("spent", "quarantined"), ("live", "reclaimed")]
+    assert third == ({**D.pending_spent(), "_id": {"$in": ["old"]}}, D.exhaust_pending(0))
+    assert journal_events(db) == [("spent", "quarantined"), ("live", "reclaimed"),
+                                  ("old", "quarantined")]
+    reasons = [op._doc[0]["$set"]["reason"]["$literal"]
+               for args, _ in db.of("leaseq_journal", "bulk_write") for op in args[0]]
+    assert reasons[2] == "exhausted: pending with attempts spent (3 of 2)"
+
+
+def test_reclaim_says_when_a_stale_job_came_back_afresh(db, store):
+    db[Q].answer("find", [], [doc("s", stale=True)], [])
+    db[Q].answer("update_many", Updated(1))
+    assert store.reclaim_expired("q") == (0, 1)
+    op = db.of("leaseq_journal", "bulk_write")[0][0][0][0]
+    assert op._doc[0]["$set"]["reason"] == {
+        "$literal": "lease expired; stale revision, attempts reset"}
 
 
 def test_reclaim_journals_only_what_it_moved_when_a_worker_raced_it(db, store):
     # Given two expired jobs of which one is re-claimed between the read and the update
     db[Q].answer("find", [], [doc("a"), doc("b")],
                  [doc("a", status="pending"), doc("b", lease_epoch=4)])
-    db[Q].answer("update_many", Result(matched_count=1))
+    db[Q].answer("update_many", Updated(1))
     assert store.reclaim_expired("q") == (0, 1)
     assert journal_events(db) == [("a", "reclaimed")]
 
 
 def test_mark_published_counts_what_it_marked(db, store):
     db[Q].answer("find", [doc("a", status="pending")])
-    db[Q].answer("update_many", Result(matched_count=1))
+    db[Q].answer("update_many", Updated(1))
     assert store.mark_published("q", [Lease("a", 0), Lease("b", 3)]) == ["a"]
     assert db.of(Q, "update_many")[0][0][1] == D.mark_published(0)
 
 
 def test_purge_deletes_jobs_and_their_journal(db, store):
     db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}], [{"_id": "b"}], [])
-    db[Q].answer("delete_many", Result(deleted_count=1))
+    db[Q].answer("delete_many", Deleted(1))
     assert store.purge("q", {"done": 60}) == 1
     journal = db.of("leaseq_journal", "delete_many")[0][0][0]
     assert journal == {"queue": "q", "job_id": {"$in": ["a"]}}  # b survived: keep its journal
@@ -271,7 +371,7 @@ def test_enqueue_outcomes_come_from_the_pre_image(db, store):
     assert [r.outcome for r in results] == [Outcome.CREATED, Outcome.UNCHANGED]
     args, kwargs = db.of(Q, "find_one_and_update")[0]
     assert args[0] == {"_id": "a"}
-    assert args[1] == D.upsert({"x": 1}, None, None, 5, 0.0, "raise", 0)
+    assert args[1] == U.upsert({"x": 1}, None, None, 5, 0.0, "raise", 0)
     assert kwargs["upsert"] is True and kwargs["return_document"] == ReturnDocument.BEFORE
     assert journal_events(db) == [("a", "enqueued")]
 
@@ -336,3 +436,46 @@ def test_a_transaction_on_a_standalone_server_becomes_unsupported(db, store):
     db[Q].answer("find_one", OperationFailure("Transaction numbers are only allowed", code=20))
     with pytest.raises(UnsupportedOperation, match="standalone"):
         store.get("q", "a")
+
+
+# --- inspection ----------------------------------------------------------------------------
+
+
+def test_ready_stats_reads_the_ready_count_and_oldest_age_in_one_aggregation(db, store):
+    # Given the server's answer for three ready jobs, the oldest ready for 90 s
+    db[Q].answer("aggregate", [{"n": 3, "age_ms": 90_000}])
+    # When the autoscaler's numbers are read
+    # Then they come back (issue 11, 7: a set named _ready hid this method: TypeError)
+    assert store.ready_stats("q") == (3, 90.0)
+    (args, _), = db.of(Q, "aggregate")
+    assert args == (D.ready(0),)
+
+
+def test_ready_and_oldest_age_derive_from_ready_stats(db, store):
+    db[Q].answer("aggregate", [], [{"n": 1, "age_ms": -5}])
+    assert store.ready("q") == 0  # no ready job: (0, 0.0)
+    assert store.oldest_pending_age_s("q") == 0.0  # a clock step back never goes negative
+
+
+def test_in_flight_counts_processing_jobs_with_a_live_lease(db, store):
+    db[Q].answer("count_documents", 4)
+    assert store.in_flight("q") == 4
+    (args, _), = db.of(Q, "count_documents")
+    assert args == (D.in_flight(0),)
+
+
+@pytest.mark.skipif(not records.COUNTERS, reason="Job has no snoozes / givebacks fields yet")
+def test_a_job_shows_its_counters_and_reads_absent_ones_as_zero(db, store):
+    db[Q].answer("find_one", doc(snoozes=2, givebacks=1), {"_id": "old", "status": "pending"})
+    job = store.get("q", "j1")
+    assert (job.snoozes, job.givebacks) == (2, 1)
+    adopted = store.get("q", "old")
+    assert (adopted.snoozes, adopted.givebacks, adopted.payload) == (0, 0, {})
+
+
+def test_every_read_goes_to_the_primary_whatever_the_url_says(db, store):
+    # The store's reads decide its writes: a lagging secondary would offer jobs already taken
+    store.claim("q", "w", 1, 60)
+    store.journal("q", "a")
+    assert db[Q].options == {"read_preference": ReadPreference.PRIMARY}
+    assert db["leaseq_journal"].options == {"read_preference": ReadPreference.PRIMARY}

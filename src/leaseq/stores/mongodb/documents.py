@@ -17,18 +17,24 @@ Rules kept everywhere:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from leaseq.stores.mongodb.indexes import job_indexes, journal_indexes
 from leaseq.validate import RESERVED_KEYS
+
+__all__ = ["job_indexes", "journal_indexes"]  # kept importable from here
 
 #: What a document without ``max_attempts`` gets (DESIGN.md §2's default).
 DEFAULT_MAX_ATTEMPTS = 5
-PENDING, PROCESSING = "pending", "processing"
+PENDING, PROCESSING, FAILED = "pending", "processing", "failed"
+#: The record's own fields; every other top-level field is payload. The counters are listed
+#: here too, so a record field is never read as payload whatever the validator reserves.
+RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks"}
 #: Fields of the record kept when a new payload replaces the old one (the rest is payload).
-RECORD_FIELDS = sorted(RESERVED_KEYS)
+RECORD_FIELDS = sorted(RECORD_KEYS)
 CLAIM_SORT = [("lease_until", 1), ("_id", 1)]
+ID_SORT = [("_id", 1)]
 JOURNAL_SORT = [("at", 1), ("_id", 1)]
 STALE_REASON = "stale revision: the payload changed while this attempt ran"
 
@@ -57,6 +63,27 @@ def max_attempts() -> Doc:
     return {"$ifNull": ["$max_attempts", DEFAULT_MAX_ATTEMPTS]}
 
 
+def snoozes() -> Doc:
+    return {"$ifNull": ["$snoozes", 0]}
+
+
+def givebacks() -> Doc:
+    return {"$ifNull": ["$givebacks", 0]}
+
+
+def refunded() -> Doc:
+    """``attempts − 1``, never below 0: the attempt was not the job's fault."""
+    return {"$max": [{"$subtract": [attempts(), 1]}, 0]}
+
+
+def is_stale() -> Doc:
+    return {"$eq": [{"$ifNull": ["$stale", False]}, True]}
+
+
+def spent() -> Doc:
+    return {"$gte": [attempts(), max_attempts()]}
+
+
 def first_seen(offset_s: float) -> Doc:
     # $ifNull instead of $setOnInsert: an upsert that also $sets the field would conflict.
     return {"$ifNull": ["$first_seen_at", now(offset_s)]}
@@ -66,22 +93,26 @@ def first_seen(offset_s: float) -> Doc:
 
 
 def has_attempts_left() -> Doc:
-    return {"$expr": {"$lt": [attempts(), max_attempts()]}}
+    return {"$lt": [attempts(), max_attempts()]}
 
 
 def claimable(offset_s: float) -> Doc:
-    """DESIGN.md §3: attempts left and (fresh, due, or an expired lease)."""
-    clock = now(offset_s)
-    return {
-        **has_attempts_left(),
-        "$or": [
-            {"status": PENDING, "lease_until": None},
-            {"status": PENDING, "lease_until": {"$type": "date"},
-             "$expr": {"$lte": ["$lease_until", clock]}},
-            {"status": PROCESSING, "lease_until": {"$type": "date"},
-             "$expr": {"$lt": ["$lease_until", clock]}},
-        ],
-    }
+    """DESIGN.md §3: attempts left and (fresh, due, or an expired lease). A stale job with an
+    expired lease is claimable whatever its attempts: its new revision never ran, and the
+    claim starts it afresh (see ``claim``).
+
+    A rooted ``$or`` whose every branch carries all of its conditions: MongoDB plans each
+    branch as its own scan of ``CLAIM_INDEX`` and merges them in claim order (``SORT_MERGE``),
+    so a claim reads from the front of the index and stops at its limit.
+    """
+    clock, left = now(offset_s), has_attempts_left()
+    return {"$or": [
+        {"status": PENDING, "lease_until": None, "$expr": left},
+        {"status": PENDING, "lease_until": {"$type": "date"},
+         "$expr": {"$and": [{"$lte": ["$lease_until", clock]}, left]}},
+        {"status": PROCESSING, "lease_until": {"$type": "date"},
+         "$expr": {"$and": [{"$lt": ["$lease_until", clock]}, {"$or": [left, is_stale()]}]}},
+    ]}
 
 
 def claimable_id(job_id: str, offset_s: float) -> Doc:
@@ -107,28 +138,43 @@ def held(leases: Sequence[tuple[str, int]]) -> Doc:
     }
 
 
-def expired(offset_s: float, spent: bool) -> Doc:
-    """Reclaim: processing with a lapsed lease, attempts spent (step 1) or left (step 2)."""
-    spent_expr = {"$gte": [attempts(), max_attempts()]}
-    return {
-        "status": PROCESSING,
-        "lease_until": {"$type": "date"},
-        "$expr": {"$and": [
-            {"$lt": ["$lease_until", now(offset_s)]},
-            spent_expr if spent else {"$not": [spent_expr]},
-        ]},
-    }
+def expired(offset_s: float, spent_: bool) -> Doc:
+    """Reclaim: processing with a lapsed lease, attempts spent (step 1) or not (step 2).
+
+    A stale job (a new revision arrived while it ran) belongs to step 2 whatever its
+    attempts: its new revision never ran, so it goes back to pending with attempts reset.
+    """
+    lapsed = {"$lt": ["$lease_until", now(offset_s)]}
+    if spent_:
+        which: Doc = {"$and": [spent(), {"$not": [is_stale()]}]}
+    else:
+        which = {"$or": [is_stale(), {"$not": [spent()]}]}
+    return {"status": PROCESSING, "lease_until": {"$type": "date"},
+            "$expr": {"$and": [lapsed, which]}}
+
+
+def pending_spent() -> Doc:
+    """Reclaim step 3: pending with attempts spent, which no claim would ever take (older
+    data; no leaseq path writes it any more). ``attempts ≥ 1`` lets ``SPENT_INDEX`` skip the
+    never-claimed backlog: a spent job has ``attempts ≥ max_attempts ≥ 1``."""
+    return {"status": PENDING, "attempts": {"$gte": 1}, "$expr": spent()}
+
+
+def in_flight(offset_s: float) -> Doc:
+    """Processing with a live lease: work a worker is doing now."""
+    return {"status": PROCESSING, "lease_until": {"$type": "date"},
+            "$expr": {"$gt": ["$lease_until", now(offset_s)]}}
 
 
 def outbox_due(offset_s: float) -> Doc:
-    return {
-        **has_attempts_left(),
-        "status": PENDING,
-        "published_at": None,
-        "$or": [{"lease_until": None},
-                {"lease_until": {"$type": "date"},
-                 "$expr": {"$lte": ["$lease_until", now(offset_s)]}}],
-    }
+    """Pending, unpublished, due, attempts left; a rooted ``$or`` served by ``OUTBOX_INDEX``
+    branch by branch, in claim order."""
+    left = has_attempts_left()
+    return {"$or": [
+        {"status": PENDING, "published_at": None, "lease_until": None, "$expr": left},
+        {"status": PENDING, "published_at": None, "lease_until": {"$type": "date"},
+         "$expr": {"$and": [{"$lte": ["$lease_until", now(offset_s)]}, left]}},
+    ]}
 
 
 def published_before(published_before_s: float, offset_s: float) -> Doc:
@@ -164,7 +210,8 @@ def cancellable(job_id: str) -> Doc:
 
 
 def purgeable(status: str, older_than_s: float, offset_s: float) -> Doc:
-    return {"status": status,
+    """A document without an ``updated_at`` date has no age and is never purged by it."""
+    return {"status": status, "updated_at": {"$type": "date"},
             "$expr": {"$lt": ["$updated_at", now(offset_s, -older_than_s)]}}
 
 
@@ -185,11 +232,18 @@ def journal_of(queue: str, job_id: str) -> Doc:
 
 
 def claim(worker_id: str, lease_s: float, offset_s: float) -> list[Doc]:
+    """The claim; a stale job (taken over from an expired lease) starts afresh, as reclaim
+    and a stale finish would start it: its first attempt, no snoozes, no give-backs."""
+    def afresh(value: Any, otherwise: Any) -> Doc:
+        return {"$cond": [is_stale(), value, otherwise]}
+
     return [{"$set": {
         "status": PROCESSING,
         "worker_id": lit(worker_id),
         "lease_until": now(offset_s, lease_s),
-        "attempts": {"$add": [attempts(), 1]},
+        "attempts": afresh(1, {"$add": [attempts(), 1]}),
+        "snoozes": afresh(0, "$snoozes"),
+        "givebacks": afresh(0, "$givebacks"),
         "lease_epoch": {"$add": [{"$ifNull": ["$lease_epoch", 0]}, 1]},
         "max_attempts": max_attempts(),
         "stale": False,
@@ -213,10 +267,8 @@ def complete(status: str, result_json: str | None, result_key: str | None,
 
 def retry_later(error: str, delay_s: float, offset_s: float) -> list[Doc]:
     """Back to pending after ``delay_s``, or ``failed(exhausted)`` when attempts are spent."""
-    spent = {"$gte": [attempts(), max_attempts()]}
-
     def pick(if_spent: Any, otherwise: Any) -> Doc:
-        return {"$cond": [spent, if_spent, otherwise]}
+        return {"$cond": [spent(), if_spent, otherwise]}
 
     return [{"$set": {
         "status": pick("failed", PENDING),
@@ -228,15 +280,69 @@ def retry_later(error: str, delay_s: float, offset_s: float) -> list[Doc]:
     }}]
 
 
-def snooze(delay_s: float, offset_s: float) -> list[Doc]:
+def snooze(delay_s: float, max_snoozes: int, offset_s: float) -> list[Doc]:
+    """Back to pending after ``delay_s`` with the attempt given back and the snooze counted;
+    past ``max_snoozes`` the job is ``failed(exhausted)`` instead, so a condition that never
+    clears cannot loop for ever."""
+    counted = {"$add": [snoozes(), 1]}
+    over = {"$gt": [counted, max_snoozes]}
+
+    def pick(if_over: Any, otherwise: Any) -> Doc:
+        return {"$cond": [over, if_over, otherwise]}
+
     return [{"$set": {
-        "status": PENDING,
-        "attempts": {"$max": [{"$subtract": [attempts(), 1]}, 0]},
-        "lease_until": now(offset_s, delay_s),
+        "status": pick(FAILED, PENDING),
+        "failure": pick("exhausted", None),
+        "error": pick({"$concat": ["snoozed ", {"$toString": counted},
+                                   " times without finishing"]}, "$error"),
+        "snoozes": counted,
+        "attempts": pick(attempts(), refunded()),
+        "lease_until": pick(None, now(offset_s, delay_s)),
+        "published_at": pick("$published_at", None),
         "stale": False,
-        "published_at": None,
         "updated_at": now(offset_s),
     }}]
+
+
+def give_back(started: bool, max_givebacks: int, offset_s: float) -> list[Doc]:
+    """Back to pending, ready now, not a snooze (shutdown give-back).
+
+    A handler that never started costs nothing. One that ran is refunded ``max_givebacks``
+    times per job (counted in ``givebacks``); after that the give-back spends the attempt
+    like any other, and with the attempts spent the job is ``failed(exhausted)``: a job that
+    outlives every grace period must still end.
+    """
+    if not started:
+        return [{"$set": {**_ready_again(offset_s), "attempts": refunded()}}]
+    free = {"$lt": [givebacks(), max_givebacks]}
+    out = {"$and": [{"$not": [free]}, spent()]}
+
+    def pick(if_out: Any, otherwise: Any) -> Doc:
+        return {"$cond": [out, if_out, otherwise]}
+
+    ready = _ready_again(offset_s)
+    return [{"$set": {
+        **ready,
+        "status": pick(FAILED, PENDING),
+        "failure": pick("exhausted", None),
+        "error": pick({"$concat": ["given back ", {"$toString": givebacks()},
+                                   " times while running; attempts spent"]}, "$error"),
+        "attempts": {"$cond": [free, refunded(), attempts()]},
+        "givebacks": {"$cond": [free, {"$add": [givebacks(), 1]}, givebacks()]},
+        "lease_until": pick(None, ready["lease_until"]),
+        "published_at": pick("$published_at", None),
+    }}]
+
+
+def stale_give_back(offset_s: float) -> list[Doc]:
+    """What a stale job's finish writes instead: its new revision never ran, so it starts
+    afresh (attempts and counters 0), ready now."""
+    return [{"$set": {**_ready_again(offset_s), "attempts": 0, "snoozes": 0, "givebacks": 0}}]
+
+
+def _ready_again(offset_s: float) -> Doc:
+    return {"status": PENDING, "lease_until": now(offset_s), "stale": False,
+            "published_at": None, "updated_at": now(offset_s)}
 
 
 def fail(error: str, failure: str, offset_s: float) -> list[Doc]:
@@ -259,14 +365,29 @@ def expire_spent(offset_s: float) -> list[Doc]:
 
 
 def return_expired(offset_s: float) -> list[Doc]:
-    """Reclaim step 2: ready now."""
-    return [{"$set": {"status": PENDING, "lease_until": now(offset_s), "stale": False,
-                      "published_at": None, "updated_at": now(offset_s)}}]
+    """Reclaim step 2: ready now; a stale job starts afresh (see ``expired``)."""
+    def unless_stale(value: Any) -> Doc:
+        return {"$cond": [is_stale(), 0, value]}
+
+    return [{"$set": {**_ready_again(offset_s), "attempts": unless_stale(attempts()),
+                      "snoozes": unless_stale(snoozes()),
+                      "givebacks": unless_stale(givebacks())}}]
+
+
+def exhaust_pending(offset_s: float) -> list[Doc]:
+    """Reclaim step 3: quarantine a pending job whose attempts are spent."""
+    return [{"$set": {
+        "status": FAILED, "failure": "exhausted", "lease_until": None,
+        "error": {"$concat": ["pending with attempts spent (", {"$toString": attempts()},
+                              " of ", {"$toString": max_attempts()}, ")"]},
+        "updated_at": now(offset_s),
+    }}]
 
 
 def operator_retry(offset_s: float) -> list[Doc]:
-    return [{"$set": {"status": PENDING, "attempts": 0, "failure": None, "stale": False,
-                      "worker_id": None, "lease_until": now(offset_s), "published_at": None,
+    return [{"$set": {"status": PENDING, "attempts": 0, "snoozes": 0, "givebacks": 0,
+                      "failure": None, "stale": False, "worker_id": None,
+                      "lease_until": now(offset_s), "published_at": None,
                       "updated_at": now(offset_s)}}]
 
 
@@ -289,7 +410,8 @@ def journal_entry(queue: str, job_id: str, event: str, fields: Mapping[str, Any]
 
 # --- projections, aggregations, indexes ----------------------------------------------------
 
-FENCE_PROJECTION = {"status": 1, "lease_epoch": 1, "attempts": 1, "worker_id": 1}
+FENCE_PROJECTION = {"status": 1, "lease_epoch": 1, "attempts": 1, "max_attempts": 1,
+                    "worker_id": 1, "stale": 1}
 
 
 def counts() -> list[Doc]:
@@ -306,153 +428,6 @@ def ready(offset_s: float) -> list[Doc]:
     ]
 
 
-def job_indexes(ttl_s: Mapping[str, float]) -> list[tuple[list[tuple[str, int]], Doc]]:
-    """``(keys, options)`` per index. A TTL index always has a ``partialFilterExpression``:
-    a bare TTL index on ``updated_at`` would delete every job, live ones included."""
-    specs: list[tuple[list[tuple[str, int]], Doc]] = [
-        ([("status", 1), ("lease_until", 1)], {"name": "status_1_lease_until_1"}),
-    ]
-    for status, seconds in sorted(ttl_s.items()):
-        specs.append(([("updated_at", 1)], {
-            "name": f"leaseq_ttl_{status}",
-            "expireAfterSeconds": int(seconds),
-            "partialFilterExpression": {"status": status},
-        }))
-    return specs
-
-
-def journal_indexes() -> list[tuple[list[tuple[str, int]], Doc]]:
-    return [([("queue", 1), ("job_id", 1), ("at", 1)], {"name": "queue_1_job_id_1_at_1"})]
-
-
-# --- the idempotent upsert ------------------------------------------------------------------
-#
-# One find_one_and_update(filter={"_id": id}, upsert=True, return_document=BEFORE) whose
-# pipeline decides the outcome from the stored document itself, so a replayed page is a no-op
-# even when two producers race. The pre-image comes back, and ``upsert_outcome`` (the same
-# decision in Python, over the same fields) says which branch the server took.
-
-CREATE, REVIVE, UPDATE, STALE, KEEP = "create", "revive", "update", "stale", "keep"
-
-
 def payload_of(doc: Mapping[str, Any]) -> Doc:
     """The payload of a stored job: every top-level field that is not the record's."""
-    return {k: v for k, v in doc.items() if k not in RESERVED_KEYS}
-
-
-def same_payload(payload: Mapping[str, Any]) -> Doc:
-    """Server side: the stored payload equals ``payload`` (top-level keys in any order;
-    nested documents compare field by field in order, as BSON does)."""
-    stored = {"$filter": {"input": {"$objectToArray": "$$ROOT"},
-                          "cond": {"$not": [{"$in": ["$$this.k", RECORD_FIELDS]}]}}}
-    checks: list[Doc] = [{"$eq": [{"$size": stored}, len(payload)]}]
-    for key, value in payload.items():
-        checks.append({"$eq": [{"$getField": {"field": lit(key), "input": "$$ROOT"}},
-                               lit(value)]})
-    return {"$and": checks}
-
-
-def upsert_op(payload: Mapping[str, Any], revision: str | None, on_conflict: str) -> Doc:
-    """Which branch: create (no document), keep, or by status revive / stale / update."""
-    if revision is not None:
-        changed: Any = {"$ne": ["$revision", lit(revision)]}
-    elif on_conflict == "replace":
-        changed = {"$not": [same_payload(payload)]}
-    else:  # same payload → unchanged; other payload → conflict: neither writes
-        changed = False
-    by_status = {"$switch": {"branches": [
-        {"case": {"$eq": ["$status", PENDING]}, "then": UPDATE},
-        {"case": {"$eq": ["$status", PROCESSING]}, "then": STALE},
-    ], "default": REVIVE}}
-    return {"$switch": {"branches": [
-        {"case": {"$eq": [{"$type": "$status"}, "missing"]}, "then": CREATE},
-        {"case": changed, "then": by_status},
-    ], "default": KEEP}}
-
-
-def upsert_fields(op: str, task: str | None, revision: str | None, max_attempts_: int,
-                  delay_s: float, offset_s: float) -> Doc:
-    """The record's fields each branch writes (the payload is written beside them)."""
-    clock, not_before = now(offset_s), now(offset_s, delay_s)
-    spec = {"task": lit(task), "revision": lit(revision), "max_attempts": max_attempts_}
-    if op == STALE:  # the lease is left alone; the worker's finish becomes a snooze
-        return {**spec, "stale": True, "updated_at": clock}
-    if op == UPDATE:
-        return {**spec, "lease_until": not_before, "published_at": None, "updated_at": clock}
-    fresh = {**spec, "status": PENDING, "attempts": 0, "failure": None, "result": None,
-             "result_key": None, "stale": False, "worker_id": None, "lease_until": not_before,
-             "published_at": None, "updated_at": clock, "first_seen_at": first_seen(offset_s),
-             "created_at": {"$ifNull": ["$created_at", clock]}}
-    if op == CREATE:
-        fresh.update({"lease_epoch": 0, "error": None})
-    return fresh
-
-
-def upsert(payload: Mapping[str, Any], task: str | None, revision: str | None,
-           max_attempts_: int, delay_s: float, on_conflict: str, offset_s: float) -> list[Doc]:
-    """The pipeline: keep the record's own fields, put the new payload beside them, then the
-    branch's fields; ``keep`` returns the document as it was (no write)."""
-    record = {"$arrayToObject": {"$filter": {"input": {"$objectToArray": "$$ROOT"},
-                                             "cond": {"$in": ["$$this.k", RECORD_FIELDS]}}}}
-    branches = [
-        {"case": {"$eq": ["$$op", op]},
-         "then": {"$mergeObjects": [record, lit(dict(payload)), upsert_fields(
-             op, task, revision, max_attempts_, delay_s, offset_s)]}}
-        for op in (CREATE, REVIVE, UPDATE, STALE)
-    ]
-    return [{"$replaceWith": {"$let": {
-        "vars": {"op": upsert_op(payload, revision, on_conflict)},
-        "in": {"$switch": {"branches": branches, "default": "$$ROOT"}},
-    }}}]
-
-
-def upsert_outcome(before: Mapping[str, Any] | None, payload: Mapping[str, Any],
-                   revision: str | None, on_conflict: str) -> str:
-    """``upsert_op`` evaluated in Python on the pre-image; ``conflict`` where the server
-    kept the document because the payload differs and there is no revision."""
-    if before is None or "status" not in before:
-        return CREATE
-    if revision is not None:
-        if before.get("revision") == revision:
-            return KEEP
-    elif bson_equal_payload(payload_of(before), payload):
-        return KEEP
-    elif on_conflict != "replace":
-        return "conflict"
-    status = before.get("status")
-    return UPDATE if status == PENDING else STALE if status == PROCESSING else REVIVE
-
-
-def batch_conflicts(stored: Mapping[str, Mapping[str, Any]], specs: Sequence[Any]) -> list[str]:
-    """The ids of ``specs`` (``JobSpec``) that conflict, replaying the batch in order over the
-    stored documents by id, so a later spec sees what an earlier one would write."""
-    state = dict(stored)
-    conflicts = []
-    for spec in specs:
-        payload = json.loads(spec.payload_json)
-        op = upsert_outcome(state.get(spec.job_id), payload, spec.revision, "raise")
-        if op == "conflict":
-            conflicts.append(spec.job_id)
-        elif op != KEEP:
-            status = PROCESSING if op == STALE else PENDING
-            state[spec.job_id] = {**payload, "status": status, "revision": spec.revision}
-    return conflicts
-
-
-def bson_equal_payload(stored: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
-    """``same_payload`` in Python: top level by key, below it as BSON compares."""
-    return stored.keys() == given.keys() and all(
-        _bson_equal(stored[k], given[k]) for k in given)
-
-
-def _bson_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return list(a.keys()) == list(b.keys()) and all(
-            _bson_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_bson_equal(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
+    return {k: v for k, v in doc.items() if k not in RECORD_KEYS}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -9,6 +10,11 @@ from typing import Any
 
 from leaseq.job import Job, JournalEntry, Lease
 from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
+
+#: The record's counters ``snoozes`` and ``givebacks`` (absent in a document = 0), handed to
+#: ``Job`` when it declares them: the MongoDB store writes them whatever version of ``Job`` it
+#: runs with, and no store's other columns depend on this one.
+COUNTERS = tuple(f.name for f in dataclasses.fields(Job) if f.name in ("snoozes", "givebacks"))
 
 
 def dt(value: Any) -> datetime | None:
@@ -29,6 +35,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
         lease_until=dt(doc.get("lease_until")), lease_epoch=int(doc.get("lease_epoch") or 0),
         worker_id=doc.get("worker_id"), error=doc.get("error"), failure=doc.get("failure"),
         revision=doc.get("revision"), stale=bool(doc.get("stale")),
+        **{name: int(doc.get(name) or 0) for name in COUNTERS},
         result=json.loads(result) if isinstance(result, str) else result,
         result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
         updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
@@ -45,9 +52,22 @@ def entry(doc: Mapping[str, Any]) -> JournalEntry:
 
 
 def claimed_fields(found: Job) -> dict[str, Any]:
+    """``redelivered`` on every claim after the first: the epoch counts claims and is never
+    refunded (attempts are, by a snooze or a give-back)."""
     return {"attempt": found.attempts, "lease_epoch": found.lease_epoch,
             "worker_id": found.worker_id,
-            "reason": "redelivered" if found.attempts > 1 else None}
+            "reason": "redelivered" if found.lease_epoch > 1 else None}
+
+
+def reclaim_reason(doc: Mapping[str, Any]) -> str:
+    if doc.get("stale"):
+        return "lease expired; stale revision, attempts reset"
+    return "lease expired"
+
+
+def spent_reason(doc: Mapping[str, Any]) -> str:
+    return (f"exhausted: pending with attempts spent ({doc.get('attempts', 0)} of "
+            f"{doc.get('max_attempts', DEFAULT_MAX_ATTEMPTS)})")
 
 
 def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:

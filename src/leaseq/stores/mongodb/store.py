@@ -3,8 +3,9 @@
 Atomicity without transactions: each primitive changes each job with one
 ``find_one_and_update`` / ``update_many`` whose filter carries the whole guard (claimable,
 fenced, still expired), so two workers can never both win. Transactions (replica set or mongos)
-are used only where the protocol needs several documents to change together: ``enqueue_many``
-and ``complete(then=…)``. The journal is written right after the change it records, outside it.
+are used where several documents must change together: ``enqueue_many``, ``complete(then=…)``,
+and each job's change with its journal entries (workers.py). Without transactions the journal
+follows the change; docs/mongodb.md says what happens when that write fails.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from bson import ObjectId
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import ReadPreference, ReturnDocument, UpdateOne
 from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
@@ -35,13 +36,13 @@ from leaseq.job import (
     JobSpec,
     JournalEntry,
     Lease,
-    LeaseLost,
     OnConflict,
     Outcome,
 )
 from leaseq.stores.base import Store
 from leaseq.stores.mongodb import documents as D
 from leaseq.stores.mongodb import records
+from leaseq.stores.mongodb import upserts as U
 from leaseq.stores.mongodb.connection import (
     check_ttl_status,
     guarded,
@@ -49,18 +50,18 @@ from leaseq.stores.mongodb.connection import (
     open_client,
     secrets_of,
 )
+from leaseq.stores.mongodb.workers import Event, WorkerWrites
 
 AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
 SCHEMA_VERSION = 1
 #: Index option conflicts: an equivalent index already exists under another name or options
 #: (an adopted collection's own TTL index, say). The operator's index is kept.
 _INDEX_EXISTS = (85, 86)
-_OUTCOMES = {D.CREATE: Outcome.CREATED, D.KEEP: Outcome.UNCHANGED, D.REVIVE: Outcome.REVIVED,
-             D.UPDATE: Outcome.UPDATED, D.STALE: Outcome.UPDATED, "conflict": Outcome.CONFLICT}
-Event = tuple[str, str, str, dict[str, Any]]  # queue, job id, event, fields
+_OUTCOMES = {U.CREATE: Outcome.CREATED, U.KEEP: Outcome.UNCHANGED, U.REVIVE: Outcome.REVIVED,
+             U.UPDATE: Outcome.UPDATED, U.STALE: Outcome.UPDATED, "conflict": Outcome.CONFLICT}
 
 
-class MongoStore(Store):
+class MongoStore(WorkerWrites, Store):
     """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",
@@ -74,7 +75,8 @@ class MongoStore(Store):
         self._owns_client = client is not None
         self._prefix = prefix
         self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
-        self._ready: set[str] = set()
+        self._collections: dict[str, Any] = {}  # those whose indexes this store has made
+        self._journal = self._primary(self._prefix + "journal")
         self.supports_transactions = self._probe_transactions()
         self.migrate()
 
@@ -113,14 +115,18 @@ class MongoStore(Store):
     def _coll(self, queue: str) -> Any:
         """The queue's collection; its indexes are made on first use (outside any session)."""
         name = self._name(queue)
-        if name not in self._ready:
-            self._create_indexes(self._db[name], D.job_indexes(self._ttl_s))
-            self._ready.add(name)
-        return self._db[name]
+        coll = self._collections.get(name)
+        if coll is None:
+            coll = self._primary(name)
+            self._create_indexes(coll, D.job_indexes(self._ttl_s))
+            self._collections[name] = coll
+        return coll
 
-    @property
-    def _journal(self) -> Any:
-        return self._db[self._prefix + "journal"]
+    def _primary(self, name: str) -> Any:
+        """Read from the primary whatever the URL's ``readPreference`` says: the store's reads
+        decide its writes (a claim's candidates, what a reclaim moved), and a lagging
+        secondary would offer jobs already taken."""
+        return self._db[name].with_options(read_preference=ReadPreference.PRIMARY)
 
     @staticmethod
     def _create_indexes(coll: Any, specs: Sequence[tuple[Any, dict[str, Any]]]) -> None:
@@ -181,7 +187,7 @@ class MongoStore(Store):
         for name in self._db.list_collection_names(
                 filter={"name": {"$regex": "^" + re.escape(self._prefix)}}):
             self._db.drop_collection(name)
-        self._ready.clear()
+        self._collections.clear()
 
     # --- producers -------------------------------------------------------------------------
 
@@ -224,7 +230,7 @@ class MongoStore(Store):
 
     def _upsert(self, coll: Any, spec: JobSpec, on_conflict: str, session: Any) -> Outcome:
         payload = json.loads(spec.payload_json)  # canonical key order, the same on every replay
-        pipeline = D.upsert(payload, spec.task, spec.revision, spec.max_attempts, spec.delay_s,
+        pipeline = U.upsert(payload, spec.task, spec.revision, spec.max_attempts, spec.delay_s,
                             on_conflict, self._off)
         for tries_left in (1, 0):
             try:
@@ -234,7 +240,7 @@ class MongoStore(Store):
             except DuplicateKeyError:  # a concurrent upsert inserted the same new id first
                 if not tries_left:
                     raise
-        return _OUTCOMES[D.upsert_outcome(before, payload, spec.revision, on_conflict)]
+        return _OUTCOMES[U.upsert_outcome(before, payload, spec.revision, on_conflict)]
 
     def _refuse_conflicts(self, queue: str, specs: Sequence[JobSpec]) -> None:
         """Without transactions, ``raise`` must find its conflicts before the first write.
@@ -244,138 +250,29 @@ class MongoStore(Store):
         """
         ids = list({spec.job_id for spec in specs})
         stored = self._coll(queue).find({"_id": {"$in": ids}})
-        conflicts = D.batch_conflicts({d["_id"]: d for d in stored}, specs)
+        conflicts = U.batch_conflicts({d["_id"]: d for d in stored}, specs)
         if conflicts:
             raise JobConflict(queue, conflicts)
-
-    # --- workers ---------------------------------------------------------------------------
-
-    @guarded
-    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
-        coll, jobs = self._coll(queue), []
-        for _ in range(limit):  # each claim is one atomic document; a batch is a loop
-            doc = coll.find_one_and_update(D.claimable(self._off),
-                                           D.claim(worker_id, lease_s, self._off),
-                                           sort=D.CLAIM_SORT, return_document=AFTER)
-            if doc is None:
-                break
-            jobs.append(records.job(queue, doc))
-        self._log([(queue, j.id, "claimed", records.claimed_fields(j)) for j in jobs])
-        return jobs
-
-    @guarded
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
-        doc = self._coll(queue).find_one_and_update(
-            D.claimable_id(job_id, self._off), D.claim(worker_id, lease_s, self._off),
-            return_document=AFTER)
-        if doc is None:
-            return None
-        found = records.job(queue, doc)
-        self._log([(queue, job_id, "claimed", records.claimed_fields(found))])
-        return found
-
-    @guarded
-    def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
-        pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
-        coll = self._coll(queue)
-        done = coll.update_many(D.held(pairs), D.extend(lease_s, self._off))
-        if done.matched_count == len(set(pairs)):
-            return []  # every lease held: one round trip
-        # A lease not held at the update is never held again (the epoch only grows), so the
-        # documents read now name exactly the lost ones.
-        now = {d["_id"]: d for d in coll.find({"_id": {"$in": [p[0] for p in pairs]}},
-                                              D.FENCE_PROJECTION)}
-        lost = [lease for lease in leases if not records.holds(now.get(lease.job_id), lease)]
-        self._log([(queue, lease.job_id, "heartbeat_lost",
-                    records.lost_fields(now[lease.job_id], lease))
-                   for lease in lost if lease.job_id in now])
-        return [lease.job_id for lease in lost]
-
-    def _finish(self, queue: str, lease: Lease, update: list[dict[str, Any]],
-                session: Any = None) -> tuple[dict[str, Any], bool]:
-        """The fenced write, or the snooze a stale job gets instead: ``(document, stale)``.
-
-        Two filters instead of a ``$cond`` on ``stale``: which one matched says which write
-        happened. ``stale`` only turns true while processing and only a claim (a new epoch)
-        clears it, so it cannot change between the two statements of the same epoch.
-        """
-        coll = self._coll(queue)
-        doc = coll.find_one_and_update(D.fenced(lease.job_id, lease.lease_epoch, stale=False),
-                                       update, return_document=AFTER, session=session)
-        if doc is not None:
-            return doc, False
-        doc = coll.find_one_and_update(D.fenced(lease.job_id, lease.lease_epoch, stale=True),
-                                       D.snooze(0.0, self._off), return_document=AFTER,
-                                       session=session)
-        if doc is None:
-            raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
-        self._log([(queue, lease.job_id, "snoozed", records.fields(doc, lease, D.STALE_REASON))],
-                  session)
-        return doc, True
-
-    @guarded
-    def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
-                 result_key: str | None = None,
-                 then: Sequence[tuple[str, Sequence[JobSpec]]] = ()) -> Job:
-        for next_queue, _ in then:
-            self._coll(next_queue)  # indexes before the transaction
-
-        def work(session: Any) -> Job:
-            doc, stale = self._finish(queue, lease, D.complete(
-                status, result_json, result_key, self._off), session)
-            if not stale:
-                saved = records.fields(doc, lease, status)
-                self._log([(queue, lease.job_id, "result_saved", saved)], session)
-                for next_queue, specs in then:
-                    self._enqueue(session, next_queue, specs, "keep")
-            return records.job(queue, doc)
-
-        return self._transaction(work) if then else work(None)
-
-    @guarded
-    def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
-                    delay_s: float) -> Job:
-        doc, stale = self._finish(queue, lease, D.retry_later(error, delay_s, self._off))
-        if not stale and doc["status"] == "failed":
-            self._log([(queue, lease.job_id, "quarantined",
-                        records.fields(doc, lease, f"exhausted: {reason}"))])
-        elif not stale:
-            self._log([(queue, lease.job_id, "retry_scheduled",
-                        {**records.fields(doc, lease, reason), "data": {"delay_s": delay_s}})])
-        return records.job(queue, doc)
-
-    @guarded
-    def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed") -> Job:
-        doc = self._coll(queue).find_one_and_update(
-            D.fenced(lease.job_id, lease.lease_epoch), D.snooze(delay_s, self._off),
-            return_document=AFTER)
-        if doc is None:
-            raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
-        self._log([(queue, lease.job_id, "snoozed", records.fields(doc, lease, reason))])
-        return records.job(queue, doc)
-
-    @guarded
-    def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
-        doc, stale = self._finish(queue, lease, D.fail(error, failure, self._off))
-        if not stale:
-            self._log([(queue, lease.job_id, "quarantined",
-                        records.fields(doc, lease, f"{failure}: {reason}"))])
-        return records.job(queue, doc)
 
     # --- upkeep ----------------------------------------------------------------------------
 
     @guarded
     def reclaim_expired(self, queue: str) -> tuple[int, int]:
-        # Order matters (DESIGN.md §3): bury the spent ones before any can become pending.
-        spent = self._move(queue, D.expired(self._off, spent=True), D.expire_spent(self._off),
-                           "failed")
-        returned = self._move(queue, D.expired(self._off, spent=False),
+        """Three steps in this order (DESIGN.md §3): bury the expired spent jobs before any
+        can become pending; return the other expired ones; then quarantine any pending job
+        whose attempts are spent (older data), which no claim would ever take."""
+        spent = self._move(queue, D.expired(self._off, spent_=True),
+                           D.expire_spent(self._off), D.FAILED)
+        returned = self._move(queue, D.expired(self._off, spent_=False),
                               D.return_expired(self._off), D.PENDING)
+        exhausted = self._move(queue, D.pending_spent(), D.exhaust_pending(self._off), D.FAILED)
         self._log([(queue, d["_id"], "quarantined", records.moved(d, "expired: lease ran out"))
                    for d in spent])
-        self._log([(queue, d["_id"], "reclaimed", records.moved(d, "lease expired"))
+        self._log([(queue, d["_id"], "reclaimed", records.moved(d, records.reclaim_reason(d)))
                    for d in returned])
-        return len(spent), len(returned)
+        self._log([(queue, d["_id"], "quarantined", records.moved(d, records.spent_reason(d)))
+                   for d in exhausted])
+        return len(spent) + len(exhausted), len(returned)
 
     def _move(self, queue: str, query: dict[str, Any], update: list[dict[str, Any]],
               status: str) -> list[dict[str, Any]]:
@@ -401,7 +298,7 @@ class MongoStore(Store):
         coll, deleted = self._coll(queue), 0
         for status, age in older_than_s.items():
             query = D.purgeable(status, age, self._off)
-            while ids := [d["_id"] for d in coll.find(query, {"_id": 1}).limit(1000)]:
+            while ids := [d["_id"] for d in coll.find(query, {"_id": 1}, limit=1000)]:
                 gone = coll.delete_many({**query, "_id": {"$in": ids}}).deleted_count
                 left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
                 self._journal.delete_many({"queue": queue,
@@ -440,7 +337,7 @@ class MongoStore(Store):
 
     @guarded
     def outbox_due(self, queue: str, limit: int) -> list[Job]:
-        cursor = self._coll(queue).find(D.outbox_due(self._off)).sort(D.CLAIM_SORT).limit(limit)
+        cursor = self._coll(queue).find(D.outbox_due(self._off), sort=D.CLAIM_SORT, limit=limit)
         return [records.job(queue, d) for d in cursor]
 
     @guarded
@@ -466,7 +363,7 @@ class MongoStore(Store):
     @guarded
     def list(self, queue: str, status: str | None = None, limit: int = 100,
              after_id: str | None = None) -> list[Job]:
-        cursor = self._coll(queue).find(D.listing(status, after_id)).sort("_id", 1).limit(limit)
+        cursor = self._coll(queue).find(D.listing(status, after_id), sort=D.ID_SORT, limit=limit)
         return [records.job(queue, d) for d in cursor]
 
     @guarded
@@ -484,8 +381,13 @@ class MongoStore(Store):
         return int(stats["n"]), max(float(age_ms) / 1000.0, 0.0) if age_ms is not None else 0.0
 
     @guarded
+    def in_flight(self, queue: str) -> int:
+        """Processing jobs whose lease is live: work being done now (0 when none)."""
+        return self._coll(queue).count_documents(D.in_flight(self._off))
+
+    @guarded
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
-        cursor = self._journal.find(D.journal_of(queue, job_id)).sort(D.JOURNAL_SORT)
+        cursor = self._journal.find(D.journal_of(queue, job_id), sort=D.JOURNAL_SORT)
         return [records.entry(d) for d in cursor]
 
     @guarded
@@ -495,4 +397,5 @@ class MongoStore(Store):
         self._log([(queue, job_id, event, {
             "attempt": attempt, "lease_epoch": lease_epoch, "worker_id": worker_id,
             "reason": reason, "data": dict(data) if data else None})])
+
 

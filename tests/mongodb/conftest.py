@@ -1,0 +1,41 @@
+"""Fixtures of the MongoDB store's unit tests. Every test is also an index test: when it ends,
+every query the store sent to any fake database in it must be served by one of the store's
+indexes (the ESR rule, ``leaseq.stores.mongodb.indexes``), so a new query shape without an
+index fails the test that first sends it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from mongo_fakes import MADE, FakeDB, queries
+
+from leaseq.stores.mongodb import MongoStore
+from leaseq.stores.mongodb import indexes as ix
+
+
+def assert_indexed(db: FakeDB) -> None:
+    job = [keys for keys, _ in ix.job_indexes({})]
+    journal = [keys for keys, _ in ix.journal_indexes()]
+    for collection, query, sort in queries(db):
+        indexes = journal if collection.endswith("journal") else job
+        missing = ix.unserved(query, sort, indexes)
+        assert not missing, f"no index serves {query} sorted by {sort} on {collection}"
+
+
+@pytest.fixture(autouse=True)
+def every_query_is_indexed() -> Iterator[None]:
+    MADE.clear()
+    yield
+    for fake in MADE:
+        assert_indexed(fake)
+
+
+@pytest.fixture
+def db() -> FakeDB:
+    return FakeDB()
+
+
+@pytest.fixture
+def store(db: FakeDB) -> MongoStore:
+    return MongoStore(db, url="mongodb://u:s3cret@db.example/leaseq")

@@ -1,0 +1,155 @@
+"""Every public method of the MongoDB store is called here at least once against the recording
+fake (issue 11, 7: no server runs where these tests run, so no method may go untried). A new
+public method without an entry in CALLS fails ``test_every_public_method_has_a_call``; each
+call is also an index test (see conftest.py)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+from unittest import mock
+
+import pytest
+from mongo_fakes import FakeDB, Updated
+
+from leaseq.errors import StoreUnavailable
+from leaseq.job import JobSpec, Lease
+from leaseq.queue import Queue
+from leaseq.stores.mongodb import MongoStore
+from leaseq.stores.mongodb.connection import parse_url
+
+Q = "leaseq_q"
+LEASE = Lease("j1", 3)
+
+
+def doc(job_id: str = "j1", **fields: Any) -> dict[str, Any]:
+    return {"_id": job_id, "status": "processing", "attempts": 1, "max_attempts": 5,
+            "lease_epoch": 3, "worker_id": "w", **fields}
+
+
+def spec(job_id: str) -> JobSpec:
+    return JobSpec(job_id, {"a": 1}, json.dumps({"a": 1}, separators=(",", ":")))
+
+
+def from_url(store: MongoStore, db: FakeDB) -> None:
+    client = mock.MagicMock()
+    client.__getitem__.return_value = db
+    with mock.patch("leaseq.stores.mongodb.store.open_client",
+                    return_value=(parse_url("mongodb://h/jobs"), client)):
+        opened = MongoStore.from_url("mongodb://h/jobs", prefix="leaseq_")
+        assert opened.close() is None and client.close.called
+        db.hello = StoreUnavailable("down")  # the probe fails: the client is closed again
+        client.close.reset_mock()
+        with pytest.raises(StoreUnavailable):
+            MongoStore.from_url("mongodb://h/jobs")
+        assert client.close.called
+
+
+def answered(method: str, *values: Any) -> Callable[[FakeDB], None]:
+    return lambda db: db[Q].answer(method, *values)
+
+
+#: name → (arrange the fake's answers, the call, what it must return)
+CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], Any], Any]] = {
+    "cancel": (answered("find_one_and_update", doc(status="cancelled")),
+               lambda s, db: s.cancel("q", "j1"), True),
+    "claim": (lambda db: (db[Q].answer("find", [{"_id": "j1"}]),
+                          db[Q].answer("find_one_and_update", doc())),
+              lambda s, db: [j.id for j in s.claim("q", "w", 4, 60)], ["j1"]),
+    "claim_id": (answered("find_one_and_update", doc()),
+                 lambda s, db: s.claim_id("q", "j1", "w", 60).lease, LEASE),
+    "close": (lambda db: None, lambda s, db: s.close(), None),
+    "complete": (answered("find_one_and_update", doc(status="done")),
+                 lambda s, db: s.complete("q", LEASE, None).status, "done"),
+    "complete_many": (answered("find_one_and_update", doc(status="done")),
+                      lambda s, db: [j.status for j in s.complete_many(
+                          "q", [(LEASE, None, "done", None)])], ["done"]),
+    "counts": (answered("aggregate", [{"_id": "pending", "n": 2}]),
+               lambda s, db: s.counts("q"), {"pending": 2}),
+    "drop": (lambda db: setattr(db, "names", [Q]), lambda s, db: (s.drop(), db.dropped),
+             (None, [Q])),
+    "enqueue_many": (lambda db: None,
+                     lambda s, db: [r.outcome.value for r in s.enqueue_many("q", [spec("n")])],
+                     ["created"]),
+    "fail": (answered("find_one_and_update", doc(status="failed")),
+             lambda s, db: s.fail("q", LEASE, "e", "e", "permanent").status, "failed"),
+    "from_url": (lambda db: None, from_url, None),
+    "get": (lambda db: None, lambda s, db: s.get("q", "nope"), None),
+    "give_back": (answered("find_one_and_update", doc(status="pending", attempts=0)),
+                  lambda s, db: s.give_back("q", LEASE, False, "shutdown").status, "pending"),
+    "heartbeat_many": (answered("update_many", Updated(1)),
+                       lambda s, db: s.heartbeat_many("q", [LEASE], 60), []),
+    "in_flight": (answered("count_documents", 2), lambda s, db: s.in_flight("q"), 2),
+    "journal": (lambda db: db["leaseq_journal"].answer("find", [
+                    {"job_id": "j1", "event": "claimed", "attempt": 1}]),
+                lambda s, db: [e.event for e in s.journal("q", "j1")], ["claimed"]),
+    "list": (answered("find", [doc("a"), doc("b")]),
+             lambda s, db: [j.id for j in s.list("q", "processing", limit=1)], ["a"]),
+    "mark_published": (lambda db: (db[Q].answer("find", [doc("j1", status="pending")]),
+                                   db[Q].answer("update_many", Updated(1))),
+                       lambda s, db: s.mark_published("q", [LEASE]), ["j1"]),
+    "migrate": (lambda db: (setattr(db, "names", [Q, "leaseq_journal", "leaseq_bad name"]),
+                            db[Q].answer("find_one", {"_id": "x"}, {"_id": "x"})),
+                lambda s, db: (s.migrate(), s.queues()), (1, ["q"])),
+    "notify_local": (lambda db: None,
+                     lambda s, db: (s.notify_local("q"), s.wait_for_work(["q"], 0.0)),
+                     (None, True)),
+    "oldest_pending_age_s": (answered("aggregate", [{"n": 1, "age_ms": 2500}]),
+                             lambda s, db: s.oldest_pending_age_s("q"), 2.5),
+    "outbox_due": (answered("find", [doc("a", status="pending")]),
+                   lambda s, db: [j.id for j in s.outbox_due("q", 10)], ["a"]),
+    "purge": (lambda db: (db[Q].answer("find", [{"_id": "a"}], [], []),
+                          db[Q].answer("delete_many", mock.Mock(deleted_count=1))),
+              lambda s, db: s.purge("q", {"done": 60}), 1),
+    "queue": (lambda db: None, lambda s, db: isinstance(s.queue("q"), Queue), True),
+    "queues": (lambda db: setattr(db, "names", [Q, "leaseq_empty"]),
+               lambda s, db: s.queues(), []),
+    "ready": (answered("aggregate", [{"n": 7, "age_ms": 1}]), lambda s, db: s.ready("q"), 7),
+    "ready_stats": (answered("aggregate", []), lambda s, db: s.ready_stats("q"), (0, 0.0)),
+    "reclaim_expired": (lambda db: None, lambda s, db: s.reclaim_expired("q"), (0, 0)),
+    "record": (lambda db: None,
+               lambda s, db: s.record("q", "j1", "ack_sent", reason="acked", data={"n": 1}),
+               None),
+    "republish": (answered("update_many", Updated(3, 3)),
+                  lambda s, db: s.republish("q", 600), 3),
+    "retry": (answered("find_one_and_update", doc(status="pending")),
+              lambda s, db: s.retry("q", "j1"), True),
+    "retry_later": (answered("find_one_and_update", doc(status="pending")),
+                    lambda s, db: s.retry_later("q", LEASE, "e", "e", 9).status, "pending"),
+    "server_now": (lambda db: None, lambda s, db: s.server_now().year, 2024),
+    "snooze": (answered("find_one_and_update", doc(status="pending")),
+               lambda s, db: s.snooze("q", LEASE, 5).status, "pending"),
+    "wait_for_work": (lambda db: None, lambda s, db: s.wait_for_work(["q"], 0.0), False),
+}
+
+
+def public_methods() -> set[str]:
+    return {name for name, value in inspect.getmembers(MongoStore)
+            if not name.startswith("_") and callable(value)}
+
+
+def test_every_public_method_has_a_call():
+    assert set(CALLS) == public_methods()
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_each_public_method_runs_against_the_recording_fake(name, db, monkeypatch):
+    # Given a store over the recording fake and the answers this call needs
+    store = MongoStore(db, url="mongodb://u:pw@h/db", client=db.client)
+    arrange, call, expected = CALLS[name]
+    arrange(db)
+    called: list[str] = []
+    real = inspect.getattr_static(MongoStore, name)
+    func = real.__func__ if isinstance(real, classmethod) else real
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        called.append(name)
+        return func(*args, **kwargs)
+
+    monkeypatch.setattr(MongoStore, name, classmethod(spy) if isinstance(real, classmethod)
+                        else spy)
+    # When it is called  Then it ran and answered what the fake's answers imply
+    assert call(store, db) == expected
+    assert name in called

@@ -1,0 +1,105 @@
+"""The MongoDB store's less travelled paths against the recording fake: refused sessions, a
+conflict inside a transaction, a racing upsert, index errors, a purge that deletes nothing,
+and URL edge cases. Store-specific: these paths are pymongo's, not the protocol's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from unittest import mock
+
+import pytest
+from mongo_fakes import REPLICA_SET, Deleted, FakeDB
+from pymongo.client_session import ClientSession
+from pymongo.errors import ConfigurationError, DuplicateKeyError, OperationFailure
+
+from leaseq.errors import InvalidInput, InvalidURL, JobConflict
+from leaseq.job import JobSpec, Outcome
+from leaseq.stores.mongodb import MongoStore
+from leaseq.stores.mongodb import connection as C
+from leaseq.stores.mongodb import upserts as U
+
+Q = "leaseq_q"
+
+
+def spec(job_id: str, payload: dict[str, Any]) -> JobSpec:
+    return JobSpec(job_id, payload, json.dumps(payload, sort_keys=True, separators=(",", ":")))
+
+
+def test_an_index_error_other_than_exists_is_raised(db):
+    db[Q].answer("create_index", OperationFailure("no space", code=67))
+    store = MongoStore(db)
+    with pytest.raises(OperationFailure):
+        store.get("q", "a")
+
+
+def test_enqueue_through_something_that_is_not_a_session_is_refused(store):
+    with pytest.raises(TypeError, match="ClientSession"):
+        store.enqueue_many("q", [spec("a", {"x": 1})], connection=object())
+
+
+def test_enqueue_through_a_session_outside_a_transaction_is_refused():
+    store = MongoStore(FakeDB(dict(REPLICA_SET)))
+    session = mock.MagicMock(spec=ClientSession, in_transaction=False)
+    with pytest.raises(InvalidInput, match="inside a transaction"):
+        store.enqueue_many("q", [spec("a", {"x": 1})], connection=session)
+
+
+def test_a_conflict_in_a_transaction_raises_after_the_batch_so_the_transaction_aborts():
+    # Given a replica set (no pre-read) and a stored job the batch would change
+    db = FakeDB(dict(REPLICA_SET))
+    db[Q].answer("find_one_and_update", {"_id": "b", "status": "done", "x": 1})
+    store = MongoStore(db)
+    with pytest.raises(JobConflict):
+        store.enqueue_many("q", [spec("b", {"x": 2})])
+    assert db.client.transactions == ["start", "abort", "end_session"]
+
+
+def test_a_racing_upsert_of_a_new_id_is_tried_once_more(db, store):
+    # Given a concurrent producer that inserted the same new id between our read and write
+    db[Q].answer("find_one_and_update", DuplicateKeyError("E11000"), None)
+    assert store.enqueue_many("q", [spec("a", {"x": 1})], on_conflict="keep")[0].outcome is (
+        Outcome.CREATED)
+    db[Q].answer("find_one_and_update", DuplicateKeyError("E11000"), DuplicateKeyError("E11000"))
+    with pytest.raises(DuplicateKeyError):
+        store.enqueue_many("q", [spec("b", {"x": 1})], on_conflict="keep")
+
+
+def test_a_purge_round_that_deletes_nothing_stops(db, store):
+    # Given ids found but already gone (another purger) when the delete runs
+    db[Q].answer("find", [{"_id": "a"}], [{"_id": "a"}])
+    db[Q].answer("delete_many", Deleted(0))
+    assert store.purge("q", {"done": 60}) == 0
+    assert db.sequence(Q).count("delete_many") == 1
+
+
+def test_nested_payloads_compare_as_bson_does():
+    assert U.bson_equal_payload({"a": [1, {"b": 2}]}, {"a": [1.0, {"b": 2}]})
+    assert not U.bson_equal_payload({"a": [1, 2]}, {"a": [1]})
+    assert not U.bson_equal_payload({"a": "1"}, {"a": 1})
+
+
+@pytest.mark.parametrize("url", ["mongodb://h/db?prefix=a%20b", "mongodb://h/a.b",
+                                 "mongodb://[::1/db"])
+def test_bad_urls_are_refused_with_the_reason(url):
+    with pytest.raises(InvalidURL):
+        C.parse_url(url)
+
+
+def test_a_client_pymongo_refuses_is_an_invalid_url_with_the_password_masked():
+    refused = ConfigurationError("bad option for u:pw9@h")
+    with mock.patch.object(C, "MongoClient", side_effect=refused), \
+            pytest.raises(InvalidURL) as raised:
+        C.open_client("mongodb://u:pw9@h/db")
+    assert "pw9" not in str(raised.value)
+
+
+def test_other_operation_failures_pass_through_the_guard(db, store):
+    db[Q].answer("find_one", OperationFailure("unauthorized", code=13))
+    with pytest.raises(OperationFailure):
+        store.get("q", "a")
+
+
+def test_secrets_of_a_url_without_a_password_or_unparseable():
+    assert C.secrets_of("mongodb://user@h/db") == ()
+    assert C.secrets_of("mongodb://[::1/db") == ()
