@@ -23,7 +23,7 @@ from leaseq.errors import InvalidInput, InvalidPayload
 from leaseq.job import EnqueueResult, Job, JobSpec, OnConflict
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
-from leaseq.redact import Redact, redact
+from leaseq.redact import Redact, guarded, redact
 from leaseq.stores import connect
 from leaseq.stores.base import Store
 
@@ -65,7 +65,7 @@ class App:
     ``queues`` sets per-queue policy options, e.g. ``{"thumbnails": {"lease_s": 60}}``.
     ``redact`` masks secrets in every error text and reason written to the journal, the record
     and the worker's logs: ``leaseq.redact.redact`` by default; a ``Redactor(...)`` or any
-    ``str -> str`` function replaces it.
+    ``str -> str`` function replaces it (the built-in one stands in where it fails).
     """
 
     def __init__(self, url: str | None = None, *, store: Store | None = None,
@@ -73,7 +73,7 @@ class App:
                  redact: Redact = redact):
         if not callable(redact):
             raise InvalidInput("redact must be a function from str to str, e.g. a Redactor")
-        self.redact = redact
+        self.redact = guarded(redact)
         self.url = url
         self._store = store
         self._lock = threading.Lock()

@@ -24,6 +24,7 @@ reach an error text that leaseq writes itself.
 
 from __future__ import annotations
 
+import logging
 import re
 import traceback
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from leaseq.errors import InvalidInput
+
+log = logging.getLogger("leaseq.redact")
 
 #: A redactor: text in, the same text with its secrets masked out.
 Redact = Callable[[str], str]
@@ -137,10 +140,7 @@ class Redactor:
         return f"{quote}{self.mask}"
 
     def _run(self, m: re.Match[str]) -> str:
-        run = m[0]
-        if _looks_random(run):
-            return self.mask
-        return run
+        return self.mask if _looks_random(m[0]) else m[0]
 
 
 def _is_quoted(value: str) -> bool:
@@ -162,6 +162,27 @@ def redact(text: str) -> str:
     """``text`` with URL passwords, secret-named pairs, auth headers and long random runs
     masked (see the module's doc)."""
     return _BUILT_IN(text)
+
+
+def guarded(custom: Redact) -> Redact:
+    """``custom``, falling back to the built-in redactor for a text it fails on (raises, or
+    returns no string): it runs on the way to every failure write, where an error of its own
+    would lose the job's outcome."""
+    if custom is redact or isinstance(custom, Redactor):
+        return custom
+
+    def run(text: str) -> str:
+        try:
+            shown = custom(text)
+        except Exception as exc:
+            shown = exc
+        if isinstance(shown, str):
+            return shown
+        log.warning("the app's redactor failed (%s); the built-in one was used",
+                    type(shown).__name__)
+        return redact(text)
+
+    return run
 
 
 def redact_tail(text: str, keep: int, redact: Redact = redact) -> str:

@@ -221,7 +221,7 @@ def test_the_apps_redactor_masks_the_journal_the_record_and_the_log(
     # Then neither the journal, nor the record's error, nor the log holds the secret,
     # and the app's own rule was applied
     q = app.queue("q")
-    assert q.redact is mine
+    assert q.redact is app.redact
     for job_id in ("url", "json"):
         job = q.get(job_id)
         assert job is not None and job.status == "failed"
@@ -235,3 +235,17 @@ def test_the_apps_redactor_masks_the_journal_the_record_and_the_log(
 def test_an_app_refuses_a_redactor_that_is_not_a_function() -> None:
     with pytest.raises(InvalidInput):
         App(redact="no")  # type: ignore[arg-type]
+
+
+def test_a_failing_redactor_is_stood_in_for_by_the_built_in_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given app redactors that raise, or return no text
+    def broken(text: str) -> str:
+        raise RuntimeError(text)
+
+    for mine in (broken, lambda text: None):
+        # When an error text passes them, Then the built-in redactor masks it instead
+        shown = App(redact=mine).redact(f"token={SECRET}")  # type: ignore[arg-type]
+        assert shown == "token=***"
+    assert SECRET not in caplog.text and "the app's redactor failed" in caplog.text
+    assert App(redact=redact).redact is redact
