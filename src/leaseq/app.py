@@ -23,6 +23,7 @@ from leaseq.errors import InvalidInput, InvalidPayload
 from leaseq.job import EnqueueResult, Job, JobSpec, OnConflict
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
+from leaseq.redact import Redact, guarded, redact
 from leaseq.stores import connect
 from leaseq.stores.base import Store
 
@@ -62,10 +63,17 @@ class App:
     ``url`` defaults to ``$LEASEQ_URL``, then ``sqlite:///leaseq.db``; the store is opened on
     first use (not at import), so a module that defines an ``App`` can be imported anywhere.
     ``queues`` sets per-queue policy options, e.g. ``{"thumbnails": {"lease_s": 60}}``.
+    ``redact`` masks secrets in every error text and reason written to the journal, the record
+    and the worker's logs: ``leaseq.redact.redact`` by default; a ``Redactor(...)`` or any
+    ``str -> str`` function replaces it (the built-in one stands in where it fails).
     """
 
     def __init__(self, url: str | None = None, *, store: Store | None = None,
-                 queues: Mapping[str, Mapping[str, Any] | QueuePolicy] | None = None):
+                 queues: Mapping[str, Mapping[str, Any] | QueuePolicy] | None = None,
+                 redact: Redact = redact):
+        if not callable(redact):
+            raise InvalidInput("redact must be a function from str to str, e.g. a Redactor")
+        self.redact = guarded(redact)
         self.url = url
         self._store = store
         self._lock = threading.Lock()
@@ -111,7 +119,7 @@ class App:
             if name not in self._queues:
                 store = self._store or connect(self.url)
                 self._store = store
-                self._queues[name] = Queue(store, name, self.policy(name))
+                self._queues[name] = Queue(store, name, self.policy(name), redact=self.redact)
             return self._queues[name]
 
     # --- tasks -----------------------------------------------------------------------------

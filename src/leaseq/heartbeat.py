@@ -14,6 +14,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 
 from leaseq.errors import LeaseqError
+from leaseq.job import safe_reason
+from leaseq.redact import Redact, redact, traceback_text
 from leaseq.runner import InFlight
 
 log = logging.getLogger("leaseq.worker")
@@ -25,8 +27,10 @@ RETRY_SHARE = 0.25
 class Heartbeat:
     def __init__(self, in_flight: Callable[[], list[InFlight]],
                  on_lost: Callable[[InFlight], None],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, redact: Redact = redact):
         self.in_flight = in_flight
+        self.redact = redact
+        """Masks secrets in the errors this thread logs (the app's redactor)."""
         self.on_lost = on_lost
         self.clock = clock
         self._wake = threading.Event()
@@ -56,8 +60,8 @@ class Heartbeat:
                 continue
             try:
                 self.beat(items)
-            except Exception:  # never let the heartbeat die: every lease would lapse
-                log.exception("heartbeat failed; trying again")
+            except Exception as exc:  # never let the heartbeat die: every lease would lapse
+                log.error("heartbeat failed; trying again\n%s", traceback_text(exc, self.redact))
                 self._stop.wait(0.5)
 
     def beat(self, items: list[InFlight]) -> None:
@@ -82,7 +86,8 @@ class Heartbeat:
             try:
                 lost = set(queue.heartbeat([i.job for i in live], lease_s=lease_s))
             except LeaseqError as exc:
-                log.warning("heartbeat for queue %s failed: %s", queue.name, exc)
+                log.warning("heartbeat for queue %s failed: %s", queue.name,
+                            safe_reason(exc, redact=self.redact))
                 for item in live:
                     item.next_beat_at = self.clock() + item.heartbeat_every_s * RETRY_SHARE
                 return

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from leaseq.errors import LeaseqError
+from leaseq.redact import Redact, redact, redact_tail
 
 
 class JobStatus(StrEnum):
@@ -250,9 +251,10 @@ def given_back_too_often(givebacks: int) -> str:
     return f"given back {givebacks} times while its handler ran; its attempts are spent"
 
 
-def safe_reason(exc: BaseException | str, limit: int = 500) -> str:
-    """The journal's reason for an error: its type and the last ``limit`` characters of it."""
+def safe_reason(exc: BaseException | str, limit: int = 500, redact: Redact = redact) -> str:
+    """The journal's reason for an error: its type and the last ``limit`` characters of it,
+    redacted (``leaseq.redact``: an exception's text may carry a password or a token)."""
+    text = redact_tail(exc if isinstance(exc, str) else str(exc), limit, redact)
     if isinstance(exc, str):
-        return exc[-limit:]
-    text = str(exc)
-    return f"{type(exc).__name__}: {text[-limit:]}" if text else type(exc).__name__
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

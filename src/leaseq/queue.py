@@ -21,6 +21,8 @@ from leaseq.job import (
     safe_reason,
 )
 from leaseq.policy import QueuePolicy
+from leaseq.redact import Redact, redact_tail
+from leaseq.redact import redact as redact_builtin
 
 if TYPE_CHECKING:
     from leaseq.stores.base import Store
@@ -31,8 +33,11 @@ _ON_CONFLICT = ("raise", "keep", "replace")
 class Queue:
     """The low-level API: ``while jobs := q.claim(worker_id): ...``. Thread-safe."""
 
-    def __init__(self, store: Store, name: str, policy: QueuePolicy | None = None, **options: Any):
+    def __init__(self, store: Store, name: str, policy: QueuePolicy | None = None, *,
+                 redact: Redact = redact_builtin, **options: Any):
         self.store = store
+        self.redact = redact
+        """Masks secrets in every error text and reason this queue writes (``leaseq.redact``)."""
         self.name = validate.queue_name(name)
         self.policy = QueuePolicy.build(policy, **options)
         self._rng = random.Random()
@@ -187,8 +192,8 @@ class Queue:
         ``failed(exhausted)`` when attempts are spent. Raises ``LeaseLost``."""
         delay = (self.policy.backoff_s(job.attempts, self._rng) if delay_s is None
                  else validate.delay_s(delay_s))
-        return self.store.retry_later(self.name, job.lease, _error_text(error),
-                                      safe_reason(error), delay)
+        return self.store.retry_later(self.name, job.lease, _error_text(error, self.redact),
+                                      safe_reason(error, redact=self.redact), delay)
 
     def snooze(self, job: Job | Lease, delay_s: float | None = None, reason: str = "snoozed",
                *, max_snoozes: int | None = None) -> Job:
@@ -198,7 +203,8 @@ class Queue:
         delay = self.policy.snooze_s if delay_s is None else validate.delay_s(delay_s)
         bound = self.policy.max_snoozes if max_snoozes is None else _bound(
             max_snoozes, "max_snoozes")
-        return self.store.snooze(self.name, _lease(job), delay, safe_reason(reason), bound)
+        return self.store.snooze(self.name, _lease(job), delay,
+                                 safe_reason(reason, redact=self.redact), bound)
 
     def give_back(self, job: Job | Lease, started: bool, reason: str = "given back", *,
                   max_givebacks: int | None = None) -> Job:
@@ -210,7 +216,8 @@ class Queue:
             raise InvalidInput(f"started must be True or False, got {started!r}")
         bound = self.policy.max_givebacks if max_givebacks is None else _bound(
             max_givebacks, "max_givebacks")
-        return self.store.give_back(self.name, _lease(job), started, safe_reason(reason), bound)
+        return self.store.give_back(self.name, _lease(job), started,
+                                    safe_reason(reason, redact=self.redact), bound)
 
     def fail(
         self, job: Job | Lease, error: BaseException | str, failure: str = Failure.PERMANENT
@@ -218,8 +225,8 @@ class Queue:
         """Quarantine the job as ``failed(failure)``. Raises ``LeaseLost``."""
         if failure not in tuple(Failure):
             raise InvalidInput(f"failure must be one of {', '.join(Failure)}, got {failure!r}")
-        return self.store.fail(self.name, _lease(job), _error_text(error), safe_reason(error),
-                               str(failure))
+        return self.store.fail(self.name, _lease(job), _error_text(error, self.redact),
+                               safe_reason(error, redact=self.redact), str(failure))
 
     # --- upkeep and operators -------------------------------------------------------------
 
@@ -304,9 +311,10 @@ def _lease(job: Job | Lease) -> Lease:
     return job.lease if isinstance(job, Job) else job
 
 
-def _error_text(error: BaseException | str) -> str:
+def _error_text(error: BaseException | str, redact: Redact) -> str:
+    """The record's ``error``: ``Type: message`` (a string as given), redacted, its end."""
     if isinstance(error, BaseException):
         text = f"{type(error).__name__}: {error}"
     else:
         text = str(error)
-    return validate.error_text(text) or ""
+    return redact_tail(text, validate.MAX_ERROR_CHARS, redact)

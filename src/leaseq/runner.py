@@ -27,6 +27,7 @@ from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_r
 from leaseq.metrics import Metrics
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
+from leaseq.redact import traceback_text
 
 log = logging.getLogger("leaseq.worker")
 
@@ -164,7 +165,7 @@ class Runner:
                 if pause is None:
                     # Give up: the lease runs out and the job is reclaimed and run again.
                     log.error("job %s: cannot save its outcome (%s); it will be retried after "
-                              "its lease expires", job.id, exc)
+                              "its lease expires", job.id, self._why(exc))
                     return "store_error"
                 self.sleep(pause)
         raise AssertionError("unreachable")
@@ -180,11 +181,11 @@ class Runner:
             return "snooze", lambda: queue.snooze(job, delay, str(error),
                                                   max_snoozes=policy.max_snoozes)
         if isinstance(error, _Invalid):
-            log.warning("job %s: quarantined as invalid: %s", job.id, error)
+            log.warning("job %s: quarantined as invalid: %s", job.id, self._why(str(error)))
             return "fail", lambda: queue.fail(job, str(error), Failure.INVALID)
         if isinstance(error, Permanent) or (item.task and isinstance(error, item.task.permanent)):
             log.warning("job %s: permanent failure on attempt %d: %s", job.id, job.attempts,
-                        safe_reason(error))
+                        self._why(error))
             return "fail", lambda: queue.fail(job, error, Failure.PERMANENT)
         return "retry", lambda: queue.retry_later(job, error, self._retry_delay(item, error))
 
@@ -203,7 +204,7 @@ class Runner:
                                                validate.result_key(done.result_key))
             except InvalidInput as exc:  # not JSON, a live status, a bad key: retrying can't help
                 log.warning("job %s: handler returned a result leaseq cannot store: %s",
-                            job.id, exc)
+                            job.id, self._why(exc))
                 return queue.fail(job, exc, Failure.PERMANENT)
 
         return "complete", complete
@@ -211,15 +212,22 @@ class Runner:
     def _retry_delay(self, item: InFlight, error: BaseException) -> float | None:
         job = item.job
         if isinstance(error, Retry):
-            log.info("job %s: retry requested on attempt %d: %s", job.id, job.attempts, error)
+            log.info("job %s: retry requested on attempt %d: %s", job.id, job.attempts,
+                     self._why(error))
             if error.delay_s is not None:
                 return error.delay_s
         else:
-            # The traceback goes to the log with the job id; never the payload.
-            log.warning("job %s (task %s) raised on attempt %d of %d: %s", job.id, job.task,
-                        job.attempts, job.max_attempts, safe_reason(error), exc_info=error)
+            # The traceback goes to the log with the job id, its messages redacted like the
+            # journal's reason; never the payload.
+            log.warning("job %s (task %s) raised on attempt %d of %d: %s\n%s", job.id, job.task,
+                        job.attempts, job.max_attempts, self._why(error),
+                        traceback_text(error, self.app.redact))
         policy = _policy(item)
         return None if policy == item.queue.policy else policy.backoff_s(job.attempts)
+
+    def _why(self, error: BaseException | str) -> str:
+        """An error as a log line may show it: the journal's reason, with the app's redactor."""
+        return safe_reason(error, redact=self.app.redact)
 
     def lease_lost(self, item: InFlight) -> None:
         """The lease is gone: the handler may notice (``job.lease_lost``); its result will be

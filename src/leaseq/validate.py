@@ -7,9 +7,9 @@ import math
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from leaseq.errors import InvalidInput, InvalidJobId, InvalidPayload, InvalidQueueName
+from leaseq.redact import redact_url as redact_url  # its home is leaseq.redact
 
 MAX_JOB_ID_BYTES = 512
 MAX_ERROR_CHARS = 2000
@@ -149,20 +149,3 @@ def error_text(text: str | None) -> str | None:
     if text is None:
         return None
     return text[-MAX_ERROR_CHARS:]
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password (and any ``password=`` query value) masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{hostinfo}" if ":" in userinfo else f"{user}@{hostinfo}"
-    query = re.sub(r"(?i)(password|passwd|pwd)=[^&]*", r"\1=***", parts.query)
-    if netloc == parts.netloc and query == parts.query:
-        return url  # nothing secret; urlunsplit would also drop an empty host ("sqlite:///")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -25,9 +25,10 @@ from leaseq.app import App
 from leaseq.completer import Completer
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.heartbeat import Heartbeat
-from leaseq.job import Job, LeaseLost
+from leaseq.job import Job, LeaseLost, safe_reason
 from leaseq.metrics import Metrics
 from leaseq.queue import Queue
+from leaseq.redact import traceback_text
 from leaseq.runner import InFlight, LoopThread, Runner
 
 log = logging.getLogger("leaseq.worker")
@@ -111,7 +112,7 @@ class Worker:
         self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock)
         self._completer: Completer | None = None
-        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock)
+        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact)
         self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
@@ -214,7 +215,7 @@ class Worker:
             try:
                 jobs = queue.claim(self.worker_id, free, lease_s=self._claim_lease_s[queue.name])
             except LeaseqError as exc:
-                log.warning("claim from queue %s failed: %s", queue.name, exc)
+                log.warning("claim from queue %s failed: %s", queue.name, self._why(exc))
                 continue
             for job in jobs:
                 self._launch(queue, job)
@@ -226,7 +227,7 @@ class Worker:
         try:
             results = sweeper.run_once(self.store, self.config.sweeper_config())
         except LeaseqError as exc:
-            log.warning("sweep failed: %s", exc)
+            log.warning("sweep failed: %s", self._why(exc))
             return []
         for result in results:
             self.metrics.reclaimed(result.queue, result.reclaimed + result.expired)
@@ -270,9 +271,14 @@ class Worker:
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
         if not future.cancelled() and future.exception() is not None:
-            log.error("job %s: worker error", item.job.id, exc_info=future.exception())
+            log.error("job %s: worker error\n%s", item.job.id,
+                      traceback_text(future.exception(), self.app.redact))
         self._wake.set()
         self.store.notify_local(item.queue.name)  # a slot is free: claim again now
+
+    def _why(self, error: BaseException) -> str:
+        """An error as a log line shows it: type and message, with the app's redactor."""
+        return safe_reason(error, redact=self.app.redact)
 
     def _snapshot(self) -> list[InFlight]:
         with self._lock:
@@ -323,7 +329,7 @@ class Worker:
                 pass  # already taken or cancelled: nothing of ours to give back
             except LeaseqError as exc:
                 log.error("job %s: could not give it back (%s); its lease will expire",
-                          item.job.id, exc)
+                          item.job.id, self._why(exc))
         if item.future is not None:
             item.future.cancel()  # cancels an async handler; a running thread runs on
 

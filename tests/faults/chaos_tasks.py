@@ -149,3 +149,28 @@ def secretive(token: str, job: Job, mode: str = "retry") -> None:
     if mode == "crash":
         raise ValueError("could not parse the upstream answer")
     raise Permanent("account closed")
+
+
+#: Scenario 9: where a library's exception message carries a secret, one form per kind the
+#: redactor knows.
+LEAKS = {
+    "url": "could not connect to postgresql://app:{}@db.internal:5432/jobs",
+    "token": "GET /v1/items?page=2&token={} answered 401",
+    "json": 'upstream answered {{"error": "denied", "api_key": "{}"}}',
+    "bearer": "sent Bearer {} and the server said 401",
+    "hex": "signature {} does not match",
+}
+
+
+@app.task(queue="chaos", max_attempts=2)
+def leaky(secret: str, form: str, how: str, job: Job) -> None:
+    """Scenario 9: fails with ``secret`` in its exception's message (``LEAKS[form]``), as a
+    library does: ``how`` is ``raise`` (an unexpected error: retried, then exhausted),
+    ``retry`` (``Retry``) or ``permanent``."""
+    ledger().record(job, f"attempt-{job.attempts}", _worker())
+    message = LEAKS[form].format(secret)
+    if how == "retry":
+        raise Retry(message, delay_s=0)
+    if how == "permanent":
+        raise Permanent(message)
+    raise ConnectionError(message)

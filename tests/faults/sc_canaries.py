@@ -1,10 +1,13 @@
-"""Scenario 9, secret canaries: a password in the database URL and secrets in payload fields →
-absent from the worker's log (at debug level), the journal, the metrics output, the CLI's output
-and every error message leaseq raises."""
+"""Scenario 9, secret canaries: a password in the database URL, secrets in payload fields and
+secrets in the messages of exceptions handlers raise (a URL's password, ``token=``, a JSON
+``api_key``, a Bearer token, a long hex token) → absent from the worker's log (at debug level),
+the journal, the records' errors, the metrics output, the CLI's output and every error message
+leaseq raises."""
 
 from __future__ import annotations
 
 import json
+import secrets
 import urllib.request
 import uuid
 from urllib.parse import urlsplit, urlunsplit
@@ -14,6 +17,10 @@ from click.testing import CliRunner
 from leaseq import App, LeaseqError, connect
 from leaseq.cli import cli
 from leaseq.testing.chaos import Run, all_terminal, free_port, settle, wait_until
+
+#: Forms of the ``leaky`` task's exception message (``chaos_tasks.LEAKS``) and how it raises.
+LEAK_FORMS = ("url", "token", "json", "bearer", "hex")
+LEAK_HOWS = ("raise", "retry", "permanent")
 
 
 def _with_password(url: str, password: str) -> str:
@@ -25,6 +32,8 @@ def _with_password(url: str, password: str) -> str:
 
 def run(r: Run) -> None:
     pw, secret = f"pwcanary{uuid.uuid4().hex}", f"paycanary{uuid.uuid4().hex}"
+    # Handlers raise with these in their message; the hex one is a bare 48-digit token.
+    leak, hex_leak = f"errcanary{uuid.uuid4().hex[:12]}", secrets.token_hex(24)
     # The server trusts local connections, so a password in the URL is carried but unused.
     url = _with_password(r.url, pw) if r.store_kind == "postgres" else r.url
     store = r.open(url)
@@ -38,6 +47,10 @@ def run(r: Run) -> None:
         "c-wrong-type": ("work", {"n": secret}),
         "c-no-task": ("no_such_task", {"token": secret}),
     }
+    for form in LEAK_FORMS:
+        for how in LEAK_HOWS:
+            jobs[f"c-leak-{form}-{how}"] = ("leaky", {
+                "secret": hex_leak if form == "hex" else leak, "form": form, "how": how})
     q.enqueue_many([q.spec(i, p, task=t, max_attempts=2) for i, (t, p) in jobs.items()])
     errors = _errors(r, q, secret, pw)
     ledger = r.ledger()
@@ -49,19 +62,25 @@ def run(r: Run) -> None:
     worker.stop()
     r.check("all canary jobs finished", finished, str(q.counts()))
     journal = json.dumps([e.to_dict() for i in jobs for e in q.journal(i)])
+    records = "\n".join(job.error or "" for job in map(q.get, jobs) if job is not None)
     cli_out = _cli_outputs(url, list(jobs))
-    places = {"worker log": worker.output(), "journal": journal, "metrics": metrics,
-              "error messages": "\n".join(errors), "CLI output": cli_out}
+    places = {"worker log": worker.output(), "journal": journal, "records' errors": records,
+              "metrics": metrics, "error messages": "\n".join(errors), "CLI output": cli_out}
     r.check("the metrics were scraped", "leaseq_" in metrics, metrics[:200])
     r.check("the worker ran with the password in its URL", r.store_kind != "postgres"
             or "***" in worker.output() or pw not in worker.output())
+    r.check("the leaky handlers failed with a masked error",
+            all("***" in (job.error or "") for job in map(q.get, jobs)
+                if job is not None and job.task == "leaky"), records[:300])
+    canaries = (("password", pw), ("payload secret", secret), ("exception secret", leak),
+                ("exception hex token", hex_leak))
     for where, text in places.items():
-        for name, canary in (("password", pw), ("payload secret", secret)):
+        for name, canary in canaries:
             r.check(f"{name} canary absent from {where}", canary not in text,
                     _around(text, canary))
     r.counts.jobs_in = len(jobs)
     settle(r, q, list(jobs), ledger, reruns_allowed=True,
-           effect_expected=lambda j: j.task in ("echo", "secretive"))
+           effect_expected=lambda j: j.task in ("echo", "secretive", "leaky"))
 
 
 def _errors(r: Run, q, secret: str, pw: str) -> list[str]:  # type: ignore[no-untyped-def]

@@ -1,4 +1,5 @@
-"""PostgreSQL-specific: at 1,000,000 jobs the claim still walks the partial index.
+"""PostgreSQL-specific: at 1,000,000 jobs the claim and the outbox still walk their partial
+indexes, and the queue list still reads one index entry per queue.
 
 Slow (loading a million rows takes a while): run with ``pytest tests/postgres --slow`` or
 ``LEASEQ_SLOW=1``.
@@ -6,43 +7,55 @@ Slow (loading a million rows takes a while): run with ``pytest tests/postgres --
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import psycopg
 import pytest
+from plan_reading import analyze, rows_read, scans
 
 from leaseq.stores.postgres import PostgresStore
 
 ROWS = 1_000_000
 
 # A million jobs over four queues: a long history of done and failed jobs, 5% pending (some
-# of them not yet due), a few processing. Only the live ones are in the partial index.
+# of them not yet due), a few processing. Only the live ones are in the claim's partial index.
+# As in broker mode, most pending jobs are published (waiting for a consumer) and one in 20 is
+# owed a publish: only those are in the outbox's index.
 LOAD = """
 INSERT INTO {schema}.jobs (queue, id, status, payload, attempts, max_attempts, lease_until,
-                           lease_epoch, created_at, updated_at, first_seen_at)
+                           lease_epoch, created_at, updated_at, first_seen_at, published_at)
 SELECT 'q' || (i %% 4), 'job-' || lpad(i::text, 7, '0'),
        CASE WHEN i %% 20 = 0 THEN 'pending' WHEN i %% 97 = 1 THEN 'processing'
             WHEN i %% 50 = 1 THEN 'failed' ELSE 'done' END,
        '{{"n": 1}}'::json, 1, 5,
        CASE WHEN i %% 20 = 0 THEN now() + ((i %% 7200) - 3600) * interval '1 second'
             WHEN i %% 97 = 1 THEN now() + interval '10 minutes' END,
-       1, now(), now(), now()
+       1, now(), now(), now(),
+       CASE WHEN i %% 20 = 0 AND i %% 400 <> 0 THEN now() END
 FROM generate_series(1, %(rows)s) AS i
 """
 
 
-@pytest.mark.slow
-def test_claim_uses_the_partial_index_at_a_million_jobs(store: PostgresStore, pg_url: str,
-                                                       capsys: pytest.CaptureFixture) -> None:
-    # Given a million jobs, analyzed
+@pytest.fixture
+def million(store: PostgresStore, pg_url: str) -> Iterator[psycopg.Connection]:
+    """A million jobs, analyzed; a connection to plan on."""
     schema = f'"{store.options.schema}"'
     with psycopg.connect(pg_url) as conn:
         conn.execute(LOAD.format(schema=schema), {"rows": ROWS})
         conn.commit()
         conn.execute(f"ANALYZE {schema}.jobs")
-        # When the claim is planned, with its parameters and as the generic plan that a
-        # prepared statement ends up with
-        custom = _explain(conn, store.queries["claim"])
-        conn.execute("SET plan_cache_mode = force_generic_plan")
-        generic = _explain(conn, store.queries["claim"])
+        conn.commit()
+        yield conn
+
+
+@pytest.mark.slow
+def test_claim_uses_the_partial_index_at_a_million_jobs(store: PostgresStore,
+                                                       million: psycopg.Connection,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    # Given a million jobs, analyzed
+    # When the claim is planned, with its parameters and as the generic plan that a prepared
+    # statement ends up with
+    custom, generic = _both_plans(million, store.queries["claim"])
     # Then its inner SELECT walks jobs_claimable in order; nothing scans the table
     for plan in (custom, generic):
         text = "\n".join(plan)
@@ -56,6 +69,57 @@ def test_claim_uses_the_partial_index_at_a_million_jobs(store: PostgresStore, pg
     assert len(jobs) == 10
 
 
+@pytest.mark.slow
+def test_outbox_due_uses_its_partial_index_at_a_million_jobs(
+        store: PostgresStore, million: psycopg.Connection,
+        capsys: pytest.CaptureFixture) -> None:
+    # Given a million jobs, 47,500 of them published and waiting for a consumer
+    # When the dispatcher's outbox read is planned (with parameters, and generic)
+    custom, generic = _both_plans(million, store.queries["outbox_due"])
+    # Then it walks jobs_outbox in order; nothing scans the table or the published backlog
+    for plan in (custom, generic):
+        text = "\n".join(plan)
+        assert "Seq Scan" not in text, text
+        index_lines = [line.strip() for line in plan if "jobs_outbox" in line]
+        assert index_lines and index_lines[0].startswith("->  Index Scan using jobs_outbox"), text
+    # And run, it reads about as many index entries as it returns
+    million.execute("RESET plan_cache_mode")
+    ran = analyze(million, store.queries["outbox_due"], _PARAMS)
+    assert rows_read(ran) <= 2 * _PARAMS["limit"], (rows_read(ran), scans(ran))
+    with capsys.disabled():
+        print(f"\noutbox_due plan at {ROWS:,} jobs: {index_lines[0]}; "
+              f"{rows_read(ran)} rows read")
+    assert len(store.outbox_due("q0", 10)) == 10
+
+
+@pytest.mark.slow
+def test_queues_is_a_loose_index_scan_at_a_million_jobs(
+        store: PostgresStore, million: psycopg.Connection,
+        capsys: pytest.CaptureFixture) -> None:
+    # Given a million jobs over four queues
+    # When the queue list is read
+    ran = analyze(million, store.queries["queues"], {"off": 0.0})
+    # Then it reads one index entry per queue (and finds none past the last), not the table
+    assert "Seq Scan" not in scans(ran), scans(ran)
+    assert rows_read(ran) <= 2 * 5, (rows_read(ran), scans(ran))
+    with capsys.disabled():
+        print(f"\nqueues at {ROWS:,} jobs: {rows_read(ran)} rows read by {sorted(set(scans(ran)))}"
+              f" in {ran['Actual Total Time']:.3f} ms")
+    assert store.queues() == ["q0", "q1", "q2", "q3"]
+
+
+_PARAMS = {"queue": "q0", "worker_id": "w1", "limit": 10, "lease_s": 900.0, "off": 0.0}
+
+
+def _both_plans(conn: psycopg.Connection, query: str) -> tuple[list[str], list[str]]:
+    """The plan with its parameters, and the generic plan a prepared statement ends up with."""
+    custom = _explain(conn, query)
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        return custom, _explain(conn, query)
+    finally:
+        conn.execute("RESET plan_cache_mode")
+
+
 def _explain(conn: psycopg.Connection, query: str) -> list[str]:
-    params = {"queue": "q0", "worker_id": "w1", "limit": 10, "lease_s": 900.0, "off": 0.0}
-    return [r[0] for r in conn.execute("EXPLAIN " + query, params)]
+    return [r[0] for r in conn.execute("EXPLAIN " + query, _PARAMS)]

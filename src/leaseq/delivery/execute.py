@@ -36,7 +36,8 @@ class AppExecutor:
         self.app = app
         self.metrics = metrics or Metrics()
         self._runner = Runner(app, self.metrics)
-        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost)
+        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost,
+                                    redact=app.redact)
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
         self._started = False

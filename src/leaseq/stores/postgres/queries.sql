@@ -11,8 +11,16 @@
 -- name: now
 SELECT {now} AS now;
 
+-- A loose index scan over the primary key: one index probe per queue, from each queue name to
+-- the next, instead of reading every job (SELECT DISTINCT scans the whole table). The
+-- sweeper and the metrics ask.
 -- name: queues
-SELECT DISTINCT queue FROM {jobs} ORDER BY queue;
+WITH RECURSIVE q(queue) AS (
+    SELECT min(queue) FROM {jobs}
+    UNION ALL
+    SELECT (SELECT j.queue FROM {jobs} j WHERE j.queue > q.queue ORDER BY j.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL)
+SELECT queue FROM q WHERE queue IS NOT NULL;
 
 -- The common enqueue in one statement: ids that do not exist yet are inserted with their
 -- journal rows and one NOTIFY (delivered at commit); exact replays (`unchanged`, the same rule
@@ -524,8 +532,9 @@ INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id
 VALUES (%(queue)s, %(id)s, {now}, %(event)s, %(attempt)s, %(lease_epoch)s, %(worker_id)s,
         %(reason)s, %(data)s::json);
 
--- The clock in a sub-select for the same reason as in claim: an ordered walk of
--- jobs_claimable that stops after LIMIT rows.
+-- An ordered walk of jobs_outbox (its predicate repeated here) that stops after LIMIT rows;
+-- the published jobs waiting for a consumer are not in it. The clock in a sub-select for the
+-- same reason as in claim.
 -- name: outbox_due
 SELECT * FROM {jobs}
 WHERE queue = %(queue)s AND status = 'pending' AND published_at IS NULL

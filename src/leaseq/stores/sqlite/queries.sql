@@ -234,8 +234,16 @@ WHERE queue = :queue
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
 LIMIT 1;
 
+-- A loose index scan: one index seek per queue, from each queue name to the next, instead of
+-- reading every job (SELECT DISTINCT walks the whole index). The sweeper and the metrics ask.
 -- name: queues
-SELECT DISTINCT queue FROM leaseq_jobs ORDER BY queue;
+WITH RECURSIVE q(queue) AS (
+    SELECT min(queue) FROM leaseq_jobs
+    UNION ALL
+    SELECT (SELECT j.queue FROM leaseq_jobs j WHERE j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL)
+SELECT queue FROM q WHERE queue IS NOT NULL;
 
 -- name: journal
 SELECT * FROM leaseq_journal WHERE queue = :queue AND job_id = :id ORDER BY seq;
@@ -244,11 +252,13 @@ SELECT * FROM leaseq_journal WHERE queue = :queue AND job_id = :id ORDER BY seq;
 INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
 VALUES (:queue, :id, {now}, :event, :attempt, :lease_epoch, :worker_id, :reason, :data);
 
+-- Repeats leaseq_jobs_outbox's predicate word for word so SQLite uses it: a walk of the jobs
+-- still owed a publish, never of the published ones waiting for a consumer.
 -- name: outbox_due
 SELECT * FROM leaseq_jobs
 WHERE queue = :queue
-  AND status IN ('pending', 'processing') AND attempts < max_attempts
-  AND lease_until <= {now} AND status = 'pending' AND published_at IS NULL
+  AND status = 'pending' AND published_at IS NULL AND attempts < max_attempts
+  AND lease_until <= {now}
 ORDER BY lease_until, id LIMIT :limit;
 
 -- name: republish

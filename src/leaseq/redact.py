@@ -1,0 +1,223 @@
+"""Masking secrets in text that leaves a handler: journal reasons, the record's error, logs.
+
+An exception's message is arbitrary text. A driver echoes the URL it could not reach, password
+included; an HTTP client the header it sent; a handler the payload field it could not parse.
+DESIGN.md §4 keeps secrets and payloads out of the journal and the logs, so every error text on
+its way there passes a redactor (``App(redact=...)``; the built-in one by default), which masks
+what looks like a secret and leaves the rest as it was:
+
+* the password of a URL: ``postgresql://app:***@db/jobs``;
+* the value of a ``key=value``, ``key: value``, JSON or Python-dict pair whose key names a
+  secret (password, passwd, pwd, token, secret, api_key, access_key, private_key, client_secret,
+  authorization, cookie, session, credential, signature; ``Redactor(secret_keys=...)`` adds
+  more): ``token=***``, ``"api_key": "***"``;
+* the rest of an ``Authorization:`` or ``Cookie:`` header line, and the credentials after
+  ``Bearer`` / ``Basic``;
+* long base64 and hex runs (keys, tokens, signatures: ``min_run_chars``, 32 by default); a
+  base64 run counts when it mixes upper case, lower case and digits, so words, paths and
+  dashed UUIDs stay readable. A 32-character hex id (an md5, ``uuid4().hex``) is masked too.
+
+It is a heuristic on purpose: it cannot know every secret (a password with spaces in it,
+unquoted, loses only its first word), which is why it is pluggable, and why payloads never
+reach an error text that leaseq writes itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from leaseq.errors import InvalidInput
+
+log = logging.getLogger("leaseq.redact")
+
+#: A redactor: text in, the same text with its secrets masked out.
+Redact = Callable[[str], str]
+
+#: Words that make a key name a secret, matched inside the key without regard to case
+#: (``DB_PASSWORD``, ``x-api-key``, ``refresh_token``, ``sessionid``).
+SECRET_WORDS = (
+    "password", "passwd", "pwd", "passphrase", "token", "secret", "api_key", "apikey",
+    "api-key", "access_key", "accesskey", "private_key", "privatekey", "client_secret",
+    "authorization", "cookie", "session", "credential", "signature",
+)  # fmt: skip
+
+#: How much of a text's end is redacted when only its end is kept: well over what anything
+#: keeps (2,000 characters), so a secret cut in two at the window's edge is cut away with it,
+#: and a megabyte of exception text is not scanned for the few lines kept.
+WINDOW_CHARS = 8_000
+
+_URL_CREDENTIALS = re.compile(
+    r"(?<![\w+.-])(?P<head>[a-z][a-z0-9+.-]*://[^\s/?#@:]*+:)(?P<password>[^\s/?#]*)@",
+    re.IGNORECASE)
+_HEADER = re.compile(
+    r"(?<![\w-])(?P<head>(?:proxy-)?authorization|(?:set-)?cookie)(?P<sep>[ \t]*:[ \t]*)"
+    r"(?P<value>[^\r\n'\"]+)", re.IGNORECASE)
+_AUTH_SCHEME = re.compile(
+    r"\b(?P<head>bearer\s+)[A-Za-z0-9._~+/-]+=*|\b(?P<basic>basic\s+)[A-Za-z0-9+/]{6,}=*",
+    re.IGNORECASE)
+# A key, optionally quoted, and its separator. The value is read only after a secret key,
+# so the scan goes on inside other values (``data="token=abc"`` finds the inner pair) and each
+# character is looked at a bounded number of times. The lookbehind makes a key start where a
+# word starts, so a long word is read once, not once per character.
+_PAIR = re.compile(r"(?<![\w.-])(?P<quote>[\"']?)(?P<key>[\w.-]++)(?P=quote)[ \t]*+[:=][ \t]*+")
+_VALUE = re.compile(r"\"(?:[^\"\\]|\\.)*+\"|'(?:[^'\\]|\\.)*+'|[\"']?[^\s,;&'\"{}\[\]()<>]++")
+# Runs of at least {n} characters: hex between non-alphanumerics (so ``key_<hex>`` is found),
+# then base64 / base64url with its padding.
+_HEX_RUN = r"(?<![A-Za-z0-9])[0-9A-Fa-f]{{{n},}}+(?![A-Za-z0-9])"
+_B64_RUN = r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{{{n},}}+=*"
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """The built-in redactor, configured. ``Redactor()(text)`` is ``redact(text)``."""
+
+    secret_keys: tuple[str, ...] = ()
+    """More words that mark a key as naming a secret, matched like ``SECRET_WORDS`` (inside
+    the key, any case), e.g. ``("iban", "ssn")``. Defaults to none."""
+    min_run_chars: int = 32
+    """Base64 and hex runs at least this long are masked; 0 turns that rule off.
+    Defaults to 32."""
+    mask: str = "***"
+    """What a secret is replaced with. Defaults to ``***``."""
+    _secret_key: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _runs: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        keys = self.secret_keys
+        if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+            raise InvalidInput("secret_keys must be a tuple of non-empty words")
+        runs = self.min_run_chars
+        if isinstance(runs, bool) or not isinstance(runs, int) or not (runs == 0 or runs >= 8):
+            raise InvalidInput(f"min_run_chars must be 0 (off) or at least 8, got {runs!r}")
+        if not isinstance(self.mask, str):
+            raise InvalidInput("mask must be a string")
+        object.__setattr__(self, "secret_keys", tuple(keys))
+        words = "|".join(re.escape(w) for w in (*SECRET_WORDS, *keys))
+        object.__setattr__(self, "_secret_key", re.compile(words, re.IGNORECASE))
+        patterns = () if runs == 0 else tuple(re.compile(p.format(n=runs))
+                                              for p in (_HEX_RUN, _B64_RUN))
+        object.__setattr__(self, "_runs", patterns)
+
+    def __call__(self, text: str) -> str:
+        # Each rule masks values and never a key or a scheme a later rule looks for: pairs
+        # run before Bearer, whose token could be the key of a pair (``Bearer token=…``).
+        text = _URL_CREDENTIALS.sub(lambda m: f"{m['head']}{self.mask}@", text)
+        text = _HEADER.sub(lambda m: f"{m['head']}{m['sep']}{self.mask}", text)
+        text = self.pairs(text)
+        text = _AUTH_SCHEME.sub(lambda m: f"{m['head'] or m['basic']}{self.mask}", text)
+        for pattern in self._runs:
+            text = pattern.sub(self._run, text)
+        return text
+
+    def pairs(self, text: str) -> str:
+        """``text`` with the value of every pair whose key names a secret masked."""
+        out: list[str] = []
+        done = 0  # text before this index is copied or masked already
+        m = _PAIR.search(text)
+        while m is not None:
+            value = _VALUE.match(text, m.end()) if self.names_secret(m["key"]) else None
+            if value is None:  # not a secret: look for pairs inside its value too
+                m = _PAIR.search(text, m.end())
+                continue
+            out += [text[done:m.end()], self._masked(value[0])]
+            # A closing quote is left to be read again: in text whose quotes do not pair up
+            # (a message cut short) it may open the next key, ``"x "api_key": "…"``.
+            done = value.end() - 1 if _is_quoted(value[0]) else value.end()
+            m = _PAIR.search(text, done)
+        return "".join(out) + text[done:]
+
+    def names_secret(self, key: str) -> bool:
+        """Whether ``key`` (a field, header or parameter name) names a secret."""
+        return self._secret_key.search(key) is not None
+
+    def _masked(self, value: str) -> str:
+        quote = value[0] if value[0] in "'\"" else ""
+        return f"{quote}{self.mask}"
+
+    def _run(self, m: re.Match[str]) -> str:
+        return self.mask if _looks_random(m[0]) else m[0]
+
+
+def _is_quoted(value: str) -> bool:
+    return len(value) > 1 and value[0] in "'\"" and value[-1] == value[0]
+
+
+def _looks_random(run: str) -> bool:
+    """A hex run with digits and letters, or a base64 run mixing upper, lower and digits."""
+    has_digit = any(c.isdigit() for c in run)
+    if all(c in "0123456789abcdefABCDEF" for c in run):
+        return has_digit and not run.isdigit()
+    return has_digit and any(c.isupper() for c in run) and any(c.islower() for c in run)
+
+
+_BUILT_IN = Redactor()
+
+
+def redact(text: str) -> str:
+    """``text`` with URL passwords, secret-named pairs, auth headers and long random runs
+    masked (see the module's doc)."""
+    return _BUILT_IN(text)
+
+
+def guarded(custom: Redact) -> Redact:
+    """``custom``, falling back to the built-in redactor for a text it fails on (raises, or
+    returns no string): it runs on the way to every failure write, where an error of its own
+    would lose the job's outcome."""
+    if custom is redact or isinstance(custom, Redactor):
+        return custom
+
+    def run(text: str) -> str:
+        try:
+            shown = custom(text)
+        except Exception as exc:
+            shown = exc
+        if isinstance(shown, str):
+            return shown
+        log.warning("the app's redactor failed (%s); the built-in one was used",
+                    type(shown).__name__)
+        return redact(text)
+
+    return run
+
+
+def redact_tail(text: str, keep: int, redact: Redact = redact) -> str:
+    """The last ``keep`` characters of ``text``, redacted (only its last ``WINDOW_CHARS``
+    characters are looked at)."""
+    return redact(text[-WINDOW_CHARS:])[-keep:]
+
+
+def traceback_text(error: BaseException, redact: Redact = redact) -> str:
+    """The traceback of ``error`` (its cause and context too) as logging would print it, each
+    message redacted; the frames (file, line, source) are code and are kept as they are."""
+    chunks = traceback.TracebackException.from_exception(error).format()
+    return "".join(c if c.startswith("  File ") else redact(c) for c in chunks).rstrip("\n")
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password and any secret-named query value (``password=``,
+    ``token=``, …) masked; the rest as it was, for an error message to say which URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostinfo = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostinfo}" if ":" in userinfo else f"{user}@{hostinfo}"
+    query = "&".join(_masked_parameter(p) for p in parts.query.split("&"))
+    if netloc == parts.netloc and query == parts.query:
+        return url  # nothing secret; urlunsplit would also drop an empty host ("sqlite:///")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _masked_parameter(parameter: str) -> str:
+    """A query parameter, its value masked when its name names a secret (the value runs to the
+    next ``&``, whatever it holds)."""
+    name, sep, _ = parameter.partition("=")
+    return f"{name}=***" if sep and _BUILT_IN.names_secret(name) else parameter

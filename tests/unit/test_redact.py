@@ -1,0 +1,251 @@
+"""The redactor: every secret form it knows is masked wherever it sits in a text, and text
+without secrets comes out as it went in (but for long random-looking runs)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
+
+from leaseq import App, Permanent
+from leaseq.errors import InvalidInput
+from leaseq.job import safe_reason
+from leaseq.redact import Redactor, redact, redact_tail, traceback_text
+from leaseq.worker import Worker, WorkerConfig
+
+SECRET = "Zq9hunter2canary"
+HEX = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+
+@pytest.mark.parametrize("text", [
+    f"could not connect to postgresql://app:{SECRET}@db.example:5432/jobs",
+    f"redis://:{SECRET}@cache:6379/0 refused the connection",
+    f"GET https://api.example/v1/items?page=2&access_token={SECRET} returned 401",
+    f"token={SECRET}",
+    f"DB_PASSWORD={SECRET} PGHOST=db",
+    f"client_secret: {SECRET}",
+    f'upstream said {{"api_key": "{SECRET}", "ok": false}}',
+    f"{{'password': '{SECRET} with spaces', 'n': 1}}",
+    f'{{"nested": {{"privateKey": "{SECRET}"}}}}',
+    f"headers: Authorization: Bearer {SECRET}",
+    f"Proxy-Authorization: Basic {SECRET}",
+    f"Cookie: sessionid={SECRET}; theme=dark",
+    f"retrying with 'Bearer {SECRET}'",
+    f"Basic {SECRET}==",
+    f"signature {HEX} does not match",
+    f"key_{HEX[:40]} revoked",
+    "aws said: InvalidAccessKeyId wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY " + SECRET[:0],
+    f'data="token={SECRET}"',
+    f'password="x "api_key": "{SECRET}"',
+    f"password={SECRET}",
+    f"X-Api-Key={SECRET}",
+    f"set-cookie: a={SECRET}",
+])
+def test_each_secret_form_is_masked(text: str) -> None:
+    shown = redact(text)
+    assert SECRET not in shown and HEX[:32] not in shown
+    assert "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY" not in shown
+    assert "***" in shown
+
+
+@pytest.mark.parametrize("text", [
+    "ValueError: could not parse the upstream answer",
+    "KeyError: 'size'",
+    "FileNotFoundError: [Errno 2] No such file or directory: '/srv/app/data/input-2024-01.csv'",
+    "job 123e4567-e89b-12d3-a456-426614174000 of queue thumbnails: HTTP 503 after 30.0 s",
+    "ConnectionError: https://api.example.com/v1/items?page=2 timed out",
+    "payload does not fit task 'resize': argument 'width' should be int, got str",
+    "expected 3 columns, got 4 at line 17: a=1, b=2",
+    'the answer was {"status": "busy", "retry_after": 30}',
+    "/usr/lib/python3.11/site-packages/leaseq/runner.py line 80",
+])
+def test_ordinary_errors_are_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_the_run_rule_has_its_threshold() -> None:
+    short, long = "a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d", "a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6"
+    assert redact(f"id {short}") == f"id {short}"  # 31 hex characters
+    assert redact(f"id {long}") == "id ***"
+    assert Redactor(min_run_chars=0)(f"id {long}") == f"id {long}"
+    assert Redactor(min_run_chars=40)(f"id {long}") == f"id {long}"
+
+
+def test_a_redactor_takes_more_secret_keys_and_its_own_mask() -> None:
+    mine = Redactor(secret_keys=("iban",), mask="[hidden]")
+    assert mine("customer_iban=DE44500105175407324931 token=x") == (
+        "customer_iban=[hidden] token=[hidden]")
+    assert redact("customer_iban=DE44500105175407324931") == (
+        "customer_iban=DE44500105175407324931")
+
+
+@pytest.mark.parametrize("options", [{"secret_keys": "iban"}, {"secret_keys": ("",)},
+                                     {"min_run_chars": 4}, {"min_run_chars": True},
+                                     {"mask": None}])
+def test_a_bad_redactor_is_refused(options: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput):
+        Redactor(**options)  # type: ignore[arg-type]
+
+
+def test_the_reason_and_the_tail_are_redacted_before_they_are_cut() -> None:
+    # A secret whose key would be cut off by the 500-character cut is masked first
+    error = ValueError(f"password={SECRET}" + "x" * 495)
+    assert SECRET[-5:] not in safe_reason(error)
+    assert safe_reason(error).startswith("ValueError: ")
+    assert redact_tail(f"token={SECRET} " + "y" * 10, 12) == "* " + "y" * 10
+
+
+def test_a_traceback_keeps_its_frames_and_masks_every_message() -> None:
+    try:
+        try:
+            raise KeyError(f"token={SECRET}")
+        except KeyError as inner:
+            raise RuntimeError(f"postgresql://app:{SECRET}@db/jobs") from inner
+    except RuntimeError as exc:
+        text = traceback_text(exc)
+    assert SECRET not in text
+    assert "test_redact.py" in text and 'raise KeyError(f"token={SECRET}")' in text
+    assert "RuntimeError: postgresql://app:***@db/jobs" in text
+
+
+def test_a_long_text_is_redacted_in_linear_time() -> None:
+    # Inputs that make a careless pattern backtrack for minutes take milliseconds here
+    for text in ("a=" * 50_000, "x:" * 50_000, 'token="' * 50_000, "a://b:c" * 50_000,
+                 "'password'" * 50_000, "a" * 400_000):
+        redact(text)
+
+
+# --- properties ------------------------------------------------------------------------
+
+TOKEN = string.ascii_letters + string.digits + "-_.~+/"
+#: What a secret may hold in each carrier: unquoted values end at a space or a delimiter, a
+#: URL's password is percent-encoded, a quoted value ends at its quote.
+UNQUOTED = st.text(TOKEN + "=:!@$%^*|", min_size=1, max_size=40)
+URL_PASSWORD = st.text(string.ascii_letters + string.digits + "-_.~%!$*+=:", max_size=40)
+QUOTED = st.text(st.characters(blacklist_characters='"\\\n\r', blacklist_categories=("Cs",)),
+                 max_size=40)
+KEYS = st.sampled_from(["password", "passwd", "pwd", "token", "secret", "api_key", "apikey",
+                        "access_key", "authorization", "cookie", "session", "private_key",
+                        "client_secret", "DB_PASSWORD", "x-api-key", "refresh_token",
+                        "AWS_SECRET_ACCESS_KEY", "sessionid"])
+CARRIERS = {
+    "url": (URL_PASSWORD, lambda s, k: f"postgresql://app:{s}@db.example:5432/jobs"),
+    "pair": (UNQUOTED, lambda s, k: f"{k}={s}"),
+    "colon": (UNQUOTED, lambda s, k: f"{k}: {s}"),
+    "json": (QUOTED, lambda s, k: f'{{"{k}": "{s}", "n": 1}}'),
+    "dict": (QUOTED.filter(lambda s: "'" not in s), lambda s, k: f"{{'{k}': '{s}'}}"),
+    "bearer": (st.text(TOKEN, min_size=1, max_size=40), lambda s, k: f"Bearer {s}"),
+    "header": (st.text(TOKEN + " =;,:", min_size=1, max_size=40).map(str.strip).filter(bool),
+               lambda s, k: f"Authorization: {s}"),
+}
+
+
+@given(st.sampled_from(sorted(CARRIERS)), st.data(), KEYS, st.text(max_size=60),
+       st.text(max_size=60))
+@example("json", None, "api_key", 'password="x', "")
+def test_a_secret_in_any_text_never_survives(carrier: str, data: st.DataObject, key: str,
+                                              before: str, after: str) -> None:
+    # Given a secret in one of the forms the redactor knows, with any text around it
+    values, render = CARRIERS[carrier]
+    secret = "Zq9" + (data.draw(values) if data is not None else "s3cret")
+    assume(secret not in before + after)
+    # When the text is redacted
+    shown = redact(f"{before} {render(secret, key)} {after}")
+    # Then the secret is not in it
+    assert secret not in shown
+
+
+@given(st.binary(min_size=24, max_size=64), st.text(max_size=60), st.text(max_size=60))
+def test_a_long_random_token_never_survives(raw: bytes, before: str, after: str) -> None:
+    import base64
+
+    for token in (raw.hex(), base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw)
+                  .decode().rstrip("=")):
+        # Random bytes may, rarely, make a token of one letter case or no digit: such a run
+        # looks like a word and is kept. Real keys and tokens are long enough not to.
+        assume(any(c.isdigit() for c in token) and any(c.isalpha() for c in token))
+        if token != raw.hex():
+            assume(any(c.isupper() for c in token) and any(c.islower() for c in token))
+        assume(token not in before + after)
+        assert token not in redact(f"{before} {token} {after}")
+
+
+NO_SECRET_WORDS = re.compile(r"password|passwd|pwd|passphrase|token|secret|api.?key|access.?key"
+                             r"|private.?key|authorization|cookie|session|credential|signature"
+                             r"|bearer|basic|://|\*\*\*", re.IGNORECASE)
+
+
+@given(st.text(max_size=300))
+@example("expected 3 columns: a=1, b=2 at /srv/data/run-2024/input.csv")
+def test_text_without_secrets_changes_only_in_long_runs(text: str) -> None:
+    # Given text that names no secret (whatever else it holds)
+    assume(not NO_SECRET_WORDS.search(text))
+    # When it is redacted
+    shown = redact(text)
+    # Then only long base64 / hex runs were masked, the rest is unchanged
+    pieces = [re.escape(p) for p in shown.split("***")]
+    assert re.fullmatch(r"[A-Za-z0-9+/_=-]{32,}".join(pieces), text, re.DOTALL), (text, shown)
+    assert Redactor(min_run_chars=0)(text) == text
+
+
+# --- the app's redactor on the way to the journal, the record and the log --------------
+
+
+def test_the_apps_redactor_masks_the_journal_the_record_and_the_log(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Given an app with a redactor of its own, and handlers whose errors carry a secret
+    host = "internal" + "-host"  # not in the source line a traceback shows
+
+    def mine(text: str) -> str:
+        return redact(text).replace(host, "[host]")
+
+    app = App(f"sqlite:///{tmp_path / 'jobs.db'}", redact=mine,
+              queues={"q": {"max_attempts": 1}})
+
+    @app.task(queue="q")
+    def leaky(form: str) -> None:
+        if form == "url":
+            raise ConnectionError(f"cannot reach postgresql://app:{SECRET}@{host}/db")
+        raise Permanent(f'upstream said {{"api_key": "{SECRET}"}}')
+
+    leaky.enqueue(form="url", job_id="url")
+    leaky.enqueue(form="json", job_id="json")
+    # When a worker runs them
+    with caplog.at_level(logging.DEBUG, logger="leaseq"):
+        Worker(app, WorkerConfig(burst=True, concurrency=1, idle_max_s=0.05)).run()
+    # Then neither the journal, nor the record's error, nor the log holds the secret,
+    # and the app's own rule was applied
+    q = app.queue("q")
+    assert q.redact is app.redact
+    for job_id in ("url", "json"):
+        job = q.get(job_id)
+        assert job is not None and job.status == "failed"
+        texts = [job.error or "", *(e.reason or "" for e in q.journal(job_id))]
+        assert not [t for t in texts if SECRET in t or "internal-host" in t], texts
+    assert "postgresql://app:***@[host]/db" in (q.get("url").error or "")  # type: ignore[union-attr]
+    assert SECRET not in caplog.text and host not in caplog.text
+    assert "cannot reach" in caplog.text  # the log still says what happened
+
+
+def test_an_app_refuses_a_redactor_that_is_not_a_function() -> None:
+    with pytest.raises(InvalidInput):
+        App(redact="no")  # type: ignore[arg-type]
+
+
+def test_a_failing_redactor_is_stood_in_for_by_the_built_in_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given app redactors that raise, or return no text
+    def broken(text: str) -> str:
+        raise RuntimeError(text)
+
+    for mine in (broken, lambda text: None):
+        # When an error text passes them, Then the built-in redactor masks it instead
+        shown = App(redact=mine).redact(f"token={SECRET}")  # type: ignore[arg-type]
+        assert shown == "token=***"
+    assert SECRET not in caplog.text and "the app's redactor failed" in caplog.text
+    assert App(redact=redact).redact is redact
