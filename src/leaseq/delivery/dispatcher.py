@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from leaseq.delivery.connection import CONTENT_TYPE, encode, reconnecting, session
 from leaseq.delivery.topology import Topology
-from leaseq.errors import InvalidInput, TopologyError
+from leaseq.errors import InvalidInput
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -88,10 +88,11 @@ class Dispatcher:
         self._next_reclaim = 0.0
 
     def run(self, stop: threading.Event) -> None:
-        """Publish until ``stop`` is set, reconnecting after broker errors. ``TopologyError``
-        is raised at once: a missing dead-letter route is an operator's job to fix."""
+        """Publish until ``stop`` is set, reconnecting after whatever a lost connection or a
+        store outage raises. ``TopologyError`` is raised at once: a missing dead-letter route
+        is an operator's job to fix."""
         reconnecting(lambda: self._session(stop), stop, "dispatcher",
-                     self.config.max_backoff_s, fatal=(TopologyError,))
+                     self.config.max_backoff_s)
 
     def _session(self, stop: threading.Event) -> None:
         with session(self.amqp_url, "leaseq-dispatcher") as conn:
