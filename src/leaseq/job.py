@@ -222,6 +222,7 @@ EVENTS = (
     "published",
     "received",
     "ack_sent",
+    "publish_owed",
 )
 
 

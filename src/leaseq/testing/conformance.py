@@ -28,6 +28,7 @@ from leaseq.testing.suites.enqueue import EnqueueSuite
 from leaseq.testing.suites.finish import FinishSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
+from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
 from leaseq.testing.suites.upkeep import ClockSuite, InspectionSuite, OperatorSuite, UpkeepSuite
 
@@ -43,6 +44,7 @@ ALL_SUITES = (
     InspectionSuite,
     OperatorSuite,
     ClockSuite,
+    OutboxReoweSuite,
 )
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "JournalSuite",
     "LeaseSuite",
     "OperatorSuite",
+    "OutboxReoweSuite",
     "RetrySuite",
     "StoreFactory",
     "UpkeepSuite",

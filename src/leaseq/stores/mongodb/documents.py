@@ -456,3 +456,8 @@ def _bson_equal(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_bson_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
+
+
+def published(job_ids: Sequence[str]) -> Doc:
+    """Those of ``job_ids`` still pending with a publish marked (``reowe_publish``)."""
+    return {"_id": {"$in": list(job_ids)}, "status": PENDING, "published_at": {"$type": "date"}}
