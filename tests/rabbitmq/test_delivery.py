@@ -14,7 +14,7 @@ import pika
 import pytest
 from rabbit_harness import Harness, rabbitmqctl, story, wait_for
 
-from leaseq.delivery.quarantine import describe
+from leaseq.delivery.quarantine import describe, peek
 from leaseq.delivery.rabbitmq import Topology, declare_topology
 from leaseq.errors import TopologyError
 
@@ -289,6 +289,61 @@ def _restart_broker() -> None:
     finally:
         rabbitmqctl("start_app")
         rabbitmqctl("await_startup")
+
+
+# --- 7. store outage: messages dead-lettered at the delivery limit ---------------------------
+
+OUTAGE_JOBS = 8
+
+
+def test_store_outage_past_the_delivery_limit_ends_with_every_job_done_unaided(
+        harness: Harness) -> None:
+    # Given a delivery limit of 2, a poison job quarantined (its message rejected) ...
+    limit = ("--delivery-limit", "2")
+    outage = harness.folder / "store-is-down"
+    down = {"LEASEQ_TEST_STORE_DOWN": str(outage)}
+    harness.queue().enqueue("poison", {"n": 0, "poison": True}, task="work")
+    first = harness.start("consume", *limit, **down)
+    harness.start("dispatch", *limit, **down)
+    wait_for("the poison quarantined", lambda: events(harness, "poison")[-1:] == ["ack_sent"],
+             30, harness)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=30) == 0
+    # ... and jobs published while no consumer ran
+    ids = enqueue(harness, OUTAGE_JOBS, prefix="outage")
+    queue = harness.queue()
+    wait_for("the jobs published", lambda: all(queue.get(i).published_at for i in ids), 30,
+             harness)
+    # When the store goes down under a consumer until RabbitMQ dead-letters every message
+    # at its delivery limit (each dropped session returns them), and then comes back
+    outage.touch()
+    harness.start("consume", "--concurrency", str(OUTAGE_JOBS), *limit, **down)
+    wait_for("every message dead-lettered at the delivery limit",
+             lambda: _depth(harness.amqp_url, TOPOLOGY.delivery_limit_queue("jobs"))
+             == OUTAGE_JOBS, 60, harness)
+    outage.unlink()
+    # Then, with nobody's help, every job is done once ...
+    wait_for("every job done", lambda: all_done(harness, OUTAGE_JOBS), 60, harness)
+    assert queue.counts() == {"done": OUTAGE_JOBS, "failed": 1}
+    assert harness.effects() == {i: 1 for i in ids}
+    for job_id in ids:
+        names = events(harness, job_id)
+        assert names.index("publish_owed") < names.index("claimed"), names
+    # ... the real quarantine holds the poison's rejected message alone, untouched ...
+    count, items = peek(harness.amqp_url, TOPOLOGY, "jobs")
+    assert count == 1 and items[0]["job_id"] == "poison" and items[0]["reason"] == "rejected"
+    assert items[0]["count"] == 1
+    # ... the dead letters are acked, and every process is still there
+    assert _depth(harness.amqp_url, TOPOLOGY.delivery_limit_queue("jobs")) == 0
+    assert all(p.poll() is None for p in harness.procs if p is not first), harness.logs()
+
+
+def _depth(amqp_url: str, name: str) -> int:
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        return conn.channel().queue_declare(name, passive=True).method.message_count
+    finally:
+        conn.close()
 
 
 # --- topology start-up check ----------------------------------------------------------------

@@ -28,6 +28,9 @@ CLOSED_IOLOOP = ValueError("Timeout closed before call")
 class FakeChannel:
     consumer_tags: list[str] = []
 
+    def basic_get(self, queue: str, auto_ack: bool = False) -> tuple[None, None, None]:
+        return None, None, None
+
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None
 
@@ -61,6 +64,9 @@ class NoTopology:
 
     def dispatcher_lock(self, queue: str) -> str:
         return f"leaseq.{queue}.dispatcher"
+
+    def delivery_limit_queue(self, queue: str) -> str:
+        return f"leaseq.{queue}.delivery-limit"
 
 
 def sessions_failing_with(errors: list[BaseException], stop: threading.Event) -> Any:
