@@ -373,3 +373,51 @@ def test_start_up_check_refuses_a_missing_dead_letter_exchange(amqp_url: str) ->
     # and declaring repairs it idempotently
     declare_topology(["jobs"], amqp_url)
     declare_topology(["jobs"], amqp_url, declare=False)
+
+
+def test_declare_over_an_older_topology_sorts_dead_letters_by_reason(amqp_url: str) -> None:
+    # Given the topology of an earlier version: the quarantine bound to the dead-letter
+    # exchange directly, so it took every dead letter whatever the reason
+    topology = Topology(delivery_limit=1)
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = conn.channel()
+    channel.exchange_declare(topology.dead_letter_exchange, "direct", durable=True)
+    channel.queue_declare(topology.quarantine_queue("jobs"), durable=True,
+                          arguments=topology.quarantine_arguments())
+    channel.queue_bind(topology.quarantine_queue("jobs"), topology.dead_letter_exchange,
+                       routing_key="jobs")
+    conn.close()
+    # When leaseq declares its topology over it (twice: it is idempotent)
+    declare_topology(["jobs"], amqp_url, topology=topology)
+    declare_topology(["jobs"], amqp_url, topology=topology)
+    # Then a rejected message reaches the quarantine alone, and one returned past the
+    # delivery limit reaches the delivery-limit queue alone
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel = conn.channel()
+        for body in (b"rejected", b"returned"):
+            channel.basic_publish(topology.exchange, "jobs", body)
+        method, _, body = _get(channel, topology.work_queue("jobs"))
+        assert body == b"rejected"
+        channel.basic_nack(method.delivery_tag, requeue=False)
+        for _ in range(2):  # a delivery limit of 1: the second return dead-letters it
+            method, _, body = _get(channel, topology.work_queue("jobs"))
+            assert body == b"returned"
+            channel.basic_nack(method.delivery_tag, requeue=True)
+        assert _get(channel, topology.delivery_limit_queue("jobs"))[2] == b"returned"
+        assert _get(channel, topology.quarantine_queue("jobs"))[2] == b"rejected"
+        for queue in (topology.quarantine_queue("jobs"), topology.delivery_limit_queue("jobs")):
+            assert channel.basic_get(queue)[0] is None, f"a second dead letter in {queue}"
+    finally:
+        conn.close()
+
+
+def _get(channel: object, queue: str) -> tuple:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = channel.basic_get(queue, auto_ack=False)  # type: ignore[attr-defined]
+        if got[0] is not None:
+            return got
+        time.sleep(0.02)
+    pytest.fail(f"nothing arrived in {queue}")
+
