@@ -356,6 +356,20 @@ class Store(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # --- broker outbox: a message that was dead-lettered unsettled -------------------------
+
+    #: The journal's reason for ``reowe_publish`` when the caller gives none.
+    REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
+
+    @abc.abstractmethod
+    def reowe_publish(self, queue: str, job_ids: Sequence[str],
+                      reason: str = REOWE_REASON) -> list[str]:
+        """Clear ``published_at`` on those of ``job_ids`` still ``pending`` with a publish
+        marked: their message is gone without a verdict on the job (the broker dead-lettered
+        it at its delivery limit), so the outbox owes them a publish again. Jobs in any other
+        state, already owed, or unknown are left alone. Atomic per job. Returns the ids
+        changed (``[]`` when none). Journal: ``publish_owed`` with ``reason``."""
+
 
 def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,
                   on_conflict: OnConflict) -> Outcome:

@@ -29,6 +29,7 @@ from leaseq.testing.suites.finish import FinishSuite
 from leaseq.testing.suites.giveback import GiveBackSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
+from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
 from leaseq.testing.suites.upkeep import ClockSuite, InspectionSuite, OperatorSuite, UpkeepSuite
 
@@ -45,6 +46,7 @@ ALL_SUITES = (
     InspectionSuite,
     OperatorSuite,
     ClockSuite,
+    OutboxReoweSuite,
 )
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "JournalSuite",
     "LeaseSuite",
     "OperatorSuite",
+    "OutboxReoweSuite",
     "RetrySuite",
     "StoreFactory",
     "UpkeepSuite",
