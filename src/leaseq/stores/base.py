@@ -32,7 +32,7 @@ import abc
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from leaseq.job import (
     EnqueueResult,
@@ -61,6 +61,19 @@ class Store(abc.ABC):
     supports_transactions: bool = True
 
     # --- set-up and upkeep ------------------------------------------------------------------
+
+    @classmethod
+    @abc.abstractmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """Open the store a URL of this store's scheme names; what ``leaseq.connect`` calls
+        for every scheme registered to this class (entry-point group ``leaseq.stores``).
+
+        ``options`` are this store's keyword settings, next to those its URL may carry; an
+        unknown one raises ``InvalidURL`` or ``InvalidInput``. The schema is created or
+        upgraded before the store is returned. Errors never show the URL's password
+        (``leaseq.validate.redact_url``). Raises ``StoreUnavailable`` when the database
+        cannot be reached.
+        """
 
     def queue(self, name: str, **policy: Any) -> Queue:
         """A handle on one queue with its policy (see ``QueuePolicy``)."""
