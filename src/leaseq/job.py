@@ -234,6 +234,7 @@ EVENTS = (
     "published",
     "received",
     "ack_sent",
+    "publish_owed",
 )
 
 

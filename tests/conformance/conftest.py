@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sqlite3
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -32,13 +35,55 @@ def _unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
+@contextmanager
+def sqlite_transaction(path: str) -> Iterator[sqlite3.Connection]:
+    """The caller's own connection to the database file, in a write transaction."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+@contextmanager
+def postgres_transaction(url: str) -> Iterator[Any]:
+    """The caller's own psycopg connection, in a transaction (leaseq's URL options dropped)."""
+    import psycopg
+
+    from leaseq.stores.postgres.options import parse_url
+
+    conninfo, _ = parse_url(url)
+    with psycopg.connect(conninfo) as conn:  # commits on a clean exit, else rolls back
+        yield conn
+
+
+@contextmanager
+def mongodb_transaction(url: str) -> Iterator[Any]:
+    """The caller's own session, inside a transaction (replica set or mongos only)."""
+    from leaseq.stores.mongodb.connection import open_client
+
+    _, client = open_client(url)
+    try:
+        with client.start_session() as session, session.start_transaction():
+            yield session
+    finally:
+        client.close()
+
+
 class SQLiteFactory:
     """A database file in its own temporary folder."""
 
     def create(self) -> FreshStore:
         folder = tempfile.mkdtemp(prefix="leaseq-conformance-")
-        url = "sqlite:///" + os.path.join(folder, "jobs.db")
-        return FreshStore(connect(url), url)
+        path = os.path.join(folder, "jobs.db")
+        url = "sqlite:///" + path
+        return FreshStore(connect(url), url, transaction=lambda: sqlite_transaction(path))
 
     def destroy(self, fresh: FreshStore) -> None:
         fresh.store.close()
@@ -48,13 +93,15 @@ class SQLiteFactory:
 class URLFactory:
     """A server store: its own schema / collection prefix, named in the URL; dropped after."""
 
-    def __init__(self, base_url: str, option: str):
+    def __init__(self, base_url: str, option: str,
+                 transaction: Callable[[str], AbstractContextManager[Any]]):
         self.base_url = base_url
         self.option = option
+        self.transaction = transaction
 
     def create(self) -> FreshStore:
         url = _with_option(self.base_url, self.option, _unique("lq_test_"))
-        return FreshStore(connect(url), url)
+        return FreshStore(connect(url), url, transaction=lambda: self.transaction(url))
 
     def destroy(self, fresh: FreshStore) -> None:
         try:
@@ -95,8 +142,10 @@ def leaseq_store(request: pytest.FixtureRequest) -> Iterator[FreshStore]:
     if request.param == "sqlite":
         factory: SQLiteFactory | URLFactory = SQLiteFactory()
     elif request.param == "postgres":
-        factory = URLFactory(request.getfixturevalue("postgres_url"), "schema")
+        factory = URLFactory(request.getfixturevalue("postgres_url"), "schema",
+                             postgres_transaction)
     else:
-        factory = URLFactory(request.getfixturevalue("mongodb_url"), "prefix")
+        factory = URLFactory(request.getfixturevalue("mongodb_url"), "prefix",
+                             mongodb_transaction)
     with fresh_store(factory) as fresh:
         yield fresh

@@ -10,6 +10,9 @@ Crash points are deterministic, set by environment variables (never sleep-and-ho
 * ``LEASEQ_TEST_KILL_BEFORE_MARK=1``: the dispatcher SIGKILLs itself after RabbitMQ confirmed a
   batch and before ``mark_published`` writes anything.
 
+A store outage is a file: with ``LEASEQ_TEST_STORE_DOWN=PATH`` every store call of the process
+raises ``StoreUnavailable`` while PATH exists (the test creates and removes it).
+
 Every effect a task makes is one line ``job_id attempt pid`` appended to
 ``$LEASEQ_TEST_EFFECTS`` (O_APPEND: lines from several processes never interleave), so the
 tests count duplicate effects instead of assuming there are none.
@@ -36,6 +39,7 @@ from leaseq.delivery.rabbitmq import (
     run_consumer,
     run_dispatcher,
 )
+from leaseq.errors import StoreUnavailable
 
 QUEUE = "jobs"
 
@@ -89,6 +93,27 @@ class KillBeforeMark:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class DownWhileFlagged:
+    """A store proxy that is down (every call raises ``StoreUnavailable``) while ``flag``
+    exists, as a database is during an outage."""
+
+    def __init__(self, store, flag: str):
+        self._store = store
+        self._flag = flag
+
+    def __getattr__(self, name):
+        value = getattr(self._store, name)
+        if not callable(value) or name == "close":
+            return value
+
+        def call(*args, **kwargs):
+            if os.path.exists(self._flag):
+                raise StoreUnavailable("the test's store outage")
+            return value(*args, **kwargs)
+
+        return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("role", choices=["consume", "dispatch"])
@@ -96,13 +121,16 @@ def main() -> None:
     parser.add_argument("--amqp-url", required=True)
     parser.add_argument("--prefix", default="leaseq")
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--delivery-limit", type=int, default=20)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s {args.role}[{os.getpid()}] %(name)s: %(message)s")
     logging.getLogger("pika").setLevel(logging.WARNING)
     store = leaseq.connect(args.url)
+    if os.environ.get("LEASEQ_TEST_STORE_DOWN"):
+        store = DownWhileFlagged(store, os.environ["LEASEQ_TEST_STORE_DOWN"])
     app.use_store(store)
-    topology = Topology(prefix=args.prefix)
+    topology = Topology(prefix=args.prefix, delivery_limit=args.delivery_limit)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if args.role == "consume":

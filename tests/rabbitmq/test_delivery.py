@@ -14,7 +14,7 @@ import pika
 import pytest
 from rabbit_harness import Harness, rabbitmqctl, story, wait_for
 
-from leaseq.delivery.quarantine import describe
+from leaseq.delivery.quarantine import describe, peek
 from leaseq.delivery.rabbitmq import Topology, declare_topology
 from leaseq.errors import TopologyError
 
@@ -244,30 +244,106 @@ def test_dispatcher_killed_between_publish_and_mark_publishes_twice_with_one_eff
     assert queue.counts() == {"done": 5}
 
 
-# --- 6. broker restart mid-run --------------------------------------------------------------
+# --- 6. broker restarts under load ----------------------------------------------------------
+
+RESTARTS = 10
+WAVE = 40
 
 
-def test_broker_restart_mid_run_loses_no_job(harness: Harness) -> None:
-    # Given 300 jobs being worked by two consumers and a dispatcher
-    enqueue(harness, 300, sleep_s=0.02)
+def test_broker_restarted_ten_times_under_load_loses_no_job_and_no_process(
+        harness: Harness) -> None:
+    # Given two consumers and a dispatcher working through waves of jobs
     harness.start("consume", "--concurrency", "4")
     harness.start("consume", "--concurrency", "4")
     harness.start("dispatch")
-    wait_for("a quarter done", lambda: harness.queue().counts().get("done", 0) >= 75, 60,
-             harness)
-    # When the broker stops mid-run and comes back
+    for cycle in range(RESTARTS):
+        # When a wave is under way (some of it done: everyone is connected again)
+        enqueue(harness, WAVE, prefix=f"wave{cycle:02d}", sleep_s=0.2)
+        wait_for(f"progress in wave {cycle}", lambda c=cycle: _done_in_wave(harness, c) >= 5
+                 or not _all_alive(harness), 60, harness)
+        assert _all_alive(harness), f"a process died in cycle {cycle}\n{harness.logs()}"
+        # and the broker stops and comes back
+        _restart_broker()
+    # Then every process is still there and every job was done, each effect made once
+    wait_for("every wave done", lambda: all_done(harness, RESTARTS * WAVE)
+             or not _all_alive(harness), 90, harness)
+    assert _all_alive(harness), f"a process died instead of reconnecting\n{harness.logs()}"
+    assert harness.queue().counts() == {"done": RESTARTS * WAVE}
+    effects = harness.effects()
+    assert len(effects) == RESTARTS * WAVE and max(effects.values()) == 1, effects.most_common(3)
+
+
+def _done_in_wave(harness: Harness, cycle: int) -> int:
+    prefix = f"wave{cycle:02d}-"
+    return sum(1 for job_id in harness.effects() if job_id.startswith(prefix))
+
+
+def _all_alive(harness: Harness) -> bool:
+    return all(p.poll() is None for p in harness.procs)
+
+
+def _restart_broker() -> None:
     rabbitmqctl("stop_app")
     try:
-        time.sleep(1)  # a real outage, however short: the clients must see the connection drop
+        time.sleep(0.2)  # a real outage, however short: the clients must see the connection drop
     finally:
         rabbitmqctl("start_app")
         rabbitmqctl("await_startup")
-    # Then consumers and dispatcher reconnect by themselves and every job gets done once
-    wait_for("300 jobs done", lambda: all_done(harness, 300), 90, harness)
-    assert harness.queue().counts() == {"done": 300}
-    effects = harness.effects()
-    assert len(effects) == 300 and max(effects.values()) == 1
-    assert all(p.poll() is None for p in harness.procs), "a process died instead of reconnecting"
+
+
+# --- 7. store outage: messages dead-lettered at the delivery limit ---------------------------
+
+OUTAGE_JOBS = 8
+
+
+def test_store_outage_past_the_delivery_limit_ends_with_every_job_done_unaided(
+        harness: Harness) -> None:
+    # Given a delivery limit of 2, a poison job quarantined (its message rejected) ...
+    limit = ("--delivery-limit", "2")
+    outage = harness.folder / "store-is-down"
+    down = {"LEASEQ_TEST_STORE_DOWN": str(outage)}
+    harness.queue().enqueue("poison", {"n": 0, "poison": True}, task="work")
+    first = harness.start("consume", *limit, **down)
+    harness.start("dispatch", *limit, **down)
+    wait_for("the poison quarantined", lambda: events(harness, "poison")[-1:] == ["ack_sent"],
+             30, harness)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=30) == 0
+    # ... and jobs published while no consumer ran
+    ids = enqueue(harness, OUTAGE_JOBS, prefix="outage")
+    queue = harness.queue()
+    wait_for("the jobs published", lambda: all(queue.get(i).published_at for i in ids), 30,
+             harness)
+    # When the store goes down under a consumer until RabbitMQ dead-letters every message
+    # at its delivery limit (each dropped session returns them), and then comes back
+    outage.touch()
+    harness.start("consume", "--concurrency", str(OUTAGE_JOBS), *limit, **down)
+    wait_for("every message dead-lettered at the delivery limit",
+             lambda: _depth(harness.amqp_url, TOPOLOGY.delivery_limit_queue("jobs"))
+             == OUTAGE_JOBS, 60, harness)
+    outage.unlink()
+    # Then, with nobody's help, every job is done once ...
+    wait_for("every job done", lambda: all_done(harness, OUTAGE_JOBS), 60, harness)
+    assert queue.counts() == {"done": OUTAGE_JOBS, "failed": 1}
+    assert harness.effects() == {i: 1 for i in ids}
+    for job_id in ids:
+        names = events(harness, job_id)
+        assert names.index("publish_owed") < names.index("claimed"), names
+    # ... the real quarantine holds the poison's rejected message alone, untouched ...
+    count, items = peek(harness.amqp_url, TOPOLOGY, "jobs")
+    assert count == 1 and items[0]["job_id"] == "poison" and items[0]["reason"] == "rejected"
+    assert items[0]["count"] == 1
+    # ... the dead letters are acked, and every process is still there
+    assert _depth(harness.amqp_url, TOPOLOGY.delivery_limit_queue("jobs")) == 0
+    assert all(p.poll() is None for p in harness.procs if p is not first), harness.logs()
+
+
+def _depth(amqp_url: str, name: str) -> int:
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        return conn.channel().queue_declare(name, passive=True).method.message_count
+    finally:
+        conn.close()
 
 
 # --- topology start-up check ----------------------------------------------------------------
@@ -297,3 +373,51 @@ def test_start_up_check_refuses_a_missing_dead_letter_exchange(amqp_url: str) ->
     # and declaring repairs it idempotently
     declare_topology(["jobs"], amqp_url)
     declare_topology(["jobs"], amqp_url, declare=False)
+
+
+def test_declare_over_an_older_topology_sorts_dead_letters_by_reason(amqp_url: str) -> None:
+    # Given the topology of an earlier version: the quarantine bound to the dead-letter
+    # exchange directly, so it took every dead letter whatever the reason
+    topology = Topology(delivery_limit=1)
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = conn.channel()
+    channel.exchange_declare(topology.dead_letter_exchange, "direct", durable=True)
+    channel.queue_declare(topology.quarantine_queue("jobs"), durable=True,
+                          arguments=topology.quarantine_arguments())
+    channel.queue_bind(topology.quarantine_queue("jobs"), topology.dead_letter_exchange,
+                       routing_key="jobs")
+    conn.close()
+    # When leaseq declares its topology over it (twice: it is idempotent)
+    declare_topology(["jobs"], amqp_url, topology=topology)
+    declare_topology(["jobs"], amqp_url, topology=topology)
+    # Then a rejected message reaches the quarantine alone, and one returned past the
+    # delivery limit reaches the delivery-limit queue alone
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel = conn.channel()
+        for body in (b"rejected", b"returned"):
+            channel.basic_publish(topology.exchange, "jobs", body)
+        method, _, body = _get(channel, topology.work_queue("jobs"))
+        assert body == b"rejected"
+        channel.basic_nack(method.delivery_tag, requeue=False)
+        for _ in range(2):  # a delivery limit of 1: the second return dead-letters it
+            method, _, body = _get(channel, topology.work_queue("jobs"))
+            assert body == b"returned"
+            channel.basic_nack(method.delivery_tag, requeue=True)
+        assert _get(channel, topology.delivery_limit_queue("jobs"))[2] == b"returned"
+        assert _get(channel, topology.quarantine_queue("jobs"))[2] == b"rejected"
+        for queue in (topology.quarantine_queue("jobs"), topology.delivery_limit_queue("jobs")):
+            assert channel.basic_get(queue)[0] is None, f"a second dead letter in {queue}"
+    finally:
+        conn.close()
+
+
+def _get(channel: object, queue: str) -> tuple:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = channel.basic_get(queue, auto_ack=False)  # type: ignore[attr-defined]
+        if got[0] is not None:
+            return got
+        time.sleep(0.02)
+    pytest.fail(f"nothing arrived in {queue}")
+

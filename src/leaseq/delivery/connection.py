@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from leaseq.errors import InvalidURL
+from leaseq.errors import InvalidURL, LeaseqError, StoreUnavailable
 from leaseq.validate import redact_url
 
 if TYPE_CHECKING:
@@ -32,6 +32,17 @@ def amqp_errors() -> tuple[type[BaseException], ...]:
     from pika.exceptions import AMQPError
 
     return (AMQPError, ConnectionError, OSError, Reconnect)
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Whether ``exc`` ends a reconnecting loop instead of starting a new session.
+
+    Only leaseq's own refusals are fatal (``TopologyError``, a bad URL or config): a new
+    connection would meet them again. A store outage is not, and nothing pika raises is
+    either: on a connection that dropped, pika raises its own errors but also ``ValueError``
+    ("Timeout closed before call"), ``AssertionError`` or ``AttributeError`` from a closed
+    ioloop, depending on where the drop caught it."""
+    return isinstance(exc, LeaseqError) and not isinstance(exc, StoreUnavailable)
 
 
 def open_connection(amqp_url: str, *, heartbeat_s: int = 30,
@@ -56,29 +67,36 @@ def session(amqp_url: str, name: str) -> Iterator[BlockingConnection]:
     try:
         yield conn
     finally:
-        if conn.is_open:
-            try:
+        try:
+            if conn.is_open:
                 conn.close()
-            except amqp_errors():
-                pass
+        except Exception:  # a dropped connection may fail to close in any way
+            pass
 
 
 def reconnecting(run: Callable[[], None], stop: threading.Event, what: str,
-                 max_backoff_s: float, fatal: tuple[type[BaseException], ...] = ()) -> None:
-    """Call ``run`` until ``stop`` is set; after a broker error wait (0.5 s doubling up to
-    ``max_backoff_s``) and call it again. ``fatal`` errors are raised at once."""
+                 max_backoff_s: float) -> None:
+    """Call ``run`` until ``stop`` is set; after an error that is not ``is_fatal`` wait
+    (0.5 s doubling up to ``max_backoff_s``) and call it again. Fatal errors are raised."""
     backoff = 0.5
     while not stop.is_set():
         try:
             run()
             backoff = 0.5
-        except fatal:
-            raise
-        except amqp_errors() as exc:
-            log.warning("%s: lost RabbitMQ (%s: %s); reconnecting in %.1f s", what,
-                        type(exc).__name__, exc, backoff)
+        except Exception as exc:
+            if is_fatal(exc):
+                raise
+            _log_lost(what, exc, backoff)
             stop.wait(backoff)
             backoff = min(backoff * 2, max_backoff_s)
+
+
+def _log_lost(what: str, exc: Exception, backoff: float) -> None:
+    """One warning per lost session; a traceback only for what is not a known broker or
+    store error (a closed ioloop's ``ValueError``, or a defect worth reading about)."""
+    expected = isinstance(exc, (*amqp_errors(), StoreUnavailable))
+    log.warning("%s: session lost (%s: %s); reconnecting in %.1f s", what,
+                type(exc).__name__, str(exc)[:300], backoff, exc_info=not expected)
 
 
 def encode(queue: str, job_id: str) -> bytes:

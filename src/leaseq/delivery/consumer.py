@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnecting, session
 from leaseq.delivery.topology import Topology
-from leaseq.errors import InvalidInput, TopologyError
+from leaseq.errors import InvalidInput
 from leaseq.job import Job, JobStatus, LeaseLost, is_terminal
 
 if TYPE_CHECKING:
@@ -120,11 +120,12 @@ class Consumer:
     # --- the connection's thread -----------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Consume until ``stop`` is set, reconnecting after broker errors; then let in-flight
-        jobs finish within ``grace_s``. ``TopologyError`` is raised at once."""
+        """Consume until ``stop`` is set, reconnecting after whatever a lost connection or a
+        store outage raises; then let in-flight jobs finish within ``grace_s``.
+        ``TopologyError`` (and any other refusal of leaseq's own) is raised at once."""
         with ThreadPoolExecutor(self.config.concurrency, "leaseq-consumer") as pool:
             reconnecting(lambda: self._session(pool, stop), stop, "consumer",
-                         self.config.max_backoff_s, fatal=(TopologyError,))
+                         self.config.max_backoff_s)
 
     def _session(self, pool: ThreadPoolExecutor, stop: threading.Event) -> None:
         with session(self.amqp_url, f"leaseq-consumer {self.worker_id}") as conn:
@@ -234,7 +235,7 @@ class Consumer:
 
         try:
             d.session.conn.add_callback_threadsafe(send)
-        except amqp_errors() as exc:
+        except Exception as exc:  # the connection dropped: pika may raise any error here
             error.append(exc)
             sent.set()
         deadline = time.monotonic() + self.config.settle_timeout_s

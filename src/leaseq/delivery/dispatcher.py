@@ -6,6 +6,14 @@ owed jobs, publish each with ``mandatory`` and publisher confirms, then mark the
 in one transaction. A crash between confirm and mark leaves them owed, so they are published a
 second time; the consumer's claim makes that second delivery harmless.
 
+A message RabbitMQ dead-letters at its delivery limit (returned unsettled too often: consumers
+that lost their connection or their store) is no verdict on its job. The topology routes those
+into ``P.Q.delivery-limit``; each round the dispatcher reads them, owes a new publish for each
+job still ``pending`` with its publish marked (``reowe_publish``, journaled ``publish_owed``),
+and only then acks them. A job in any other state needs nothing: it was settled, or is held by
+a lease whose expiry (reclaim) owes its publish anyway. Quarantined messages (``rejected``) go
+to ``P.Q.quarantine`` and are never read here.
+
 Several dispatchers may run. Per leaseq queue only the holder of an *exclusive* RabbitMQ queue
 (``P.Q.dispatcher``) publishes; the broker drops it with its owner's connection, so a standby
 takes over within a heartbeat. Double publishes are therefore limited to the crash window.
@@ -20,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from leaseq.delivery.connection import CONTENT_TYPE, encode, reconnecting, session
+from leaseq.delivery.connection import CONTENT_TYPE, decode, encode, reconnecting, session
 from leaseq.delivery.topology import Topology
-from leaseq.errors import InvalidInput, TopologyError
+from leaseq.errors import InvalidInput
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -88,20 +96,25 @@ class Dispatcher:
         self._next_reclaim = 0.0
 
     def run(self, stop: threading.Event) -> None:
-        """Publish until ``stop`` is set, reconnecting after broker errors. ``TopologyError``
-        is raised at once: a missing dead-letter route is an operator's job to fix."""
+        """Publish until ``stop`` is set, reconnecting after whatever a lost connection or a
+        store outage raises. ``TopologyError`` is raised at once: a missing dead-letter route
+        is an operator's job to fix."""
         reconnecting(lambda: self._session(stop), stop, "dispatcher",
-                     self.config.max_backoff_s, fatal=(TopologyError,))
+                     self.config.max_backoff_s)
 
     def _session(self, stop: threading.Event) -> None:
         with session(self.amqp_url, "leaseq-dispatcher") as conn:
             self._ensure_topology(conn)
             channel = conn.channel()
             channel.confirm_delivery()
+            dead_letters = conn.channel()
             leading: set[str] = set()
             while not stop.is_set():
                 leading |= self._acquire_locks(conn, leading)
-                rounds = [self.run_once(channel, q) for q in self.queues if q.name in leading]
+                mine = [q for q in self.queues if q.name in leading]
+                for queue in mine:
+                    self.reowe_dead_letters(dead_letters, queue)
+                rounds = [self.run_once(channel, q) for q in mine]
                 self._reclaim_if_due()
                 if any(r.refused for r in rounds):
                     stop.wait(self.config.retry_publish_s)
@@ -156,6 +169,42 @@ class Dispatcher:
             if failed or returned:
                 log.info("dispatcher: queue %r: %d expired leases made ready, %d quarantined",
                          queue.name, returned, failed)
+
+    def reowe_dead_letters(self, channel: BlockingChannel, queue: Queue) -> int:
+        """Read a batch of ``queue``'s messages dead-lettered at the delivery limit, owe
+        their jobs a new publish, then ack them. Returns how many jobs are owed again.
+
+        The ack comes after the store's write: a crash or a store error in between returns
+        the messages (the connection closes), and reading them again owes nothing twice."""
+        ids, last_tag = self._take_dead_letters(channel, queue)
+        if last_tag is None:
+            return 0
+        owed = queue.store.reowe_publish(queue.name, ids) if ids else []
+        channel.basic_ack(last_tag, multiple=True)
+        if owed:
+            log.info("dispatcher: queue %r: %d job(s) owed a new publish (their message was "
+                     "dead-lettered at the delivery limit)", queue.name, len(owed))
+        return len(owed)
+
+    def _take_dead_letters(self, channel: BlockingChannel, queue: Queue
+                           ) -> tuple[list[str], int | None]:
+        """The job ids of up to ``batch_size`` delivery-limit dead letters (unacked), and the
+        last delivery tag (None when there was none)."""
+        name = self.topology.delivery_limit_queue(queue.name)
+        ids: dict[str, None] = {}
+        last_tag = None
+        for _ in range(self.config.batch_size):
+            method, _props, body = channel.basic_get(name, auto_ack=False)
+            if method is None:
+                break
+            last_tag = method.delivery_tag
+            decoded = decode(body)
+            if decoded is None or decoded[0] != queue.name:
+                log.warning("dispatcher: dropped a message from %r that is no job of queue %r",
+                            name, queue.name)
+                continue
+            ids[decoded[1]] = None
+        return list(ids), last_tag
 
     def run_once(self, channel: BlockingChannel, queue: Queue) -> _Round:
         """Publish one batch of ``queue``'s owed jobs and mark the confirmed ones."""

@@ -1,9 +1,16 @@
-"""Stores and ``connect``: the URL's scheme picks the store."""
+"""Stores and ``connect``: the URL's scheme picks the store.
+
+A scheme names a ``Store`` subclass through the entry-point group ``leaseq.stores``
+(``name = "package.module:StoreClass"``), so a package adds a store by installing itself; see
+docs/stores.md. The built-in schemes are registered there too (pyproject.toml), and also read
+from ``BUILTIN_STORES`` so leaseq works from a source tree with no installed metadata.
+"""
 
 from __future__ import annotations
 
-import importlib
 import os
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,17 +20,36 @@ from leaseq.validate import redact_url
 
 DEFAULT_URL = "sqlite:///leaseq.db"
 
-_SCHEMES = {
-    "sqlite": ("leaseq.stores.sqlite", "SQLiteStore", None),
-    "postgresql": ("leaseq.stores.postgres", "PostgresStore", "postgres"),
-    "postgres": ("leaseq.stores.postgres", "PostgresStore", "postgres"),
-    "mongodb": ("leaseq.stores.mongodb", "MongoStore", "mongo"),
-    "mongodb+srv": ("leaseq.stores.mongodb", "MongoStore", "mongo"),
+#: The entry-point group a package registers its store under: scheme = "module:StoreClass".
+ENTRY_POINT_GROUP = "leaseq.stores"
+
+
+@dataclass(frozen=True)
+class StoreEntry:
+    """Where a scheme's store class lives, and what installs what it needs."""
+
+    target: str
+    """``"module:attr"``, as an entry point's value."""
+    origin: str
+    """Who registered it: ``"leaseq"`` or the distribution's name."""
+    extra: str | None = None
+    """The leaseq extra that installs its driver (``pip install 'leaseq[extra]'``)."""
+
+
+#: The built-in stores: the one home of this table (pyproject.toml's entry points mirror it,
+#: and a test keeps the two equal). A package may add schemes, never take one of these over.
+BUILTIN_STORES: dict[str, StoreEntry] = {
+    "sqlite": StoreEntry("leaseq.stores.sqlite:SQLiteStore", "leaseq"),
+    "postgresql": StoreEntry("leaseq.stores.postgres:PostgresStore", "leaseq", "postgres"),
+    "postgres": StoreEntry("leaseq.stores.postgres:PostgresStore", "leaseq", "postgres"),
+    "mongodb": StoreEntry("leaseq.stores.mongodb:MongoStore", "leaseq", "mongo"),
+    "mongodb+srv": StoreEntry("leaseq.stores.mongodb:MongoStore", "leaseq", "mongo"),
 }
 
 
 def connect(url: str | None = None, **options: Any) -> Store:
-    """Open the store a URL names: ``sqlite:///path``, ``postgresql://…``, ``mongodb://…``.
+    """Open the store a URL names: ``sqlite:///path``, ``postgresql://…``, ``mongodb://…``,
+    or any scheme an installed package registers under ``leaseq.stores``.
 
     ``url`` defaults to ``$LEASEQ_URL``, then ``sqlite:///leaseq.db``. The schema is created on
     first use. Raises ``InvalidURL`` (password masked) or ``StoreUnavailable``.
@@ -35,21 +61,55 @@ def connect(url: str | None = None, **options: Any) -> Store:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as exc:
         raise InvalidURL(f"cannot parse store URL {redact_url(url)}: {exc}") from None
-    if scheme not in _SCHEMES:
-        known = ", ".join(sorted({f"{s}://" for s in _SCHEMES}))
-        raise InvalidURL(
-            f"unknown store URL scheme {scheme!r} in {redact_url(url)}; use one of {known}"
-        )
-    module_name, class_name, extra = _SCHEMES[scheme]
+    return store_class(scheme, url).from_url(url, **options)
+
+
+def registered_stores() -> dict[str, StoreEntry]:
+    """Every known scheme: the built-in ones, then those installed packages register."""
+    found = dict(BUILTIN_STORES)
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        scheme = point.name.lower()
+        if scheme not in found:  # a built-in scheme, or the first package to claim one, wins
+            origin = point.dist.name if point.dist is not None else "an installed package"
+            found[scheme] = StoreEntry(point.value, origin)
+    return found
+
+
+def store_class(scheme: str, url: str | None = None) -> type[Store]:
+    """The ``Store`` subclass registered for ``scheme``. Raises ``InvalidURL`` for an unknown
+    scheme (listing the known ones), or when its module cannot be imported."""
+    shown = f" in {redact_url(url)}" if url is not None else ""
+    stores = registered_stores()
+    entry = stores.get(scheme.lower())
+    if entry is None:
+        known = ", ".join(sorted(f"{s}://" for s in stores))
+        raise InvalidURL(f"unknown store URL scheme {scheme!r}{shown}; use one of {known}")
+    found = _load(scheme, entry)
+    if not (isinstance(found, type) and issubclass(found, Store)):
+        raise InvalidURL(f"the {scheme}:// store registered by {entry.origin} "
+                         f"({entry.target}) is not a leaseq Store subclass")
+    return found
+
+
+def _load(scheme: str, entry: StoreEntry) -> Any:
     try:
-        module = importlib.import_module(module_name)
+        return EntryPoint(scheme, entry.target, ENTRY_POINT_GROUP).load()
     except ImportError as exc:
-        hint = f" Install it with: pip install 'leaseq[{extra}]'" if extra else ""
-        raise InvalidURL(
-            f"the {scheme} store needs a library that is not installed ({exc.name}).{hint}"
-        ) from None
-    store_class = getattr(module, class_name)
-    return store_class.from_url(url, **options)
+        hint = f" Install it with: pip install 'leaseq[{entry.extra}]'" if entry.extra else ""
+        raise InvalidURL(f"the {scheme} store needs a library that is not installed "
+                         f"({exc.name}).{hint}") from None
+    except AttributeError:
+        raise InvalidURL(f"the {scheme}:// store registered by {entry.origin} names "
+                         f"{entry.target}, which does not exist") from None
 
 
-__all__ = ["DEFAULT_URL", "Store", "connect"]
+__all__ = [
+    "BUILTIN_STORES",
+    "DEFAULT_URL",
+    "ENTRY_POINT_GROUP",
+    "Store",
+    "StoreEntry",
+    "connect",
+    "registered_stores",
+    "store_class",
+]

@@ -32,7 +32,7 @@ import abc
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from leaseq.job import (
     EnqueueResult,
@@ -61,6 +61,19 @@ class Store(abc.ABC):
     supports_transactions: bool = True
 
     # --- set-up and upkeep ------------------------------------------------------------------
+
+    @classmethod
+    @abc.abstractmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """Open the store a URL of this store's scheme names; what ``leaseq.connect`` calls
+        for every scheme registered to this class (entry-point group ``leaseq.stores``).
+
+        ``options`` are this store's keyword settings, next to those its URL may carry; an
+        unknown one raises ``InvalidURL`` or ``InvalidInput``. The schema is created or
+        upgraded before the store is returned. Errors never show the URL's password
+        (``leaseq.validate.redact_url``). Raises ``StoreUnavailable`` when the database
+        cannot be reached.
+        """
 
     def queue(self, name: str, **policy: Any) -> Queue:
         """A handle on one queue with its policy (see ``QueuePolicy``)."""
@@ -355,6 +368,20 @@ class Store(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- broker outbox: a message that was dead-lettered unsettled -------------------------
+
+    #: The journal's reason for ``reowe_publish`` when the caller gives none.
+    REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
+
+    @abc.abstractmethod
+    def reowe_publish(self, queue: str, job_ids: Sequence[str],
+                      reason: str = REOWE_REASON) -> list[str]:
+        """Clear ``published_at`` on those of ``job_ids`` still ``pending`` with a publish
+        marked: their message is gone without a verdict on the job (the broker dead-lettered
+        it at its delivery limit), so the outbox owes them a publish again. Jobs in any other
+        state, already owed, or unknown are left alone. Atomic per job. Returns the ids
+        changed (``[]`` when none). Journal: ``publish_owed`` with ``reason``."""
 
 
 def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,

@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -41,6 +41,11 @@ class FreshStore:
     """A URL ``leaseq.connect`` opens the same database with (password unmasked)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Keyword options for ``leaseq.connect``, alongside ``url``."""
+    transaction: Callable[[], AbstractContextManager[Any]] | None = None
+    """Opens the caller's own transaction on this database, as a user would: a context
+    manager that yields what ``enqueue_many(connection=…)`` takes, in an open transaction;
+    it commits when the block ends and rolls back when the block raises. None: the tests of
+    ``connection=`` skip (the store's other transaction tests still run)."""
 
     def open(self) -> Store:
         """Another connection to the same database (the caller closes it)."""

@@ -431,3 +431,8 @@ def ready(offset_s: float) -> list[Doc]:
 def payload_of(doc: Mapping[str, Any]) -> Doc:
     """The payload of a stored job: every top-level field that is not the record's."""
     return {k: v for k, v in doc.items() if k not in RECORD_KEYS}
+
+
+def published(job_ids: Sequence[str]) -> Doc:
+    """Those of ``job_ids`` still pending with a publish marked (``reowe_publish``)."""
+    return {"_id": {"$in": list(job_ids)}, "status": PENDING, "published_at": {"$type": "date"}}

@@ -398,4 +398,13 @@ class MongoStore(WorkerWrites, Store):
             "attempt": attempt, "lease_epoch": lease_epoch, "worker_id": worker_id,
             "reason": reason, "data": dict(data) if data else None})])
 
+    # --- broker outbox: a message dead-lettered unsettled ---------------------------------
 
+    @guarded
+    def reowe_publish(self, queue: str, job_ids: Sequence[str],
+                      reason: str = Store.REOWE_REASON) -> list[str]:
+        if not job_ids:
+            return []
+        owed = self._move(queue, D.published(job_ids), D.unpublish(), D.PENDING)
+        self._log([(queue, d["_id"], "publish_owed", records.moved(d, reason)) for d in owed])
+        return [d["_id"] for d in owed]

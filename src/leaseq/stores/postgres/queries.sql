@@ -565,3 +565,15 @@ log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch)
     SELECT queue, id, {now}, 'published', attempts, lease_epoch FROM marked ORDER BY id)
 SELECT id FROM marked;
+
+-- Only a job still pending with its publish marked (see the SQLite twin of this query).
+-- name: reowe_publish
+WITH owed AS (
+    UPDATE {jobs} SET published_at = NULL
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[]) AND status = 'pending'
+      AND published_at IS NOT NULL
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s FROM owed ORDER BY id)
+SELECT id FROM owed;

@@ -470,6 +470,18 @@ class PostgresStore(Store):
         left = max(timeout_s - (time.monotonic() - started), 0.0)
         return super().wait_for_work(queues, left)
 
+    # --- broker outbox: a message dead-lettered unsettled ---------------------------------
+
+    def reowe_publish(self, queue: str, job_ids: Sequence[str],
+                      reason: str = Store.REOWE_REASON) -> list[str]:
+        if not job_ids:
+            return []
+        # Safe to retry: a commit that went through left nothing published among these ids.
+        rows = self._session.run(lambda conn: self._rows(
+            conn, "reowe_publish", queue=queue, ids=list(job_ids), event="publish_owed",
+            reason=_text(reason)), retry_commit=True, single=True)
+        return [r["id"] for r in rows]
+
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:

@@ -274,3 +274,11 @@ WHERE queue = :queue AND status = 'pending' AND published_at IS NULL AND lease_u
   AND (id, lease_epoch) IN (
       SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
 RETURNING id, attempts, lease_epoch;
+
+-- name: reowe_publish
+-- Only a job still pending with its publish marked: any other state was settled, or is owed
+-- already, and needs no second message. :ids is a JSON array of ids.
+UPDATE leaseq_jobs SET published_at = NULL
+WHERE queue = :queue AND status = 'pending' AND published_at IS NOT NULL
+  AND id IN (SELECT value FROM json_each(:ids))
+RETURNING id, attempts, lease_epoch;

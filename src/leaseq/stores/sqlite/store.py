@@ -489,6 +489,17 @@ class SQLiteStore(Store):
             self._journal(conn, queue, job_id, event, attempt, lease_epoch, worker_id, reason,
                           data)
 
+    # --- broker outbox: a message dead-lettered unsettled ---------------------------------
+
+    def reowe_publish(self, queue: str, job_ids: Sequence[str],
+                      reason: str = Store.REOWE_REASON) -> list[str]:
+        if not job_ids:
+            return []
+        with self._tx() as conn:
+            rows = self._rows(conn, "reowe_publish", queue=queue, ids=json.dumps(list(job_ids)))
+            self._journal_rows(conn, queue, rows, "publish_owed", lambda _: reason)
+        return [r["id"] for r in rows]
+
 
 def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)

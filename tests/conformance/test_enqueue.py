@@ -1,7 +1,0 @@
-"""Idempotent enqueue, conflicts and refused input (leaseq.testing.conformance)."""
-
-from leaseq.testing.conformance import EnqueueSuite
-
-
-class TestEnqueue(EnqueueSuite):
-    pass

@@ -1,7 +1,0 @@
-"""The journal (leaseq.testing.conformance)."""
-
-from leaseq.testing.conformance import JournalSuite
-
-
-class TestJournal(JournalSuite):
-    pass
