@@ -82,7 +82,7 @@ def _supervise(children: list[Any]) -> int:
     with StopSignals() as signals:
         running = list(children)
         while running:
-            wait([*(c.sentinel for c in running), signals], timeout=1.0)
+            wait([*(c.sentinel for c in running), signals.fileno()], timeout=1.0)
             for _ in range(signals.take()):
                 stopping = True
                 _terminate(running)

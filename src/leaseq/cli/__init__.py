@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -25,8 +24,6 @@ import click
 from leaseq.errors import InvalidInput, InvalidURL, LeaseqError
 from leaseq.stores import DEFAULT_URL, connect
 from leaseq.stores.base import Store
-
-log = logging.getLogger(__name__)
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 

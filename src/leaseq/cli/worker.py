@@ -11,8 +11,6 @@ from leaseq.app import App
 from leaseq.cli import errors, open_store, url_option
 from leaseq.signals import stop_event
 
-log = logging.getLogger(__name__)
-
 
 @click.command()
 @click.argument("app_ref", metavar="MODULE:APP")
