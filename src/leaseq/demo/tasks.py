@@ -103,6 +103,7 @@ class CrashPoint:
     def __init__(self, folder: str):
         self.requested_path = os.path.join(folder, "crash-requested")
         self.victim_path = os.path.join(folder, "crash-victim")
+        self._passed = False  # another handler won: nothing more to check in this process
 
     def request(self) -> None:
         with open(self.requested_path, "w", encoding="ascii"):
@@ -118,11 +119,12 @@ class CrashPoint:
 
     def reached(self) -> None:
         """Called by each handler as it starts: parks the first one after the request."""
-        if not os.path.exists(self.requested_path):
+        if self._passed or not os.path.exists(self.requested_path):
             return
         try:
             fd = os.open(self.victim_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
+            self._passed = True
             return
         with os.fdopen(fd, "w", encoding="ascii") as fh:
             fh.write(str(os.getpid()))
