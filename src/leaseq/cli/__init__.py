@@ -7,9 +7,9 @@ machines.
 
 This module holds the group, ``main`` and what every command shares: the one ``--url`` and
 ``--json`` options and the one mapping of leaseq's typed errors to exit statuses. The commands
-live in ``worker`` (the worker), ``jobs`` (one job at a time: enqueue, inspect, failed,
-requeue, cancel), ``ops`` (status, sweep, migrate, metrics), ``broker`` (RabbitMQ delivery) and
-``demo``; ``render`` draws tables and the journal's story.
+live in ``worker`` (the worker), ``jobs`` (enqueue, inspect, failed, requeue, cancel), ``ops``
+(status, sweep, migrate, metrics), ``broker`` (RabbitMQ delivery) and ``demo``; ``render``
+draws tables and the journal's story.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ import click
 from leaseq.cli import echo_json, errors, json_option
 
 
+# Not the shared --url: the demo ignores LEASEQ_URL, so it never writes its jobs into the store
+# the shell happens to point at; it uses a fresh file unless told otherwise.
 @click.command()
 @click.option("--url", default=None, metavar="URL",
               help="Store to use (default: a fresh SQLite file in a temporary folder).")
