@@ -104,7 +104,28 @@ def test_status_table_and_json(invoke: Invoke, store: leaseq.Store) -> None:
     assert images["ready"] == 1
     assert images["oldest_pending_age_s"] >= 0
     only = json.loads(invoke("status", "--json", "--queue", "nothing").output)
-    assert only["queues"]["nothing"] == {"counts": {}, "ready": 0, "oldest_pending_age_s": 0.0}
+    assert only["queues"]["nothing"] == {"counts": {}, "ready": 0, "in_flight": 0,
+                                         "oldest_pending_age_s": 0.0}
+    q.claim("host:1:abcd", 1)
+    assert json.loads(invoke("status", "--json").output)["queues"]["images"]["in_flight"] == 1
+
+
+def test_inspect_shows_the_budget_a_job_spent(invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a job snoozed once and given back once while its handler ran
+    q = store.queue("images")
+    q.enqueue("s", {"path": "p"}, task="resize")
+    (job,) = q.claim("host:1:abcd", 1)
+    q.snooze(job, 0)
+    (job,) = q.claim("host:1:abcd", 1)
+    q.give_back(job, started=True, reason="worker shutting down")
+    # When it is inspected
+    story = invoke("inspect", "s")
+    # Then the record shows both counters and the story names the give-back
+    assert story.exit_code == 0, story.output
+    assert "snoozes" in story.output and "givebacks" in story.output
+    assert "given back, ready at once" in story.output
+    data = json.loads(invoke("inspect", "s", "--json").output)
+    assert (data["job"]["snoozes"], data["job"]["givebacks"]) == (1, 1)
 
 
 def test_inspect_tells_the_story(invoke: Invoke, store: leaseq.Store) -> None:

@@ -104,8 +104,9 @@ def topology(amqp_url: str, queues: tuple[str, ...], prefix: str, no_declare: bo
     declare_topology(queues, amqp_url, topology=topo, declare=not no_declare)
     for name in queues:
         click.echo(f"{name}: {topo.exchange} -[{name}]-> {topo.work_queue(name)} "
-                   f"-(dead-letter)-> {topo.dead_letter_exchange} -[{name}]-> "
-                   f"{topo.quarantine_queue(name)}: ok")
+                   f"-(dead-letter)-> {topo.dead_letter_exchange} -> "
+                   f"{topo.reason_exchange} -(rejected)-> {topo.quarantine_queue(name)}, "
+                   f"-(delivery_limit)-> {topo.delivery_limit_queue(name)}: ok")
 
 
 @rabbitmq.command("quarantine")

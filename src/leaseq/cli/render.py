@@ -21,6 +21,7 @@ EVENT_WORDS = {
     "quarantined": "quarantined", "reclaimed": "lease expired, back in the queue",
     "requeued": "requeued by an operator", "cancelled": "cancelled", "published": "published",
     "received": "delivered", "ack_sent": "acknowledged",
+    "given_back": "given back, ready at once", "publish_owed": "publish owed again",
     "retried": "requeued by an operator",  # the name older journal rows carry
 }
 
@@ -29,18 +30,19 @@ EVENT_WORDS = {
 
 
 def status_rows(snaps: Sequence[QueueSnapshot]) -> dict[str, Any]:
-    return {s.queue: {"counts": s.counts, "ready": s.ready,
+    return {s.queue: {"counts": s.counts, "ready": s.ready, "in_flight": s.in_flight,
                       "oldest_pending_age_s": round(s.oldest_pending_age_s, 3)} for s in snaps}
 
 
 def status_table(url: str, snaps: Sequence[QueueSnapshot]) -> Table:
     table = Table(title=f"leaseq — {url}")
     others = sorted({k for s in snaps for k in s.counts} - set(STATUS_COLUMNS))
-    for column in ["queue", *STATUS_COLUMNS, *others, "ready", "oldest pending"]:
+    for column in ["queue", *STATUS_COLUMNS, *others, "ready", "in flight",
+                   "oldest pending"]:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for s in snaps:
         table.add_row(s.queue, *(str(s.counts.get(k, 0)) for k in [*STATUS_COLUMNS, *others]),
-                      str(s.ready), f"{s.oldest_pending_age_s:.1f} s")
+                      str(s.ready), str(s.in_flight), f"{s.oldest_pending_age_s:.1f} s")
     return table
 
 
@@ -67,6 +69,10 @@ def quarantine_table(jobs: Sequence[Job]) -> Table:
 # --- one job ---------------------------------------------------------------------------------
 
 
+#: Record fields shown even when zero: the budget a job has spent.
+ALWAYS_SHOWN = ("status", "attempts", "snoozes", "givebacks")
+
+
 def record_table(job: Job) -> Table:
     """The job's record; the payload only as its size and keys (it may hold anything)."""
     table = Table(show_header=False, title=f"job {job.id}", title_justify="left")
@@ -75,7 +81,7 @@ def record_table(job: Job) -> Table:
     for name, value in job.to_dict().items():
         if name == "payload":
             value = f"{len(json.dumps(value))} bytes, keys: {', '.join(sorted(value)) or '-'}"
-        if value not in (None, "", False) or name in ("status", "attempts"):
+        if value not in (None, "", False) or name in ALWAYS_SHOWN:
             table.add_row(name, str(value))
     return table
 

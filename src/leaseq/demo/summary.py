@@ -73,7 +73,8 @@ def _lost(jobs: list[Job], fetch_queue: str, thumb_queue: str) -> int:
     return live + missing_followups
 
 
-_ENDS_ATTEMPT = {"result_saved", "retry_scheduled", "snoozed", "quarantined", "cancelled"}
+_ENDS_ATTEMPT = {"result_saved", "retry_scheduled", "snoozed", "given_back", "quarantined",
+                 "cancelled"}
 
 
 def _expired_attempts(events: list[JournalEntry]) -> int:
