@@ -9,7 +9,10 @@ it (a payload that no longer fits — the code changed while the job waited — 
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
+import sys
 import threading
 import types
 import typing
@@ -85,6 +88,27 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App tasks={sorted(self._tasks)}>"
+
+    @classmethod
+    def from_ref(cls, ref: str) -> App:
+        """The ``App`` that ``"module:attribute"`` names (e.g. ``"myproject.tasks:app"``), as
+        ``leaseq worker MODULE:APP`` finds it. The current directory is importable, as it is for
+        ``python -m``. Raises ``InvalidInput`` for a malformed reference, a module that does
+        not import, or an attribute that is not an ``App``."""
+        module_name, sep, attribute = ref.partition(":")
+        if not sep or not module_name or not attribute:
+            raise InvalidInput(f"expected MODULE:APP (e.g. myproject.tasks:app), got {ref!r}")
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            target: Any = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise InvalidInput(f"cannot import module {module_name!r}: {exc}") from None
+        for part in attribute.split("."):
+            target = getattr(target, part, None)
+        if not isinstance(target, cls):
+            raise InvalidInput(f"{ref!r} is not a leaseq.App (got {type(target).__name__})")
+        return target
 
     # --- set-up ----------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leaseq import validate
@@ -272,6 +272,20 @@ class Queue:
     def list(self, status: str | None = None, limit: int = 100, after_id: str | None = None
              ) -> list[Job]:
         return self.store.list(self.name, status, limit, after_id)
+
+    def iter_jobs(self, status: str | None = None, *, page_size: int = 500) -> Iterator[Job]:
+        """Every job of the queue (or of one ``status``) in id order, read ``page_size`` at a
+        time, so a queue of any size is walked in bounded memory. The walk resumes after the
+        last id it saw: no job is yielded twice, and a job that changes meanwhile is seen in
+        its old or its new state."""
+        if page_size < 1:
+            raise InvalidInput(f"page_size must be at least 1, got {page_size}")
+        after: str | None = None
+        while page := self.list(status, page_size, after):
+            yield from page
+            if len(page) < page_size:
+                return
+            after = page[-1].id
 
     def counts(self) -> dict[str, int]:
         return self.store.counts(self.name)

@@ -8,47 +8,35 @@ the parent is the one to restart it, and a half-strength worker would hide the c
 
 from __future__ import annotations
 
-import importlib
 import logging
 import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from dataclasses import replace
 from multiprocessing.connection import wait
 from typing import Any
 
 from leaseq.app import App
-from leaseq.errors import InvalidInput
+from leaseq.signals import StopSignals
 from leaseq.stores import connect
 from leaseq.worker import Worker, WorkerConfig
 
-log = logging.getLogger("leaseq.worker")
+log = logging.getLogger(__name__)
 
 
 def load_app(ref: str) -> App:
-    """``module:attribute`` → the ``App`` it names. The current directory is importable, as
-    it is for ``python -m``."""
-    module_name, sep, attribute = ref.partition(":")
-    if not sep or not module_name or not attribute:
-        raise InvalidInput(f"expected MODULE:APP (e.g. myproject.tasks:app), got {ref!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidInput(f"cannot import module {module_name!r}: {exc}") from None
-    for part in attribute.split("."):
-        target = getattr(target, part, None)
-    if not isinstance(target, App):
-        raise InvalidInput(f"{ref!r} is not a leaseq.App (got {type(target).__name__})")
-    return target
+    """Deprecated: use ``App.from_ref(ref)``."""
+    warnings.warn("leaseq.supervisor.load_app is deprecated; use leaseq.App.from_ref",
+                  DeprecationWarning, stacklevel=2)
+    return App.from_ref(ref)
 
 
 def run_worker(app_ref: str, url: str | None, config: WorkerConfig, *,
                ignore_sigint: bool = False) -> int:
     """Run one worker in this process until stopped; returns the exit status."""
-    app = load_app(app_ref)
+    app = App.from_ref(app_ref)
     if url:
         app.use_store(connect(url))
     if ignore_sigint:
@@ -73,7 +61,7 @@ def _child(app_ref: str, url: str | None, config: WorkerConfig, log_level: int) 
 def run_processes(app_ref: str, url: str | None, config: WorkerConfig, processes: int,
                   log_level: int = logging.INFO) -> int:
     """Start ``processes`` workers and supervise them; 0 when all ended cleanly, else 1."""
-    load_app(app_ref)  # fail here, once, rather than in every child
+    App.from_ref(app_ref)  # fail here, once, rather than in every child
     ctx = multiprocessing.get_context("spawn")
     children = []
     for index in range(processes):
@@ -87,32 +75,36 @@ def run_processes(app_ref: str, url: str | None, config: WorkerConfig, processes
 
 
 def _supervise(children: list[Any]) -> int:
+    """Wait for the children; forward each stop signal to them as SIGTERM (a second one makes
+    a worker exit at once). After a crash, stop the others too."""
     stopping = False
-
-    def forward(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            if child.is_alive() and child.pid:
-                os.kill(child.pid, signal.SIGTERM)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     status = 0
-    try:
+    with StopSignals() as signals:
         running = list(children)
         while running:
-            wait([c.sentinel for c in running], timeout=1.0)
+            wait([*(c.sentinel for c in running), signals.fileno()], timeout=1.0)
+            for _ in range(signals.take()):
+                stopping = True
+                _terminate(running)
             for child in [c for c in running if c.exitcode is not None]:
                 running.remove(child)
-                # A child still starting up when the stop came dies of the SIGTERM itself
-                # (its handler is not installed yet): that is the stop, not a crash.
-                if child.exitcode != 0 and not (stopping and child.exitcode == -signal.SIGTERM):
+                if _crashed(child, stopping):
                     log.error("%s (pid %s) exited with status %s", child.name, child.pid,
                               child.exitcode)
                     status = 1
                     if not stopping:
-                        forward(signal.SIGTERM, None)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+                        stopping = True
+                        _terminate(running)
     return status
+
+
+def _crashed(child: Any, stopping: bool) -> bool:
+    # A child still starting up when the stop came dies of the SIGTERM itself (its handler is
+    # not installed yet): that is the stop, not a crash.
+    return bool(child.exitcode != 0 and not (stopping and child.exitcode == -signal.SIGTERM))
+
+
+def _terminate(children: list[Any]) -> None:
+    for child in children:
+        if child.is_alive() and child.pid:
+            os.kill(child.pid, signal.SIGTERM)

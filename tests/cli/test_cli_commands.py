@@ -104,7 +104,28 @@ def test_status_table_and_json(invoke: Invoke, store: leaseq.Store) -> None:
     assert images["ready"] == 1
     assert images["oldest_pending_age_s"] >= 0
     only = json.loads(invoke("status", "--json", "--queue", "nothing").output)
-    assert only["queues"]["nothing"] == {"counts": {}, "ready": 0, "oldest_pending_age_s": 0.0}
+    assert only["queues"]["nothing"] == {"counts": {}, "ready": 0, "in_flight": 0,
+                                         "oldest_pending_age_s": 0.0}
+    q.claim("host:1:abcd", 1)
+    assert json.loads(invoke("status", "--json").output)["queues"]["images"]["in_flight"] == 1
+
+
+def test_inspect_shows_the_budget_a_job_spent(invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a job snoozed once and given back once while its handler ran
+    q = store.queue("images")
+    q.enqueue("s", {"path": "p"}, task="resize")
+    (job,) = q.claim("host:1:abcd", 1)
+    q.snooze(job, 0)
+    (job,) = q.claim("host:1:abcd", 1)
+    q.give_back(job, started=True, reason="worker shutting down")
+    # When it is inspected
+    story = invoke("inspect", "s")
+    # Then the record shows both counters and the story names the give-back
+    assert story.exit_code == 0, story.output
+    assert "snoozes" in story.output and "givebacks" in story.output
+    assert "given back, ready at once" in story.output
+    data = json.loads(invoke("inspect", "s", "--json").output)
+    assert (data["job"]["snoozes"], data["job"]["givebacks"]) == (1, 1)
 
 
 def test_inspect_tells_the_story(invoke: Invoke, store: leaseq.Store) -> None:
@@ -158,22 +179,34 @@ def test_failed_lists_the_quarantine_with_reasons(invoke: Invoke, store: leaseq.
 # --- operators --------------------------------------------------------------------------------
 
 
-def test_retry_one_and_all_failed(invoke: Invoke, store: leaseq.Store) -> None:
+def test_requeue_one_and_all_failed(invoke: Invoke, store: leaseq.Store) -> None:
     for job_id in ("f1", "f2", "f3"):
         given_failed(store, job_id)
-    one = invoke("retry", "f1")
+    one = invoke("requeue", "f1")
     assert one.exit_code == 0, one.output
     assert store.get("images", "f1").status == "pending"  # type: ignore[union-attr]
-    again = invoke("retry", "f1")  # now live: nothing to retry
+    again = invoke("requeue", "f1")  # now live: nothing to requeue
     assert again.exit_code == 1 and "still pending" in again.stderr
-    every = invoke("retry", "--all-failed")
-    assert every.output.strip() == "retried 2 failed job(s)"
+    every = invoke("requeue", "--all-failed")
+    assert every.output.strip() == "requeued 2 failed job(s)"
     assert store.counts("images") == {"pending": 3}
 
 
-@pytest.mark.parametrize("args", [["retry"], ["retry", "x", "--all-failed"]])
-def test_retry_needs_exactly_one_target(invoke: Invoke, args: list[str]) -> None:
-    result = invoke(*args)
+def test_retry_is_the_deprecated_name_of_requeue(invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a quarantined job, and a script that still says `leaseq retry`
+    given_failed(store, "old-script")
+    # When it runs
+    result = invoke("retry", "old-script")
+    # Then the job is requeued as by `leaseq requeue`, and the help says which name to use
+    assert result.exit_code == 0, result.output
+    assert store.get("images", "old-script").status == "pending"  # type: ignore[union-attr]
+    assert "Deprecated: use `leaseq requeue`" in invoke("retry", "--help").output
+
+
+@pytest.mark.parametrize("command", ["requeue", "retry"])
+@pytest.mark.parametrize("args", [[], ["x", "--all-failed"]])
+def test_requeue_needs_exactly_one_target(invoke: Invoke, command: str, args: list[str]) -> None:
+    result = invoke(command, *args)
     assert result.exit_code == 2 and "either JOB or --all-failed" in result.output
 
 
@@ -282,7 +315,8 @@ def test_worker_bad_arguments_exit_2(
     ],
 )
 @pytest.mark.parametrize("command", [["status"], ["failed"], ["migrate"], ["sweep"],
-                                     ["inspect", "x"], ["retry", "x"], ["cancel", "x"],
+                                     ["inspect", "x"], ["requeue", "x"], ["retry", "x"],
+                                     ["cancel", "x"],
                                      ["enqueue", "--task", "t", "--payload", "{}"]])
 def test_unusable_database_is_one_line_and_exit_1(
     invoke: Invoke, url: str, command: list[str]
@@ -304,8 +338,8 @@ def test_leaseq_url_environment_is_used(invoke: Invoke, tmp_path: Path) -> None:
 
 def test_help_and_unknown_command(invoke: Invoke) -> None:
     assert invoke("--help").exit_code == 0
-    for command in ("worker", "enqueue", "status", "inspect", "failed", "retry", "cancel",
-                    "sweep", "migrate", "metrics", "demo"):
+    for command in ("worker", "enqueue", "status", "inspect", "failed", "requeue", "retry",
+                    "cancel", "sweep", "migrate", "metrics", "demo", "dispatch", "rabbitmq"):
         assert command in invoke("--help").output
         assert invoke(command, "--help").exit_code == 0
     assert invoke("nope").exit_code == 2

@@ -35,6 +35,19 @@ def test_demo_json_ends_with_nothing_lost_and_no_duplicate_effects() -> None:
     assert summary["workers_started"] == 3  # two, and the replacement of the killed one
 
 
+def test_demo_kills_a_worker_holding_a_job_even_when_the_run_is_tiny() -> None:
+    # Given a run so small that the pipeline can end between two looks at the store
+    done = subprocess.run([*LEASEQ, "demo", "--json", "--jobs", "20"], capture_output=True,
+                          text=True, timeout=120)
+    # Then the crash still lands while a worker holds a job, and the replacement starts
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["workers_started"] == 3
+    assert summary["killed_worker"]["held"] >= 1
+    assert summary["reclaimed"] >= 1  # the held job's lease ran out and it ran again
+    assert (summary["lost"], summary["duplicate_effects"]) == (0, 0)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from leaseq import InvalidInput, LeaseqError, QueuePolicy
 from leaseq.cli import cli
-from leaseq.testing.chaos import Run, all_jobs, all_terminal, settle, wait_until
+from leaseq.testing.chaos import Run, all_terminal, jobs_by_id, settle, wait_until
 
 LIMIT = 4096  # the queue's max_payload_bytes, small so "at the limit" is cheap to send
 DROP = "'; DROP TABLE leaseq_jobs; --"
@@ -79,7 +79,7 @@ def run(r: Run) -> None:
     q = store.queue("chaos", max_payload_bytes=LIMIT)
     sentinels = [f"sentinel-{i}" for i in range(5)]
     q.enqueue_many([q.spec(i, {"n": k}, task="echo") for k, i in enumerate(sentinels)])
-    before = all_jobs(q)
+    before = jobs_by_id(q)
     accepted: list[str] = list(sentinels)
     wrong: list[str] = []
     for name, job_id, payload, ok in API_CORPUS:
@@ -104,7 +104,7 @@ def run(r: Run) -> None:
     r.counts.jobs_in = len(API_CORPUS) + len(CLI_CORPUS) + 1
     r.check("each input refused with a typed error or round-tripped exactly", not wrong,
             "; ".join(wrong))
-    now = all_jobs(q)
+    now = jobs_by_id(q)
     r.check("nothing else changed",
             all(now.get(i) == j for i, j in before.items()) and set(now) == set(accepted),
             f"{sorted(set(now) ^ set(accepted))[:5]}")

@@ -9,7 +9,7 @@ import threading
 
 from leaseq import JobConflict, StoreUnavailable
 from leaseq.job import Outcome
-from leaseq.testing.chaos import Run, all_jobs
+from leaseq.testing.chaos import Run, jobs_by_id
 
 THREADS = 16
 BATCH = 50
@@ -64,7 +64,7 @@ def run(r: Run) -> None:
         t.start()
     for t in threads:
         t.join()
-    jobs = all_jobs(q)
+    jobs = jobs_by_id(q)
     r.counts.jobs_in = THREADS * keys * rounds
     r.counts.terminal_out = len(jobs)  # here: jobs that exist
     r.counts.lost = sum(1 for k in payload if k not in jobs)
@@ -82,7 +82,7 @@ def run(r: Run) -> None:
     r.check("payloads stored exactly", all(jobs[k].payload == payload[k] for k in payload))
     # The same key with another payload: a conflict, in a batch it rolls the batch back.
     some = sorted(payload)[:10]
-    before = all_jobs(q)
+    before = jobs_by_id(q)
     conflicts = 0
     for k in some:
         try:
@@ -95,4 +95,4 @@ def run(r: Run) -> None:
     r.check("another payload for a key → JobConflict naming it", conflicts == len(some),
             f"{conflicts} of {len(some)}")
     r.check("on_conflict='keep' → conflict outcome", set(keep) == {Outcome.CONFLICT}, str(keep))
-    r.check("a conflicting batch wrote nothing", all_jobs(q) == before)
+    r.check("a conflicting batch wrote nothing", jobs_by_id(q) == before)

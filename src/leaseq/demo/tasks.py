@@ -6,11 +6,13 @@ attempt that repeats an effect (a job run again after its worker was SIGKILLed m
 recorded as a repeat, so the demo can count duplicates instead of assuming there are none.
 
 Which images misbehave is decided by a hash of the image name, so a replay behaves the same.
+Where the demo's SIGKILL lands is decided by ``CrashPoint``: inside a running handler.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 import time
@@ -23,6 +25,9 @@ DEMO_LEASE_S = 2.0
 DEMO_HEARTBEAT_S = 0.5
 SLOW_JOB_S = 3.0
 """Longer than the lease: a slow thumbnail survives only through its heartbeat."""
+PARKED_S = 60.0
+"""How long the crash point's handler waits for its SIGKILL before it gives up and goes on
+(only if the demo itself died meanwhile)."""
 
 # Per mille of images, by hash: 10 % flaky (2 % of them twice), 1 % poison, a few slow.
 FLAKY_PER_MILLE = 100
@@ -84,6 +89,48 @@ class Effects:
                 self._conn = None
 
 
+class CrashPoint:
+    """Makes the demo's SIGKILL land while a worker holds a job, whatever the timing.
+
+    The demo requests the crash by creating ``crash-requested`` in its folder while work
+    remains (it holds part of the batch back until then). The first handler to start after
+    that, in any worker process, creates ``crash-victim`` (O_EXCL: one winner), writes its pid
+    there and waits, holding its job, for the demo to SIGKILL its process. Watching the store
+    for a worker that holds jobs instead races the pipeline: a small run can end between two
+    looks, and a job seen held can finish before the kill lands.
+    """
+
+    def __init__(self, folder: str):
+        self.requested_path = os.path.join(folder, "crash-requested")
+        self.victim_path = os.path.join(folder, "crash-victim")
+        self._passed = False  # another handler won: nothing more to check in this process
+
+    def request(self) -> None:
+        with open(self.requested_path, "w", encoding="ascii"):
+            pass
+
+    def victim_pid(self) -> int | None:
+        """The pid of the process parked at the crash point; None until one is."""
+        try:
+            with open(self.victim_path, encoding="ascii") as fh:
+                return int(fh.read())
+        except (FileNotFoundError, ValueError):  # not there yet, or its pid half written
+            return None
+
+    def reached(self) -> None:
+        """Called by each handler as it starts: parks the first one after the request."""
+        if self._passed or not os.path.exists(self.requested_path):
+            return
+        try:
+            fd = os.open(self.victim_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            self._passed = True
+            return
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+        time.sleep(PARKED_S)
+
+
 def fate(source: str) -> str:
     """How this image behaves: ``ok``, ``flaky``, ``flaky_twice``, ``corrupt``, ``crashing``
     or ``slow``."""
@@ -98,16 +145,20 @@ def fate(source: str) -> str:
     return "ok"
 
 
-def build_app(url: str | None, effects_path: str, prefix: str = "demo") -> App:
-    """The demo app: queues ``{prefix}.fetch`` and ``{prefix}.thumbnail``."""
+def build_app(url: str | None, effects_path: str, prefix: str = "demo",
+              crash: CrashPoint | None = None) -> App:
+    """The demo app: queues ``{prefix}.fetch`` and ``{prefix}.thumbnail``; each handler passes
+    ``crash`` (the worker processes' crash point) as it starts."""
     policy: dict[str, Any] = {"lease_s": DEMO_LEASE_S, "heartbeat_every_s": DEMO_HEARTBEAT_S,
                               "backoff_base_s": 0.2, "backoff_cap_s": 1.0, "max_attempts": 4}
     fetch_q, thumb_q = f"{prefix}.fetch", f"{prefix}.thumbnail"
     app = App(url, queues={fetch_q: policy, thumb_q: policy})
     effects = Effects(effects_path)
+    crash_point = crash.reached if crash is not None else _nothing
 
     @app.task(queue=thumb_q, name="thumbnail")
     def thumbnail(source: str, width: int, job: Job) -> dict[str, Any]:
+        crash_point()
         if fate(source) == "slow":
             time.sleep(SLOW_JOB_S)
         else:
@@ -117,6 +168,7 @@ def build_app(url: str | None, effects_path: str, prefix: str = "demo") -> App:
 
     @app.task(queue=fetch_q, name="fetch", permanent=(CorruptImage,))
     def fetch(source: str, size_kb: int, job: Job) -> Finish:
+        crash_point()
         behaviour = fate(source)
         if (behaviour == "flaky" and job.attempt == 1) or (
                 behaviour == "flaky_twice" and job.attempt <= 2):
@@ -131,3 +183,7 @@ def build_app(url: str | None, effects_path: str, prefix: str = "demo") -> App:
                       then=[thumbnail.spec(source=source, width=256, job_id=f"thumb:{source}")])
 
     return app
+
+
+def _nothing() -> None:
+    return None

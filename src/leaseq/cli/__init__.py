@@ -1,0 +1,90 @@
+"""The ``leaseq`` command line: workers, producers, inspection, upkeep, metrics, broker delivery
+and the demo.
+
+Exit status: 0 success, 1 the database (or broker) could not be used, or the job does not
+exist, 2 bad arguments (with a usage message). Human output is rich tables; ``--json`` is for
+machines.
+
+This module holds the group, ``main`` and what every command shares: the one ``--url`` and
+``--json`` options and the one mapping of leaseq's typed errors to exit statuses. The commands
+live in ``worker`` (the worker), ``jobs`` (enqueue, inspect, failed, requeue, cancel), ``ops``
+(status, sweep, migrate, metrics), ``broker`` (RabbitMQ delivery) and ``demo``; ``render``
+draws tables and the journal's story.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import click
+
+from leaseq.errors import InvalidInput, InvalidURL, LeaseqError
+from leaseq.stores import DEFAULT_URL, connect
+from leaseq.stores.base import Store
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+class Failed(click.ClickException):
+    """The command could not do its work (exit 1): one clear line on stderr."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"leaseq: {self.format_message()}", err=True)
+
+
+def errors(func: Command) -> Command:
+    """Map leaseq's typed errors to exit statuses: bad input → usage (2), the rest → 1."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except LeaseqError as exc:
+            # A URL that cannot be used is a database problem (1), not a usage error (2).
+            if isinstance(exc, InvalidInput) and not isinstance(exc, InvalidURL):
+                raise click.UsageError(str(exc), click.get_current_context()) from None
+            raise Failed(str(exc)) from None
+    return cast(Command, wrapper)
+
+
+def url_option(func: Command) -> Command:
+    return click.option("--url", envvar="LEASEQ_URL", default=None, metavar="URL",
+                        help=f"Store URL (env LEASEQ_URL; default {DEFAULT_URL}).")(func)
+
+
+def json_option(func: Command) -> Command:
+    return click.option("--json", "as_json", is_flag=True, help="Machine output.")(func)
+
+
+def open_store(url: str | None) -> Store:
+    """The store at ``url`` (``None``: ``$LEASEQ_URL``, then the default)."""
+    return connect(url)
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="leaseq")
+def cli() -> None:
+    """leaseq: a durable job queue whose database record is the job's state."""
+
+
+def main() -> None:
+    cli(prog_name="leaseq")
+
+
+def _register_commands() -> None:
+    # Imported here, after the shared options exist: each module decorates with them. The
+    # broker commands import pika only when they run, so the core install stays light.
+    from leaseq.cli import broker, demo, jobs, ops, worker
+
+    for module in (worker, jobs, ops, broker, demo):
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+_register_commands()

@@ -1,0 +1,207 @@
+"""Commands on jobs: ``enqueue``, ``inspect``, ``failed``, ``requeue`` (alias ``retry``) and
+``cancel``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import uuid
+from typing import Any
+
+import click
+from rich.console import Console
+
+from leaseq.app import App
+from leaseq.cli import Failed, echo_json, errors, json_option, open_store, render, url_option
+from leaseq.errors import JobNotFound
+from leaseq.job import EnqueueResult
+from leaseq.queue import Queue
+from leaseq.stores.base import Store
+
+MAX_LIST = 10_000
+PAGE = 500
+
+
+# --- producers ------------------------------------------------------------------------------
+
+
+@click.command()
+@url_option
+@click.option("--queue", default="default", show_default=True)
+@click.option("--task", "task_name", required=True, metavar="NAME", help="Task name.")
+@click.option("--payload", default=None, metavar="JSON",
+              help="The payload, a JSON object. Read from stdin when omitted or '-'.")
+@click.option("--job-id", default=None, metavar="ID", help="Stable job id (default: random).")
+@click.option("--revision", default=None, metavar="R", help="Version of the input.")
+@click.option("--delay-s", type=click.FloatRange(0), default=0.0, help="Not before now + S.")
+@click.option("--app", "app_ref", default=None, metavar="MODULE:APP",
+              help="Check the payload against the task's signature (and use its queue).")
+@json_option
+@errors
+def enqueue(url: str | None, queue: str, task_name: str, payload: str | None,
+            job_id: str | None, revision: str | None, delay_s: float, app_ref: str | None,
+            as_json: bool) -> None:
+    """Enqueue one job (idempotent by --job-id)."""
+    data = _parse_payload(payload)
+    job_id = job_id or uuid.uuid4().hex
+    if app_ref:
+        queue, result = _enqueue_through_app(app_ref, url, task_name, data, job_id, revision,
+                                             delay_s)
+    else:
+        with open_store(url) as store:
+            result = Queue(store, queue).enqueue(job_id, data, task=task_name,
+                                                 revision=revision, delay_s=delay_s)
+    if as_json:
+        echo_json({"queue": queue, "job_id": result.job_id, "outcome": result.outcome.value})
+    else:
+        click.echo(f"{result.outcome.value}: job {result.job_id} in queue {queue}")
+
+
+def _enqueue_through_app(app_ref: str, url: str | None, task_name: str, data: dict[str, Any],
+                         job_id: str, revision: str | None, delay_s: float
+                         ) -> tuple[str, EnqueueResult]:
+    """Enqueue as the app's task: the payload checked against its signature, into its queue."""
+    app = App.from_ref(app_ref)
+    if url:
+        app.use_store(open_store(url))
+    task = app.get_task(task_name)
+    if task is None:
+        raise click.BadParameter(f"the app has no task {task_name!r}", param_hint="--task")
+    return task.queue, task.enqueue_payload(data, job_id=job_id, revision=revision,
+                                            delay_s=delay_s)
+
+
+def _parse_payload(text: str | None) -> dict[str, Any]:
+    if text is None or text == "-":
+        text = sys.stdin.read()
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+    except RecursionError:
+        raise click.BadParameter("nested too deeply to store", param_hint="--payload") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--payload")
+    return data
+
+
+# --- inspection -----------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@url_option
+@click.option("--queue", default=None, help="The job's queue (found by id when omitted).")
+@json_option
+@errors
+def inspect(job_id: str, url: str | None, queue: str | None, as_json: bool) -> None:
+    """Show a job's record and its journal as a story."""
+    with open_store(url) as store:
+        q = find_queue(store, job_id, queue)
+        job, entries = q.get(job_id), q.journal(job_id)
+    if job is None:
+        raise Failed(f"job {job_id!r} is gone from queue {q.name!r}")
+    if as_json:
+        echo_json({"job": job.to_dict(), "journal": [e.to_dict() for e in entries]})
+        return
+    console = Console()
+    console.print(render.record_table(job))
+    console.print(f"\n[bold]story of {job.id}[/bold]")
+    for line in render.story(entries):
+        console.print(line, highlight=False)
+
+
+def find_queue(store: Store, job_id: str, queue: str | None) -> Queue:
+    """The queue holding ``job_id``: the one given, or the only queue that has it."""
+    if queue is not None:
+        q = Queue(store, queue)
+        if q.get(job_id) is None:
+            raise JobNotFound(queue, job_id)
+        return q
+    holders = [Queue(store, name) for name in store.queues()
+               if store.get(name, job_id) is not None]
+    if not holders:
+        raise Failed(f"no queue has a job {job_id[:200]!r}")
+    if len(holders) > 1:
+        names = ", ".join(q.name for q in holders)
+        raise click.UsageError(f"job {job_id!r} is in several queues ({names}); pass --queue")
+    return holders[0]
+
+
+@click.command()
+@url_option
+@click.option("--queue", "queues", multiple=True, help="Only these queues (repeat).")
+@click.option("--limit", type=click.IntRange(1, MAX_LIST), default=100, show_default=True)
+@json_option
+@errors
+def failed(url: str | None, queues: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """List the quarantine (status failed) with reasons."""
+    with open_store(url) as store:
+        quarantine = itertools.chain.from_iterable(
+            Queue(store, name).iter_jobs("failed", page_size=min(limit, PAGE))
+            for name in queues or store.queues())
+        jobs = list(itertools.islice(quarantine, limit))
+    if as_json:
+        echo_json(render.quarantine_rows(jobs))
+    else:
+        Console().print(render.quarantine_table(jobs))
+
+
+# --- operators -------------------------------------------------------------------------------
+
+
+REQUEUE_HELP = "Put a terminal job (or, with --all-failed, the whole quarantine) back to pending."
+
+
+@click.command(help=REQUEUE_HELP)
+@click.argument("job_id", metavar="JOB", required=False)
+@url_option
+@click.option("--queue", default=None, help="The job's queue (found by id when omitted); "
+              "with --all-failed, only this queue.")
+@click.option("--all-failed", is_flag=True, help="Requeue every job in quarantine.")
+@errors
+def requeue(job_id: str | None, url: str | None, queue: str | None, all_failed: bool) -> None:
+    if bool(job_id) == all_failed:
+        raise click.UsageError("give either JOB or --all-failed")
+    with open_store(url) as store:
+        if job_id:
+            q = find_queue(store, job_id, queue)
+            if not q.retry(job_id):
+                raise Failed(f"job {job_id!r} is still pending or processing; "
+                             "nothing to requeue")
+            click.echo(f"requeued: job {job_id} in queue {q.name} is pending again")
+            return
+        count = sum(_requeue_failed(Queue(store, name))
+                    for name in ([queue] if queue else store.queues()))
+        click.echo(f"requeued {count} failed job(s)")
+
+
+def _requeue_failed(queue: Queue) -> int:
+    # The ids first: requeuing while paging through "failed" would move the page under us.
+    ids = [job.id for job in queue.iter_jobs("failed")]
+    return sum(queue.retry(job_id) for job_id in ids)
+
+
+# The operator's re-drive was called ``retry``, easy to confuse with ``retry_later`` and
+# ``leaseq.Retry``; the old name keeps working for scripts that use it.
+retry = click.Command("retry", callback=requeue.callback, params=requeue.params,
+                      help=f"Deprecated: use `leaseq requeue`. {REQUEUE_HELP}",
+                      short_help="Deprecated alias of requeue.")
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@url_option
+@click.option("--queue", default=None, help="The job's queue (found by id when omitted).")
+@errors
+def cancel(job_id: str, url: str | None, queue: str | None) -> None:
+    """Cancel a pending, processing or failed job (a running attempt is fenced out)."""
+    with open_store(url) as store:
+        q = find_queue(store, job_id, queue)
+        if not q.cancel(job_id):
+            raise Failed(f"job {job_id!r} has already finished; nothing to cancel")
+    click.echo(f"cancelled: job {job_id} in queue {q.name}")
+
+
+COMMANDS = [enqueue, inspect, failed, requeue, retry, cancel]

@@ -1,0 +1,115 @@
+"""Commands that look after the queues as a whole: ``status``, ``sweep``, ``migrate`` and
+``metrics``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+
+from leaseq import sweeper
+from leaseq.cli import echo_json, errors, json_option, open_store, render, url_option
+from leaseq.metrics import Metrics, snapshot
+from leaseq.signals import StopSignals, stop_event
+
+
+@click.command()
+@url_option
+@click.option("--queue", "queues", multiple=True, help="Only these queues (repeat).")
+@json_option
+@errors
+def status(url: str | None, queues: tuple[str, ...], as_json: bool) -> None:
+    """Jobs by status, ready count and oldest pending age, per queue."""
+    with open_store(url) as store:
+        snaps = snapshot(store, list(queues) or None)
+    if as_json:
+        echo_json({"url": store.url, "queues": render.status_rows(snaps)})
+    else:
+        Console().print(render.status_table(store.url, snaps) if snaps else "no jobs yet")
+
+
+def _retention(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+               ) -> dict[str, float]:
+    rules = {}
+    for value in values:
+        status, sep, seconds = value.partition("=")
+        try:
+            rules[status] = float(seconds)
+        except ValueError:
+            sep = ""
+        if not sep or not status:
+            raise click.BadParameter(f"expected STATUS=SECONDS (e.g. done=604800), got {value!r}")
+    return rules
+
+
+@click.command()
+@url_option
+@click.option("--queue", "queues", multiple=True, help="Only these queues (default: all).")
+@click.option("--every", "every_s", type=click.FloatRange(0, min_open=True), default=None,
+              metavar="S", help="Keep sweeping every S seconds (until SIGTERM / Ctrl-C).")
+@click.option("--retain", "retention", multiple=True, callback=_retention,
+              metavar="STATUS=SECONDS", help="Purge jobs of STATUS older than SECONDS (repeat).")
+@json_option
+@errors
+def sweep(url: str | None, queues: tuple[str, ...], every_s: float | None,
+          retention: dict[str, float], as_json: bool) -> None:
+    """Reclaim expired leases in every queue, then purge by retention. Once, or --every S."""
+    config = sweeper.SweeperConfig(every_s=every_s or 30.0, retention_s=retention)
+
+    def report(results: list[sweeper.SweepResult]) -> None:
+        if as_json:
+            click.echo(json.dumps([_as_dict(r) for r in results]))
+            return
+        for r in results:
+            click.echo(f"{r.queue}: reclaimed {r.reclaimed}, expired {r.expired}, "
+                       f"purged {r.purged}")
+        if not results:
+            click.echo("no queues yet")
+
+    with open_store(url) as store:
+        if every_s is None:
+            report(sweeper.run_once(store, config, queues))
+            return
+        with stop_event() as stop:
+            sweeper.run_forever(store, config, queues=queues, stop=stop, on_sweep=report)
+
+
+def _as_dict(result: sweeper.SweepResult) -> dict[str, Any]:
+    return {"queue": result.queue, "reclaimed": result.reclaimed, "expired": result.expired,
+            "purged": result.purged}
+
+
+@click.command()
+@url_option
+@errors
+def migrate(url: str | None) -> None:
+    """Create or upgrade the store's schema (idempotent)."""
+    with open_store(url) as store:
+        version = store.migrate()
+    click.echo(f"schema version {version} at {store.url}")
+
+
+@click.command()
+@url_option
+@click.option("--port", type=click.IntRange(0, 65535), required=True, help="Port to serve on.")
+@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to bind.")
+@click.option("--queue", "queues", multiple=True, help="Only these queues (default: all).")
+@click.option("--refresh-s", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="Re-read the store at most this often.")
+@errors
+def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],
+            refresh_s: float) -> None:
+    """Serve the queue gauges (jobs, ready, oldest pending age) for Prometheus / KEDA."""
+    with open_store(url) as store:
+        registry = Metrics()
+        registry.watch_store(store, lambda: list(queues) or None, refresh_s)
+        stop_server = registry.serve(port, addr)
+        click.echo(f"serving metrics of {store.url} on http://{addr}:{port}/metrics", err=True)
+        with StopSignals() as signals:
+            signals.wait()
+        stop_server()
+
+
+COMMANDS = [status, sweep, migrate, metrics]

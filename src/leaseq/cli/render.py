@@ -1,0 +1,108 @@
+"""How the commands show what they found: rich tables for people, plain rows for ``--json``, and
+a job's journal told as a story."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.table import Table
+
+from leaseq.job import Job, JournalEntry
+from leaseq.metrics import QueueSnapshot
+
+STATUS_COLUMNS = ["pending", "processing", "done", "failed", "cancelled"]
+
+EVENT_WORDS = {
+    "enqueued": "enqueued", "claimed": "claimed", "heartbeat_lost": "lost its lease",
+    "result_saved": "finished", "retry_scheduled": "will be retried", "snoozed": "snoozed",
+    "quarantined": "quarantined", "reclaimed": "lease expired, back in the queue",
+    "requeued": "requeued by an operator", "cancelled": "cancelled", "published": "published",
+    "received": "delivered", "ack_sent": "acknowledged",
+    "given_back": "given back, ready at once", "publish_owed": "publish owed again",
+    "retried": "requeued by an operator",  # the name older journal rows carry
+}
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+def status_rows(snaps: Sequence[QueueSnapshot]) -> dict[str, Any]:
+    return {s.queue: {"counts": s.counts, "ready": s.ready, "in_flight": s.in_flight,
+                      "oldest_pending_age_s": round(s.oldest_pending_age_s, 3)} for s in snaps}
+
+
+def status_table(url: str, snaps: Sequence[QueueSnapshot]) -> Table:
+    table = Table(title=f"leaseq — {url}")
+    others = sorted({k for s in snaps for k in s.counts} - set(STATUS_COLUMNS))
+    for column in ["queue", *STATUS_COLUMNS, *others, "ready", "in flight",
+                   "oldest pending"]:
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    for s in snaps:
+        table.add_row(s.queue, *(str(s.counts.get(k, 0)) for k in [*STATUS_COLUMNS, *others]),
+                      str(s.ready), str(s.in_flight), f"{s.oldest_pending_age_s:.1f} s")
+    return table
+
+
+# --- the quarantine --------------------------------------------------------------------------
+
+
+def quarantine_rows(jobs: Sequence[Job]) -> list[dict[str, Any]]:
+    return [{"queue": j.queue, "job_id": j.id, "task": j.task, "failure": j.failure,
+             "attempts": j.attempts, "error": j.error,
+             "updated_at": j.updated_at.isoformat() if j.updated_at else None} for j in jobs]
+
+
+def quarantine_table(jobs: Sequence[Job]) -> Table:
+    table = Table(title=f"quarantine: {len(jobs)} job(s)")
+    for column in ("queue", "job", "task", "reason", "attempts", "error"):
+        table.add_column(column, overflow="fold")
+    for j in jobs:
+        last_line = (j.error or "").strip().splitlines()[-1:] or [""]
+        table.add_row(j.queue, j.id, j.task or "", j.failure or "", str(j.attempts),
+                      last_line[0][:200])
+    return table
+
+
+# --- one job ---------------------------------------------------------------------------------
+
+
+#: Record fields shown even when zero: the budget a job has spent.
+ALWAYS_SHOWN = ("status", "attempts", "snoozes", "givebacks")
+
+
+def record_table(job: Job) -> Table:
+    """The job's record; the payload only as its size and keys (it may hold anything)."""
+    table = Table(show_header=False, title=f"job {job.id}", title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for name, value in job.to_dict().items():
+        if name == "payload":
+            value = f"{len(json.dumps(value))} bytes, keys: {', '.join(sorted(value)) or '-'}"
+        if value not in (None, "", False) or name in ALWAYS_SHOWN:
+            table.add_row(name, str(value))
+    return table
+
+
+def story(entries: Sequence[JournalEntry]) -> list[str]:
+    """The journal, one line per event, timed from the first."""
+    start = entries[0].at if entries else None
+    return [story_line(entry, start) for entry in entries]
+
+
+def story_line(entry: JournalEntry, start: datetime | None) -> str:
+    offset = (entry.at - start).total_seconds() if start else 0.0
+    words = EVENT_WORDS.get(entry.event, entry.event)
+    parts = [f"{entry.at:%H:%M:%S.%f}"[:-3], f"+{offset:7.3f}s", f"[bold]{words}[/bold]"]
+    if entry.attempt:
+        parts.append(f"attempt {entry.attempt}")
+    if entry.worker_id:
+        parts.append(f"by {entry.worker_id}")
+    detail = entry.reason or ""
+    if entry.data and "delay_s" in entry.data:
+        detail += f" (in {float(entry.data['delay_s']):.2f} s)"
+    if detail:
+        parts.append(f"— {detail}")
+    return "  ".join(parts)

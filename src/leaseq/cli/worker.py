@@ -1,0 +1,78 @@
+"""``leaseq worker``: run an App's tasks, polling the store or on RabbitMQ deliveries."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from leaseq.app import App
+from leaseq.cli import errors, open_store, url_option
+from leaseq.signals import stop_event
+
+
+@click.command()
+@click.argument("app_ref", metavar="MODULE:APP")
+@url_option
+@click.option("--queue", "queues", multiple=True, help="Queue to serve (repeat). "
+              "Default: every queue the app's tasks use.")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=10, show_default=True,
+              help="Jobs in flight per process.")
+@click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Worker processes (each with --concurrency slots).")
+@click.option("--burst", is_flag=True, help="Exit 0 once nothing is claimable or in flight.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics here (process i of --processes uses PORT+i).")
+@click.option("--grace-s", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="On SIGTERM, how long in-flight jobs may finish before being given back.")
+@click.option("--sweep-every-s", type=click.FloatRange(0, min_open=True), default=30.0,
+              show_default=True, help="How often to reclaim expired leases.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+@click.option("--delivery", type=click.Choice(["poll", "rabbitmq"]), default="poll",
+              show_default=True, help="poll: claim from the store; rabbitmq: take deliveries "
+              "from RabbitMQ (fed by `leaseq dispatch`).")
+@click.option("--amqp-url", envvar="LEASEQ_AMQP_URL", default=None, metavar="URL",
+              help="RabbitMQ URL for --delivery rabbitmq (or LEASEQ_AMQP_URL).")
+@errors
+def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: int,
+           processes: int, burst: bool, metrics_port: int | None, grace_s: float,
+           sweep_every_s: float, log_level: str, delivery: str, amqp_url: str | None) -> None:
+    """Run the tasks of the App at MODULE:APP (e.g. myproject.tasks:app)."""
+    from leaseq.supervisor import run_processes, run_worker
+    from leaseq.worker import WorkerConfig
+
+    level = getattr(logging, log_level.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if delivery == "rabbitmq":
+        _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes)
+        return
+    config = WorkerConfig(queues=queues, concurrency=concurrency, burst=burst,
+                          grace_s=grace_s, sweep_every_s=sweep_every_s,
+                          metrics_port=metrics_port)
+    App.from_ref(app_ref)  # a bad MODULE:APP is a usage error, before anything starts
+    if processes == 1:
+        code = run_worker(app_ref, url, config)
+    else:
+        code = run_processes(app_ref, url, config, processes, level)
+    sys.exit(code)
+
+
+def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[str, ...],
+             concurrency: int, grace_s: float, burst: bool, processes: int) -> None:
+    """``--delivery rabbitmq``: the same tasks and outcomes, deliveries pushed by RabbitMQ."""
+    from leaseq.delivery.rabbitmq import run_app_consumer
+
+    if not amqp_url:
+        raise click.UsageError("--delivery rabbitmq needs --amqp-url (or LEASEQ_AMQP_URL)")
+    if burst or processes != 1:
+        raise click.UsageError("--delivery rabbitmq runs one process and has no --burst; "
+                               "start more consumers to scale out")
+    app = App.from_ref(app_ref)
+    with stop_event() as stop:
+        run_app_consumer(app, amqp_url, queues=queues, store=open_store(url) if url else None,
+                         concurrency=concurrency, grace_s=grace_s, stop=stop)
+
+
+COMMANDS = [worker]

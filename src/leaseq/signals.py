@@ -1,0 +1,133 @@
+"""Stop signals (SIGTERM, SIGINT) for leaseq's long-running commands, without the handler hazard.
+
+A Python signal handler runs on the main thread between two bytecodes, possibly while that
+thread holds the very lock that ``threading.Event.set``, a queue or a logging handler would take:
+a handler that takes a lock can deadlock the process it is meant to stop. So the handler
+installed here does nothing at all. The message is the byte that the interpreter's C-level
+handler writes to a self-pipe (``signal.set_wakeup_fd``): a loop reads it through
+``StopSignals.wait`` or waits on ``fileno()`` beside its own file descriptors, and code that
+takes a ``threading.Event`` gets one from ``stop_event``, set by a watcher thread, an ordinary
+thread where taking a lock is safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from types import FrameType, TracebackType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+_WAKE = b"\0"  # not a signal number: written by ``interrupt`` to free a waiting thread
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """The Python-level handler: the C-level handler has already written the wake-up byte."""
+
+
+class StopSignals:
+    """While entered, SIGTERM / SIGINT (or ``signals``) stop nothing by themselves: they are
+    counted, and ``wait`` returns. A signal that was ignored when entered (a supervised child,
+    a job started in the background) stays ignored. Outside the main thread nothing is
+    installed (Python delivers signals to the main thread only) and ``wait`` just waits."""
+
+    def __init__(self, signals: Sequence[int] = STOP_SIGNALS):
+        self.signals = frozenset(int(s) for s in signals)
+        self.received = 0
+        """Stop signals read from the pipe so far."""
+        self._read = self._write = -1
+        self._previous: dict[int, Any] = {}
+        self._previous_fd: int | None = None
+        self._closing = False
+
+    def __enter__(self) -> StopSignals:
+        self._read, self._write = os.pipe()
+        for fd in (self._read, self._write):
+            os.set_blocking(fd, False)
+        if threading.current_thread() is threading.main_thread():
+            self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+            for sig in self.signals:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, _ignore)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for sig, handler in self._previous.items():
+            if handler is not None:  # None: a handler installed from C, which we cannot restore
+                signal.signal(sig, handler)
+        if self._previous_fd is not None:
+            signal.set_wakeup_fd(self._previous_fd)
+        self.interrupt()
+        # Closed last, once no thread reads them: a number closed too early could be reused by
+        # another file, which a late ``take`` would then read from.
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def fileno(self) -> int:
+        """Readable once a signal arrived: wait on it beside other file descriptors, then call
+        ``take``."""
+        return self._read
+
+    @property
+    def requested(self) -> bool:
+        return self.received > 0
+
+    def take(self) -> int:
+        """Read what the pipe holds without blocking; the number of new stop signals."""
+        new = 0
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(self._read, 512):
+                new += sum(1 for byte in data if byte in self.signals)
+        self.received += new
+        return new
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until a stop signal arrives (or ``timeout_s`` passes, or ``interrupt``); True
+        once one has arrived."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.requested and not self._closing:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            select.select([self._read], [], [], remaining)
+            self.take()
+        return self.requested
+
+    def interrupt(self) -> None:
+        """Free a thread blocked in ``wait`` (it returns ``requested``, False without a
+        signal)."""
+        self._closing = True
+        with contextlib.suppress(OSError):
+            os.write(self._write, _WAKE)
+
+
+@contextlib.contextmanager
+def stop_event(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[threading.Event]:
+    """An ``Event`` that a stop signal sets, for code that stops on an Event (the sweeper
+    loop, the dispatcher, the consumer). A watcher thread sets it, never the handler."""
+    event = threading.Event()
+    with StopSignals(signals) as stop:
+        watcher = threading.Thread(target=_set_when_signalled, args=(stop, event),
+                                   name="leaseq-stop-signals", daemon=True)
+        watcher.start()
+        try:
+            yield event
+        finally:
+            stop.interrupt()
+            watcher.join()
+
+
+def _set_when_signalled(stop: StopSignals, event: threading.Event) -> None:
+    if stop.wait():
+        log.info("stop signal received; stopping")
+        event.set()
