@@ -30,7 +30,7 @@ DEFAULT_MAX_ATTEMPTS = 5
 PENDING, PROCESSING, FAILED = "pending", "processing", "failed"
 #: The record's own fields; every other top-level field is payload. The counters are listed
 #: here too, so a record field is never read as payload whatever the validator reserves.
-RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks"}
+RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks", "priority", "concurrency_key"}
 #: Fields of the record kept when a new payload replaces the old one (the rest is payload).
 RECORD_FIELDS = sorted(RECORD_KEYS)
 CLAIM_SORT = [("lease_until", 1), ("_id", 1)]

@@ -34,6 +34,17 @@ from leaseq.job import (
     OnConflict,
     Outcome,
 )
+from leaseq.limits import (
+    NO_LIMITS,
+    UNKEYED_SCAN,
+    ClaimLimits,
+    HeldBack,
+    admit,
+    held_back,
+    key_backlog,
+    record,
+    stamp,
+)
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
@@ -63,7 +74,8 @@ class PostgresStore(Store):
         #: This store's named SQL (``queries.sql`` with the schema filled in), e.g. to EXPLAIN.
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
-                                    journal=f"{self._schema}.journal")
+                                    journal=f"{self._schema}.journal",
+                                    limits=f"{self._schema}.limits")
         self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
@@ -227,7 +239,9 @@ class PostgresStore(Store):
                 delays=[float(s.delay_s) for s in specs],
                 max_attempts=[s.max_attempts for s in specs],
                 data=[json.dumps({"revision": s.revision}) if s.revision else None
-                      for s in specs])
+                      for s in specs],
+                priorities=[s.priority for s in specs],
+                keys=[s.concurrency_key for s in specs])
         except UniqueViolation:
             return None
         unchanged = {job_id for job_id, same in rows if job_id is not None and same}
@@ -245,7 +259,8 @@ class PostgresStore(Store):
             conn, "enqueue_one", queue=queue, channel=self.options.channel, id=spec.job_id,
             task=spec.task, payload=spec.payload_json, revision=spec.revision,
             delay_s=float(spec.delay_s), max_attempts=spec.max_attempts,
-            data=json.dumps({"revision": spec.revision}) if spec.revision else None)
+            data=json.dumps({"revision": spec.revision}) if spec.revision else None,
+            priority=spec.priority, concurrency_key=spec.concurrency_key)
         return [EnqueueResult(spec.job_id, Outcome.CREATED)] if rows[0][0] else None
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
@@ -277,18 +292,67 @@ class PostgresStore(Store):
 
     # --- workers ---------------------------------------------------------------------------
 
-    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float,
+              limits: ClaimLimits = NO_LIMITS) -> list[Job]:
         # Safe to retry even when the commit's fate is unknown: a claim that did commit only
         # holds its jobs until their lease runs out, then they are claimed again.
+        if limits.any:
+            return self._session.run(lambda conn: self._claim_limited(
+                conn, queue, worker_id, limit, lease_s, limits), retry_commit=True)
         return self._session.run(lambda conn: self._jobs(
             conn, "claim", queue=queue, worker_id=_text(worker_id), limit=limit,
             lease_s=lease_s), retry_commit=True, single=True)
 
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
-        jobs = self._session.run(lambda conn: self._jobs(
-            conn, "claim_id", queue=queue, id=job_id, worker_id=_text(worker_id),
-            lease_s=lease_s), retry_commit=True, single=True)
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float,
+                 limits: ClaimLimits = NO_LIMITS) -> Job | None:
+        if limits.any:
+            jobs = self._session.run(lambda conn: self._claim_limited(
+                conn, queue, worker_id, 1, lease_s, limits, job_id), retry_commit=True)
+        else:
+            jobs = self._session.run(lambda conn: self._jobs(
+                conn, "claim_id", queue=queue, id=job_id, worker_id=_text(worker_id),
+                lease_s=lease_s), retry_commit=True, single=True)
         return jobs[0] if jobs else None
+
+    def _claim_limited(self, conn: psycopg.Connection, queue: str, worker_id: str, limit: int,
+                       lease_s: float, limits: ClaimLimits,
+                       job_id: str | None = None) -> list[Job]:
+        """The claim under ``limits``, in one transaction behind the queue's limits row lock
+        (see queries.sql). ``job_id``: only that job."""
+        recent, at = self._limit_lock(conn, queue)
+        if limits.rate_per_s is not None:
+            limit = admit(recent, at, limit, limits.rate_per_s)
+        params = {"queue": queue, "worker_id": _text(worker_id), "lease_s": lease_s}
+        if not limit:
+            jobs: list[Job] = []
+        elif job_id is not None:
+            jobs = (self._jobs(conn, "claim_id", id=job_id, **params)
+                    if self._key_has_room(conn, queue, job_id, limits) else [])
+        elif limits.key_limit is None:
+            jobs = self._jobs(conn, "claim", limit=limit, **params)
+        else:
+            jobs = self._jobs(conn, "claim_keyed", limit=limit, key_limit=limits.key_limit,
+                              scan=limit + UNKEYED_SCAN, **params)
+        if limits.rate_per_s is not None and jobs:
+            self._exec(conn, "save_rate_log", queue=queue,
+                       recent=record(recent, at, len(jobs), limits.rate_per_s))
+        return jobs
+
+    def _limit_lock(self, conn: psycopg.Connection, queue: str) -> tuple[list[float], float]:
+        """Lock the queue's limits row (made on first use); its rate log and the stamp."""
+        rows = self._rows(conn, "limit_lock", queue=queue)
+        if not rows:
+            self._exec(conn, "limit_row", queue=queue)
+            rows = self._rows(conn, "limit_lock", queue=queue)
+        recent = list(rows[0]["recent"])
+        return recent, stamp(recent, float(rows[0]["now"]))
+
+    def _key_has_room(self, conn: psycopg.Connection, queue: str, job_id: str,
+                      limits: ClaimLimits) -> bool:
+        if limits.key_limit is None:
+            return True
+        rows = self._rows(conn, "job_key_running", queue=queue, id=job_id)
+        return not rows or rows[0]["running"] < limits.key_limit
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
         if not leases:
@@ -496,6 +560,21 @@ class PostgresStore(Store):
             reason=_text(reason)), retry_commit=True, single=True)
         return [r["id"] for r in rows]
 
+
+    # --- limits in the claim -----------------------------------------------------------------
+
+    def held_back(self, queue: str, limits: ClaimLimits) -> HeldBack:
+        def work(conn: psycopg.Connection) -> HeldBack:
+            ready = self._count(conn, "ready", queue=queue)
+            by_key = 0
+            if limits.key_limit is not None:
+                by_key = key_backlog([(r["ready"], r["running"]) for r in
+                                      self._rows(conn, "key_backlog", queue=queue)],
+                                     limits.key_limit)
+            log = self._rows(conn, "rate_log", queue=queue)[0]
+            return held_back(ready, by_key, list(log["recent"]), float(log["now"]), limits)
+
+        return self._session.run(work, retry_commit=True)
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:

@@ -33,6 +33,18 @@ from leaseq.job import (
     given_back_too_often,
     snoozed_too_often,
 )
+from leaseq.limits import (
+    NO_LIMITS,
+    UNKEYED_SCAN,
+    ClaimLimits,
+    HeldBack,
+    admit,
+    free_slots,
+    held_back,
+    key_backlog,
+    record,
+    stamp,
+)
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
 from leaseq.stores.sqlite import schema
@@ -157,7 +169,7 @@ class SQLiteStore(Store):
         with self._lock:
             self._conn.executescript(
                 "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
-                "DROP TABLE IF EXISTS leaseq_schema;")
+                "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_limits;")
 
     # --- producers -------------------------------------------------------------------------
 
@@ -186,7 +198,8 @@ class SQLiteStore(Store):
                 old: dict[str, Any] | None, on_conflict: OnConflict) -> Outcome:
         params = self._params(queue=queue, id=spec.job_id, task=spec.task,
                               payload=spec.payload_json, revision=spec.revision,
-                              delay_s=spec.delay_s, max_attempts=spec.max_attempts)
+                              delay_s=spec.delay_s, max_attempts=spec.max_attempts,
+                              priority=spec.priority, concurrency_key=spec.concurrency_key)
         if old is None:
             conn.execute(Q["insert_job"], params)
             return self._enqueued(conn, queue, spec, Outcome.CREATED)
@@ -209,19 +222,80 @@ class SQLiteStore(Store):
 
     # --- workers ---------------------------------------------------------------------------
 
-    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float,
+              limits: ClaimLimits = NO_LIMITS) -> list[Job]:
         with self._tx() as conn:
-            rows = self._rows(conn, "claim", queue=queue, worker_id=worker_id, lease_s=lease_s,
-                              limit=limit)
+            if limits.any:
+                rows = self._claim_limited(conn, queue, worker_id, limit, lease_s, limits)
+            else:
+                rows = self._rows(conn, "claim", queue=queue, worker_id=worker_id,
+                                  lease_s=lease_s, limit=limit)
             self._journal_claims(conn, queue, rows)
         return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))  # type: ignore[arg-type, return-value]
 
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float,
+                 limits: ClaimLimits = NO_LIMITS) -> Job | None:
         with self._tx() as conn:
-            rows = self._rows(conn, "claim_id", queue=queue, id=job_id, worker_id=worker_id,
-                              lease_s=lease_s)
+            if limits.any:
+                rows = self._claim_limited(conn, queue, worker_id, 1, lease_s, limits, job_id)
+            else:
+                rows = self._rows(conn, "claim_id", queue=queue, id=job_id,
+                                  worker_id=worker_id, lease_s=lease_s)
             self._journal_claims(conn, queue, rows)
         return _job(rows[0]) if rows else None
+
+    def _claim_limited(self, conn: sqlite3.Connection, queue: str, worker_id: str, limit: int,
+                       lease_s: float, limits: ClaimLimits,
+                       job_id: str | None = None) -> list[dict[str, Any]]:
+        """The claim under ``limits``; BEGIN IMMEDIATE already holds every other claim off,
+        so the counts read here stay true until the commit. ``job_id``: only that job."""
+        recent, at = self._rate_log(conn, queue) if limits.rate_per_s else ([], 0.0)
+        if limits.rate_per_s is not None:
+            limit = admit(recent, at, limit, limits.rate_per_s)
+        params = {"queue": queue, "worker_id": worker_id, "lease_s": lease_s}
+        if not limit:
+            rows: list[dict[str, Any]] = []
+        elif job_id is not None:
+            rows = (self._rows(conn, "claim_id", id=job_id, **params)
+                    if self._key_has_room(conn, queue, job_id, limits) else [])
+        elif limits.key_limit is None:
+            rows = self._rows(conn, "claim", limit=limit, **params)
+        else:
+            ids = self._keyed_candidates(conn, queue, limit, limits.key_limit)
+            rows = self._rows(conn, "claim_ids", ids=json.dumps(ids), **params) if ids else []
+        if limits.rate_per_s is not None and rows:
+            conn.execute(Q["save_rate_log"], {"queue": queue, "recent": json.dumps(
+                record(recent, at, len(rows), limits.rate_per_s))})
+        return rows
+
+    def _rate_log(self, conn: sqlite3.Connection, queue: str) -> tuple[list[float], float]:
+        """The queue's recent claim stamps and the time this claim is stamped at."""
+        rows = self._rows(conn, "rate_log", queue=queue)
+        if not rows:
+            return [], float(self._rows(conn, "now")[0]["now"])
+        recent = json.loads(rows[0]["recent"])
+        return recent, stamp(recent, float(rows[0]["now"]))
+
+    def _key_has_room(self, conn: sqlite3.Connection, queue: str, job_id: str,
+                      limits: ClaimLimits) -> bool:
+        if limits.key_limit is None:
+            return True
+        rows = self._rows(conn, "job_key_running", queue=queue, id=job_id)
+        return not rows or rows[0]["running"] is None or rows[0]["running"] < limits.key_limit
+
+    def _keyed_candidates(self, conn: sqlite3.Connection, queue: str, limit: int,
+                          key_limit: int) -> list[str]:
+        """Ids to claim, in claim order: each key's first ready jobs up to its free slots
+        (one seek per key), and jobs without a key from the front of the claimable index."""
+        found = self._rows(conn, "unkeyed_candidates", queue=queue, limit=limit,
+                           scan=limit + UNKEYED_SCAN)
+        for slot in self._rows(conn, "key_slots", queue=queue):
+            free = min(free_slots(key_limit, slot["running"]), limit)
+            if free:
+                found += self._rows(conn, "key_candidates", queue=queue, limit=free,
+                                    concurrency_key=slot["concurrency_key"])
+        found.sort(key=lambda r: (-r["priority"], r["lease_until"], r["id"]))
+        return [r["id"] for r in found[:limit]]
 
     def _journal_claims(self, conn: sqlite3.Connection, queue: str,
                         rows: list[dict[str, Any]]) -> None:
@@ -500,6 +574,20 @@ class SQLiteStore(Store):
             self._journal_rows(conn, queue, rows, "publish_owed", lambda _: reason)
         return [r["id"] for r in rows]
 
+    # --- limits in the claim -----------------------------------------------------------------
+
+    def held_back(self, queue: str, limits: ClaimLimits) -> HeldBack:
+        with self._lock:
+            conn = self._conn
+            ready = int(self._rows(conn, "ready", queue=queue)[0]["n"])
+            by_key = 0
+            if limits.key_limit is not None:
+                by_key = key_backlog([(int(r["ready"]), int(r["running"])) for r in
+                                      self._rows(conn, "key_backlog", queue=queue)],
+                                     limits.key_limit)
+            recent, now = self._rate_log(conn, queue)
+            return held_back(ready, by_key, recent, now, limits)
+
 
 def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
@@ -516,7 +604,8 @@ def _job(row: dict[str, Any]) -> Job:
         result=None if row["result"] is None else json.loads(row["result"]),
         result_key=row["result_key"], created_at=_dt(row["created_at"]),
         updated_at=_dt(row["updated_at"]), first_seen_at=_dt(row["first_seen_at"]),
-        published_at=_dt(row["published_at"]),
+        published_at=_dt(row["published_at"]), priority=row["priority"],
+        concurrency_key=row["concurrency_key"],
     )
 
 
