@@ -90,7 +90,7 @@ def test_an_empty_filter_needs_no_index():
 
 def test_index_names_are_mongodbs_defaults():
     assert ix.name_of(OLD_INDEX) == "status_1_lease_until_1"
-    assert ix.name_of(ix.CLAIM_INDEX) == "status_1_lease_until_1__id_1"
+    assert ix.name_of(ix.CLAIM_INDEX) == "status_1_priority_-1_lease_until_1__id_1"
 
 
 # --- the store's queries -------------------------------------------------------------------
@@ -106,7 +106,7 @@ QUERIES = {
     "claim_id": (D.claimable_id("j", 0), []),
     "ready": (D.ready(0)[0]["$match"], []),
     "in_flight": (D.in_flight(0), []),
-    "outbox_due": (D.outbox_due(0), D.CLAIM_SORT),
+    "outbox_due": (D.outbox_due(0), D.OUTBOX_SORT),
     "republish": (D.published_before(60, 0), []),
     "mark_published": (D.unpublished([("a", 0), ("b", 2)], 0), []),
     "reclaim step 1": (D.expired(0, spent_=True), []),
