@@ -1,7 +1,7 @@
 """What SQLite and PostgreSQL read alike: the inspection methods and the row → record mapping.
 
 Both stores hold the same tables and answer the same named read queries (``now``, ``queues``,
-``get``, ``list``, ``counts``, ``ready``, ``in_flight``, ``journal``, ``outbox_due`` in their
+``get``, ``list_jobs``, ``counts``, ``ready``, ``in_flight``, ``journal``, ``outbox_due`` in their
 ``queries.sql``), so the methods that run them and turn rows into ``Job`` and ``JournalEntry``
 are written here once, on two hooks a store supplies:
 
@@ -83,7 +83,8 @@ class SQLStore(Store):
 
     def list_jobs(self, queue: str, status: str | None = None, limit: int = 100,
                   after_id: str | None = None) -> list[Job]:
-        rows = self._read("list", queue=queue, status=status, limit=limit, after_id=after_id or "")
+        rows = self._read("list_jobs", queue=queue, status=status, limit=limit,
+                          after_id=after_id or "")
         return [self._job(r) for r in rows]
 
     def counts(self, queue: str) -> dict[str, int]:
