@@ -13,8 +13,7 @@ from pipeline_model import evaluate, matches, truthy
 
 from leaseq.errors import InvalidQueueName, UnsupportedOperation
 from leaseq.limits import ClaimLimits, HeldBack
-from leaseq.stores.mongodb import MongoStore
-from leaseq.stores.mongodb import documents as D
+from leaseq.stores.mongodb import MongoStore, documents
 from leaseq.stores.mongodb.limited import _claim_order, _seconds
 
 Q, LIMITS = "leaseq_q", "leaseq_limits"
@@ -68,7 +67,7 @@ def test_a_key_limited_claim_takes_free_slots_in_claim_order_in_one_transaction(
     assert db.client.transactions == ["start", "commit", "end_session"]
     # Only the free key was walked: one find for unkeyed, one for key "a"
     finds = db.of(Q, "find")
-    assert len(finds) == 2 and finds[1][0][0] == D.claimable_keyed("a", 0)
+    assert len(finds) == 2 and finds[1][0][0] == documents.claimable_keyed("a", 0)
 
 
 def test_a_rate_limited_claim_takes_the_room_left_and_logs_its_stamps(db, store):
@@ -93,7 +92,7 @@ def test_a_full_window_claims_nothing(db, store):
     assert db.of(Q, "find") == [] and len(db.of(LIMITS, "find_one_and_update")) == 1
 
 
-def test_claim_id_under_a_key_limit_needs_a_free_slot(db, store):
+def test_claim_one_under_a_key_limit_needs_a_free_slot(db, store):
     # Given job j1 of key "a" with one running, and key_limit 1
     db[LIMITS].answer("find_one_and_update", gate(), gate(), gate())
     db[Q].answer("find_one", {"_id": "j1", "concurrency_key": "a"}, {"_id": "j2"},
@@ -102,15 +101,15 @@ def test_claim_id_under_a_key_limit_needs_a_free_slot(db, store):
     db[Q].answer("find_one_and_update", job("j2"), job("j1"))
     one = ClaimLimits(key_limit=1)
     # Then j1 waits, j2 (no key) goes, and j1 goes once its key has room
-    assert store.claim_id("q", "j1", "w", 60, one) is None
-    assert store.claim_id("q", "j2", "w", 60, one).id == "j2"  # type: ignore[union-attr]
-    assert store.claim_id("q", "j1", "w", 60, one).id == "j1"  # type: ignore[union-attr]
+    assert store.claim_one("q", "j1", "w", 60, one) is None
+    assert store.claim_one("q", "j2", "w", 60, one).id == "j2"  # type: ignore[union-attr]
+    assert store.claim_one("q", "j1", "w", 60, one).id == "j1"  # type: ignore[union-attr]
 
 
-def test_claim_id_under_a_rate_limit_only(db, store):
+def test_claim_one_under_a_rate_limit_only(db, store):
     db[LIMITS].answer("find_one_and_update", gate())
     db[Q].answer("find_one_and_update", job("j1"))
-    assert store.claim_id("q", "j1", "w", 60, ClaimLimits(rate_per_s=5)).id == "j1"  # type: ignore[union-attr]
+    assert store.claim_one("q", "j1", "w", 60, ClaimLimits(rate_per_s=5)).id == "j1"  # type: ignore[union-attr]
     assert db.of(Q, "find_one") == []
 
 
@@ -161,9 +160,9 @@ def test_a_limits_document_without_a_clock_is_refused():
     {"status": "done", "lease_until": None},
 ])
 def test_key_counts_ready_is_the_claimable_filter(sample):
-    group = D.key_counts(0)[1]["$group"]
+    group = documents.key_counts(0)[1]["$group"]
     ready = group["ready"]["$sum"]["$cond"][0]
     running = group["running"]["$sum"]["$cond"][0]
     doc = {"_id": "j", "concurrency_key": "a", **sample}
-    assert truthy(evaluate(ready, doc, T0)) == matches(D.claimable(0), doc, T0)
+    assert truthy(evaluate(ready, doc, T0)) == matches(documents.claimable(0), doc, T0)
     assert truthy(evaluate(running, doc, T0)) == (sample["status"] == "processing")

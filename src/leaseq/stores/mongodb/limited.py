@@ -38,8 +38,7 @@ from leaseq.limits import (
     record,
     stamp,
 )
-from leaseq.stores.mongodb import documents as D
-from leaseq.stores.mongodb import records
+from leaseq.stores.mongodb import documents, records
 from leaseq.stores.mongodb.connection import guarded
 
 AFTER = ReturnDocument.AFTER
@@ -49,7 +48,7 @@ _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
 class LimitedClaims:
-    """``claim`` and ``claim_id`` under ``ClaimLimits``, and ``held_back``."""
+    """``claim`` and ``claim_one`` under ``ClaimLimits``, and ``held_back``."""
 
     supports_transactions: bool
     _off: float
@@ -70,7 +69,7 @@ class LimitedClaims:
             raise UnsupportedOperation(
                 f"queue {queue!r}: key_limit and rate_per_s need MongoDB transactions (a "
                 "replica set or mongos); this server is standalone")
-        coll, update = self._coll(queue), D.claim(worker_id, lease_s, self._off)
+        coll, update = self._coll(queue), documents.claim(worker_id, lease_s, self._off)
 
         def work(session: Any) -> list[Job]:
             recent, at = self._open_gate(queue, session)
@@ -79,7 +78,7 @@ class LimitedClaims:
             ids = self._limited_ids(coll, room, limits, job_id, session) if room else []
             jobs = []
             for found_id in ids:
-                doc = coll.find_one_and_update(D.claimable_id(found_id, self._off), update,
+                doc = coll.find_one_and_update(documents.claimable_id(found_id, self._off), update,
                                                return_document=AFTER, session=session)
                 if doc is not None:
                     jobs.append(records.job(queue, doc))
@@ -98,7 +97,7 @@ class LimitedClaims:
         """Write the queue's limits document (see the module's docstring): its rate log and
         the stamp of this claim."""
         gate = self._limits.find_one_and_update(
-            {"_id": queue}, D.limits_claim(self._off), upsert=True, return_document=AFTER,
+            {"_id": queue}, documents.limits_claim(self._off), upsert=True, return_document=AFTER,
             session=session)
         recent = [float(t) for t in gate.get("recent") or []]
         return recent, stamp(recent, _seconds(gate.get("now")))
@@ -108,17 +107,18 @@ class LimitedClaims:
         """Ids to claim, in claim order."""
         if job_id is not None:
             return [job_id] if self._key_has_room(coll, job_id, limits, session) else []
+        claimable, order = documents.claimable(self._off), documents.CLAIM_SORT
         if limits.key_limit is None:
-            return [d["_id"] for d in coll.find(D.claimable(self._off), {"_id": 1},
-                                                sort=D.CLAIM_SORT, limit=room, session=session)]
-        found = [d for d in coll.find(D.claimable(self._off), CANDIDATE, sort=D.CLAIM_SORT,
+            return [d["_id"] for d in coll.find(claimable, {"_id": 1}, sort=order, limit=room,
+                                                session=session)]
+        found = [d for d in coll.find(claimable, CANDIDATE, sort=order,
                                       limit=room + UNKEYED_SCAN, session=session)
                  if d.get("concurrency_key") is None][:room]
-        for slot in coll.aggregate(D.key_counts(self._off), session=session):
+        for slot in coll.aggregate(documents.key_counts(self._off), session=session):
             free = min(free_slots(limits.key_limit, slot["running"]), room)
             if free and slot["ready"]:
-                found += coll.find(D.claimable_keyed(slot["_id"], self._off), CANDIDATE,
-                                   sort=D.CLAIM_SORT, limit=free, session=session)
+                found += coll.find(documents.claimable_keyed(slot["_id"], self._off), CANDIDATE,
+                                   sort=order, limit=free, session=session)
         found.sort(key=_claim_order)
         return [d["_id"] for d in found[:room]]
 
@@ -130,7 +130,7 @@ class LimitedClaims:
         if not isinstance(key, str):
             return True
         running = coll.count_documents(
-            {"status": D.PROCESSING, "concurrency_key": key, "$and": [D.HAS_KEY]},
+            {"status": documents.PROCESSING, "concurrency_key": key, "$and": [documents.HAS_KEY]},
             session=session)
         return running < limits.key_limit  # type: ignore[no-any-return]
 
@@ -141,7 +141,7 @@ class LimitedClaims:
         by_key = 0
         if limits.key_limit is not None:
             by_key = key_backlog([(int(r["ready"]), int(r["running"]))
-                                  for r in coll.aggregate(D.key_counts(self._off))],
+                                  for r in coll.aggregate(documents.key_counts(self._off))],
                                  limits.key_limit)
         gate = self._limits.find_one({"_id": queue}) or {}
         recent = [float(t) for t in gate.get("recent") or []]
