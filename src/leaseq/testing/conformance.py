@@ -38,6 +38,7 @@ from leaseq.testing.suites.finish import FinishSuite
 from leaseq.testing.suites.giveback import GiveBackSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
+from leaseq.testing.suites.limits import LimitsSuite
 from leaseq.testing.suites.outbox import OutboxSuite
 from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
@@ -60,6 +61,7 @@ ALL_SUITES: tuple[type, ...] = (
     OperatorSuite,
     ClockSuite,
     OutboxReoweSuite,
+    LimitsSuite,
 )
 
 
@@ -85,6 +87,7 @@ __all__ = [
     "InspectionSuite",
     "JournalSuite",
     "LeaseSuite",
+    "LimitsSuite",
     "OperatorSuite",
     "OutboxReoweSuite",
     "OutboxSuite",

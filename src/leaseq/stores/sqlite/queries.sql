@@ -292,7 +292,9 @@ RETURNING id, attempts, lease_epoch;
 -- Every query below runs under BEGIN IMMEDIATE, which serialises the claims of every queue.
 
 -- Each key with live jobs and how many of them are processing: a loose index scan
--- of leaseq_jobs_keyed, one seek per key. The predicates repeat the index's.
+-- of leaseq_jobs_keyed, one seek per key. The predicates repeat the index's; without
+-- statistics the planner would count a key's jobs by walking the queue's primary key, so
+-- the count names its index.
 -- name: key_slots
 WITH RECURSIVE keys(k) AS (
     SELECT min(concurrency_key) FROM leaseq_jobs
@@ -304,7 +306,7 @@ WITH RECURSIVE keys(k) AS (
               AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing'))
     FROM keys WHERE keys.k IS NOT NULL)
 SELECT k AS concurrency_key,
-       (SELECT count(*) FROM leaseq_jobs r
+       (SELECT count(*) FROM leaseq_jobs r INDEXED BY leaseq_jobs_keyed
         WHERE r.queue = :queue AND r.concurrency_key = keys.k
           AND r.concurrency_key IS NOT NULL AND r.status IN ('pending', 'processing')
           AND r.status = 'processing') AS running
@@ -363,7 +365,7 @@ GROUP BY concurrency_key;
 -- One job's key and how many of its key are processing (claim_one under a key limit).
 -- name: job_key_running
 SELECT j.concurrency_key,
-       (SELECT count(*) FROM leaseq_jobs r
+       (SELECT count(*) FROM leaseq_jobs r INDEXED BY leaseq_jobs_keyed
         WHERE r.queue = :queue AND r.concurrency_key = j.concurrency_key
           AND r.concurrency_key IS NOT NULL AND r.status IN ('pending', 'processing')
           AND r.status = 'processing') AS running
