@@ -57,6 +57,20 @@ class HeldBack:
         return self.by_key + self.by_rate
 
 
+@dataclass(frozen=True, slots=True)
+class LimitsState:
+    """What a store keeps per limited queue, read under the claim's lock: the rate log, the
+    limits its claims last ran with, and the store's clock (Unix seconds)."""
+
+    recent: list[float]
+    recorded: ClaimLimits
+    now: float
+
+    def at(self) -> float:
+        """The stamp a claim made now is counted at."""
+        return stamp(self.recent, self.now)
+
+
 def stamp(recent: Sequence[float], now: float) -> float:
     """The time a claim is counted at: the store's clock, never before the last stamp (a
     transaction that waited on the lock may carry an earlier clock reading)."""

@@ -332,9 +332,10 @@ class Queue:
 
     def held_back(self) -> HeldBack:
         """Ready jobs this queue's limits keep from being claimed right now (by key limits,
-        by the rate limit); zeros for a queue without limits."""
+        by the rate limit). A handle without limits reads those the queue's limited claims
+        last ran with; zeros for a queue that never had any."""
         limits = self.limits
-        return self.store.held_back(self.name, limits) if limits.any else HeldBack()
+        return self.store.held_back(self.name, limits if limits.any else None)
 
     def journal(self, job_id: str) -> list[JournalEntry]:
         return self.store.journal(self.name, validate.job_id(job_id))

@@ -166,3 +166,21 @@ def test_key_counts_ready_is_the_claimable_filter(sample):
     doc = {"_id": "j", "concurrency_key": "a", **sample}
     assert truthy(evaluate(ready, doc, T0)) == matches(documents.claimable(0), doc, T0)
     assert truthy(evaluate(running, doc, T0)) == (sample["status"] == "processing")
+
+
+def test_held_back_without_limits_reads_those_the_claims_recorded(db, store):
+    # Given a queue whose limited claims ran with key_limit 1
+    db[LIMITS].answer("find_one", {"recent": [], "key_limit": 1, "rate_per_s": None}, None)
+    db[Q].answer("aggregate", [{"n": 3, "age_ms": 1}], [{"_id": "a", "ready": 3, "running": 1}])
+    # Then held_back with no limits of its own counts by those
+    assert store.held_back("q") == HeldBack(by_key=3, by_rate=0)
+    # And a queue that never had limits holds nothing back, with no count read
+    assert store.held_back("q") == HeldBack()
+    assert len(db.of(Q, "aggregate")) == 2
+
+
+def test_the_limits_document_records_the_limits_of_the_claim(db, store):
+    db[LIMITS].answer("find_one_and_update", gate())
+    store.claim("q", "w", 1, 60, ClaimLimits(key_limit=3, rate_per_s=7))
+    update = db.of(LIMITS, "find_one_and_update")[0][0][1][0]["$set"]
+    assert (update["key_limit"], update["rate_per_s"]) == ({"$literal": 3}, {"$literal": 7})

@@ -402,11 +402,13 @@ class Store(abc.ABC):
     # --- limits in the claim (docs/limits.md) -------------------------------------------------
 
     @abc.abstractmethod
-    def held_back(self, queue: str, limits: ClaimLimits) -> HeldBack:
+    def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
         """How many ready jobs ``limits`` keep from being claimed right now: by key limits
         (per key, the ready jobs beyond its free slots) and by the rate limit (of the rest,
-        those beyond the room left in the current window). Reads only; ``HeldBack()`` when
-        none."""
+        those beyond the room left in the current window). ``limits=None``: those the queue's
+        limited claims last ran with, which the store keeps beside the rate log (so a reader
+        without the app's policy, such as ``leaseq status``, sees the same). Reads only;
+        ``HeldBack()`` when none."""
 
     # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
     # built-in for the annotations above ------------------------------------------------------

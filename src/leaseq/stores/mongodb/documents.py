@@ -164,11 +164,13 @@ def branch_expr(branch: Doc, offset_s: float) -> Doc:
     return {"$and": terms}
 
 
-def limits_claim(offset_s: float) -> list[Doc]:
+def limits_claim(key_limit: int | None, rate_per_s: int | None, offset_s: float) -> list[Doc]:
     """The write that opens a limited claim on the queue's limits document: it makes every
-    other limited claim of the queue conflict with this transaction, and reads the clock."""
+    other limited claim of the queue conflict with this transaction, reads the clock, and
+    records the limits the claim runs with (for ``held_back`` without them)."""
     return [{"$set": {"claims": {"$add": [{"$ifNull": ["$claims", 0]}, 1]},
                       "recent": {"$ifNull": ["$recent", []]},
+                      "key_limit": lit(key_limit), "rate_per_s": lit(rate_per_s),
                       "now": now(offset_s)}}]
 
 

@@ -72,7 +72,7 @@ class LimitedClaims:
         coll, update = self._coll(queue), documents.claim(worker_id, lease_s, self._off)
 
         def work(session: Any) -> list[Job]:
-            recent, at = self._open_gate(queue, session)
+            recent, at = self._open_gate(queue, limits, session)
             room = limit if limits.rate_per_s is None else admit(
                 recent, at, limit, limits.rate_per_s)
             ids = self._limited_ids(coll, room, limits, job_id, session) if room else []
@@ -93,12 +93,13 @@ class LimitedClaims:
 
         return self._transaction(work)  # type: ignore[no-any-return]
 
-    def _open_gate(self, queue: str, session: Any) -> tuple[list[float], float]:
+    def _open_gate(self, queue: str, limits: ClaimLimits,
+                   session: Any) -> tuple[list[float], float]:
         """Write the queue's limits document (see the module's docstring): its rate log and
         the stamp of this claim."""
-        gate = self._limits.find_one_and_update(
-            {"_id": queue}, documents.limits_claim(self._off), upsert=True, return_document=AFTER,
-            session=session)
+        update = documents.limits_claim(limits.key_limit, limits.rate_per_s, self._off)
+        gate = self._limits.find_one_and_update({"_id": queue}, update, upsert=True,
+                                                return_document=AFTER, session=session)
         recent = [float(t) for t in gate.get("recent") or []]
         return recent, stamp(recent, _seconds(gate.get("now")))
 
@@ -135,15 +136,19 @@ class LimitedClaims:
         return running < limits.key_limit  # type: ignore[no-any-return]
 
     @guarded
-    def held_back(self, queue: str, limits: ClaimLimits) -> HeldBack:
+    def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
         coll = self._coll(queue)
+        gate = self._limits.find_one({"_id": queue}) or {}
+        if limits is None:
+            limits = ClaimLimits(gate.get("key_limit"), gate.get("rate_per_s"))
+        if not limits.any:
+            return HeldBack()
         ready = int(self._ready(queue)["n"])
         by_key = 0
         if limits.key_limit is not None:
             by_key = key_backlog([(int(r["ready"]), int(r["running"]))
                                   for r in coll.aggregate(documents.key_counts(self._off))],
                                  limits.key_limit)
-        gate = self._limits.find_one({"_id": queue}) or {}
         recent = [float(t) for t in gate.get("recent") or []]
         now = self._db.command("hello")["localTime"]
         return held_back(ready, by_key, recent, _seconds(now) + self._off, limits)

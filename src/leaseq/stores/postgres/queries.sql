@@ -622,16 +622,19 @@ INSERT INTO {limits} (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
 -- clock_timestamp(), not now(): the stamp of a claim that waited on the lock is the time it
 -- got it (limits.stamp keeps stamps from going backwards).
 -- name: limit_lock
-SELECT recent, extract(epoch FROM clock_timestamp())::float8 + %(off)s AS now
+SELECT recent, key_limit, rate_per_s,
+       extract(epoch FROM clock_timestamp())::float8 + %(off)s AS now
 FROM {limits} WHERE queue = %(queue)s
 FOR UPDATE;
 
--- name: save_rate_log
-UPDATE {limits} SET recent = %(recent)s::float8[] WHERE queue = %(queue)s;
+-- name: save_limits
+UPDATE {limits}
+SET recent = %(recent)s::float8[], key_limit = %(key_limit)s, rate_per_s = %(rate_per_s)s
+WHERE queue = %(queue)s;
 
 -- The key-limited claim, in one statement: a loose index scan of jobs_keyed gives each key
--- with live jobs (one probe per key); per key, its processing count gives its free slots and
--- a walk of the same index its first ready jobs; jobs without a key come from the front of
+-- with live jobs (one probe per key); per key, its count in jobs_keyed_running (read no
+-- further than key_limit) gives its free slots and a walk of jobs_keyed its first ready jobs; jobs without a key come from the front of
 -- jobs_claimable (among the first `scan` of them, limits.UNKEYED_SCAN). The best `limit` of
 -- those, in claim order, are taken. The predicates repeat the partial indexes'.
 -- name: claim_keyed
@@ -646,10 +649,11 @@ WITH RECURSIVE keys(k) AS (
     FROM keys WHERE keys.k IS NOT NULL),
 slots AS (
     SELECT k, %(key_limit)s - (
-        SELECT count(*) FROM {jobs} r
-        WHERE r.queue = %(queue)s AND r.concurrency_key = keys.k
-          AND r.concurrency_key IS NOT NULL AND r.status IN ('pending', 'processing')
-          AND r.status = 'processing') AS free
+        SELECT count(*) FROM (
+            SELECT 1 FROM {jobs} r
+            WHERE r.queue = %(queue)s AND r.concurrency_key = keys.k
+              AND r.concurrency_key IS NOT NULL AND r.status = 'processing'
+            LIMIT %(key_limit)s) running) AS free
     FROM keys WHERE k IS NOT NULL),
 cand AS (
     SELECT c.id, c.priority, c.lease_until
@@ -698,13 +702,12 @@ SELECT * FROM taken ORDER BY lease_until, id;
 SELECT j.concurrency_key,
        (SELECT count(*) FROM {jobs} r
         WHERE r.queue = %(queue)s AND r.concurrency_key = j.concurrency_key
-          AND r.concurrency_key IS NOT NULL AND r.status IN ('pending', 'processing')
-          AND r.status = 'processing') AS running
+          AND r.concurrency_key IS NOT NULL AND r.status = 'processing') AS running
 FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = %(id)s;
 
--- name: rate_log
-SELECT coalesce((SELECT recent FROM {limits} WHERE queue = %(queue)s), '{}') AS recent,
-       extract(epoch FROM {now})::float8 AS now;
+-- name: limits_row
+SELECT l.recent, l.key_limit, l.rate_per_s, extract(epoch FROM {now})::float8 AS now
+FROM (SELECT 1) one LEFT JOIN {limits} l ON l.queue = %(queue)s;
 
 -- Per key with live jobs: how many are ready and how many are processing (held_back).
 -- name: key_backlog

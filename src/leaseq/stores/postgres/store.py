@@ -38,11 +38,11 @@ from leaseq.limits import (
     UNKEYED_SCAN,
     ClaimLimits,
     HeldBack,
+    LimitsState,
     admit,
     held_back,
     key_backlog,
     record,
-    stamp,
 )
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.listen import Listener
@@ -318,9 +318,10 @@ class PostgresStore(SQLStore):
                        job_id: str | None = None) -> list[Job]:
         """The claim under ``limits``, in one transaction behind the queue's limits row lock
         (see queries.sql). ``job_id``: only that job."""
-        recent, at = self._limit_lock(conn, queue)
+        state = self._limit_lock(conn, queue)
+        at = state.at()
         if limits.rate_per_s is not None:
-            limit = admit(recent, at, limit, limits.rate_per_s)
+            limit = admit(state.recent, at, limit, limits.rate_per_s)
         params = {"queue": queue, "worker_id": _text(worker_id), "lease_s": lease_s}
         if not limit:
             jobs: list[Job] = []
@@ -332,19 +333,21 @@ class PostgresStore(SQLStore):
         else:
             jobs = self._jobs(conn, "claim_keyed", limit=limit, key_limit=limits.key_limit,
                               scan=limit + UNKEYED_SCAN, **params)
-        if limits.rate_per_s is not None and jobs:
-            self._exec(conn, "save_rate_log", queue=queue,
-                       recent=record(recent, at, len(jobs), limits.rate_per_s))
+        logged = limits.rate_per_s is not None and jobs
+        if logged or state.recorded != limits:
+            recent = (record(state.recent, at, len(jobs), limits.rate_per_s) if logged
+                      else state.recent)
+            self._exec(conn, "save_limits", queue=queue, recent=recent,
+                       key_limit=limits.key_limit, rate_per_s=limits.rate_per_s)
         return jobs
 
-    def _limit_lock(self, conn: psycopg.Connection, queue: str) -> tuple[list[float], float]:
-        """Lock the queue's limits row (made on first use); its rate log and the stamp."""
+    def _limit_lock(self, conn: psycopg.Connection, queue: str) -> LimitsState:
+        """Lock the queue's limits row (made on first use) and read it."""
         rows = self._rows(conn, "limit_lock", queue=queue)
         if not rows:
             self._exec(conn, "limit_row", queue=queue)
             rows = self._rows(conn, "limit_lock", queue=queue)
-        recent = list(rows[0]["recent"])
-        return recent, stamp(recent, float(rows[0]["now"]))
+        return _limits_state(rows[0])
 
     def _key_has_room(self, conn: psycopg.Connection, queue: str, job_id: str,
                       limits: ClaimLimits) -> bool:
@@ -538,16 +541,19 @@ class PostgresStore(SQLStore):
 
     # --- limits in the claim -----------------------------------------------------------------
 
-    def held_back(self, queue: str, limits: ClaimLimits) -> HeldBack:
+    def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
         def work(conn: psycopg.Connection) -> HeldBack:
+            state = _limits_state(self._rows(conn, "limits_row", queue=queue)[0])
+            asked = state.recorded if limits is None else limits
+            if not asked.any:
+                return HeldBack()
             ready = self._count(conn, "ready", queue=queue)
             by_key = 0
-            if limits.key_limit is not None:
+            if asked.key_limit is not None:
                 by_key = key_backlog([(r["ready"], r["running"]) for r in
                                       self._rows(conn, "key_backlog", queue=queue)],
-                                     limits.key_limit)
-            log = self._rows(conn, "rate_log", queue=queue)[0]
-            return held_back(ready, by_key, list(log["recent"]), float(log["now"]), limits)
+                                     asked.key_limit)
+            return held_back(ready, by_key, state.recent, state.now, asked)
 
         return self._session.run(work, idempotent=True)
 
@@ -578,3 +584,8 @@ def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     at = [(cols[f], f in _TIMES) for f in _FIELDS]
     return [Job(*[_dt(row[i]) if t else row[i] for i, t in at]) for row in rows]
 
+
+def _limits_state(row: dict[str, Any]) -> LimitsState:
+    """A queue's limits row (all NULL when it has none) as ``LimitsState``."""
+    return LimitsState(list(row["recent"] or []),
+                       ClaimLimits(row["key_limit"], row["rate_per_s"]), float(row["now"]))

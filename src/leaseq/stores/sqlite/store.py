@@ -37,12 +37,12 @@ from leaseq.limits import (
     UNKEYED_SCAN,
     ClaimLimits,
     HeldBack,
+    LimitsState,
     admit,
     free_slots,
     held_back,
     key_backlog,
     record,
-    stamp,
 )
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
@@ -251,9 +251,10 @@ class SQLiteStore(SQLStore):
                        job_id: str | None = None) -> list[dict[str, Any]]:
         """The claim under ``limits``; BEGIN IMMEDIATE already holds every other claim off,
         so the counts read here stay true until the commit. ``job_id``: only that job."""
-        recent, at = self._rate_log(conn, queue) if limits.rate_per_s else ([], 0.0)
+        state = self._limits_state(conn, queue)
+        at = state.at()
         if limits.rate_per_s is not None:
-            limit = admit(recent, at, limit, limits.rate_per_s)
+            limit = admit(state.recent, at, limit, limits.rate_per_s)
         params = {"queue": queue, "worker_id": worker_id, "lease_s": lease_s}
         if not limit:
             rows: list[dict[str, Any]] = []
@@ -265,18 +266,22 @@ class SQLiteStore(SQLStore):
         else:
             ids = self._keyed_candidates(conn, queue, limit, limits.key_limit)
             rows = self._rows(conn, "claim_chosen", ids=json.dumps(ids), **params) if ids else []
-        if limits.rate_per_s is not None and rows:
-            conn.execute(Q["save_rate_log"], {"queue": queue, "recent": json.dumps(
-                record(recent, at, len(rows), limits.rate_per_s))})
+        logged = limits.rate_per_s is not None and rows
+        if logged or state.recorded != limits:
+            recent = (record(state.recent, at, len(rows), limits.rate_per_s) if logged
+                      else state.recent)
+            conn.execute(Q["save_limits"], {
+                "queue": queue, "recent": json.dumps(recent), "key_limit": limits.key_limit,
+                "rate_per_s": limits.rate_per_s})
         return rows
 
-    def _rate_log(self, conn: sqlite3.Connection, queue: str) -> tuple[list[float], float]:
-        """The queue's recent claim stamps and the time this claim is stamped at."""
-        rows = self._rows(conn, "rate_log", queue=queue)
+    def _limits_state(self, conn: sqlite3.Connection, queue: str) -> LimitsState:
+        rows = self._rows(conn, "limits_row", queue=queue)
         if not rows:
-            return [], float(self._rows(conn, "now")[0]["now"])
-        recent = json.loads(rows[0]["recent"])
-        return recent, stamp(recent, float(rows[0]["now"]))
+            return LimitsState([], NO_LIMITS, float(self._rows(conn, "now")[0]["now"]))
+        row = rows[0]
+        return LimitsState(json.loads(row["recent"]),
+                           ClaimLimits(row["key_limit"], row["rate_per_s"]), float(row["now"]))
 
     def _key_has_room(self, conn: sqlite3.Connection, queue: str, job_id: str,
                       limits: ClaimLimits) -> bool:
@@ -291,7 +296,7 @@ class SQLiteStore(SQLStore):
         (one seek per key), and jobs without a key from the front of the claimable index."""
         found = self._rows(conn, "unkeyed_candidates", queue=queue, limit=limit,
                            scan=limit + UNKEYED_SCAN)
-        for slot in self._rows(conn, "key_slots", queue=queue):
+        for slot in self._rows(conn, "key_slots", queue=queue, key_limit=key_limit):
             free = min(free_slots(key_limit, slot["running"]), limit)
             if free:
                 found += self._rows(conn, "key_candidates", queue=queue, limit=free,
@@ -554,18 +559,20 @@ class SQLiteStore(SQLStore):
 
     # --- limits in the claim -----------------------------------------------------------------
 
-    def held_back(self, queue: str, limits: ClaimLimits) -> HeldBack:
+    def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
         with self._lock:
             conn = self._conn
+            state = self._limits_state(conn, queue)
+            limits = state.recorded if limits is None else limits
+            if not limits.any:
+                return HeldBack()
             ready = int(self._rows(conn, "ready", queue=queue)[0]["n"])
             by_key = 0
             if limits.key_limit is not None:
                 by_key = key_backlog([(int(r["ready"]), int(r["running"])) for r in
                                       self._rows(conn, "key_backlog", queue=queue)],
                                      limits.key_limit)
-            recent, now = self._rate_log(conn, queue)
-            return held_back(ready, by_key, recent, now, limits)
-
+            return held_back(ready, by_key, state.recent, state.now, limits)
 
 
 #: The write paths map the rows their statements return as the reads do.

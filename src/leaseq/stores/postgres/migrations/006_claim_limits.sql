@@ -12,17 +12,25 @@ CREATE INDEX jobs_claimable
     ON {schema}.jobs (queue, priority DESC, lease_until, id)
     WHERE status IN ('pending', 'processing') AND attempts < max_attempts;
 
--- Only jobs with a key: a key-limited claim walks the keys (one probe each), counts each
--- key's running jobs and takes its first ready ones. Jobs on their last attempt stay in it,
--- so a running one is still counted.
+-- Only live jobs with a key: a key-limited claim walks the keys (one probe each) and takes
+-- each key's first ready jobs.
 CREATE INDEX jobs_keyed
     ON {schema}.jobs (queue, concurrency_key, priority DESC, lease_until, id)
     WHERE concurrency_key IS NOT NULL AND status IN ('pending', 'processing');
 
+-- A key's running jobs, counted by every key-limited claim: only keyed jobs that are
+-- processing, so a count reads about key_limit entries however long the key's backlog.
+CREATE INDEX jobs_keyed_running
+    ON {schema}.jobs (queue, concurrency_key)
+    WHERE concurrency_key IS NOT NULL AND status = 'processing';
+
 -- One row per limited queue: a limited claim locks it first, so the counts it reads next are
 -- true until it commits. `recent`: the store-clock stamps (Unix seconds) of the queue's last
--- rate_per_s claims, oldest first.
+-- rate_per_s claims, oldest first; key_limit, rate_per_s: the limits its claims last ran with
+-- (what `leaseq status` and the metrics count held-back jobs by).
 CREATE TABLE {schema}.limits (
-    queue  text COLLATE "C" PRIMARY KEY,
-    recent float8[] NOT NULL DEFAULT '{}'
+    queue      text COLLATE "C" PRIMARY KEY,
+    recent     float8[] NOT NULL DEFAULT '{}',
+    key_limit  integer,
+    rate_per_s integer
 );

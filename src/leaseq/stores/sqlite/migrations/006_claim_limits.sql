@@ -11,16 +11,25 @@ CREATE INDEX leaseq_jobs_claimable
     ON leaseq_jobs (queue, priority DESC, lease_until, id)
     WHERE status IN ('pending', 'processing') AND attempts < max_attempts;
 
--- Only jobs with a key: a key-limited claim walks the keys (one seek each), counts each key's
--- running jobs and takes its first ready ones. Jobs on their last attempt stay in it, so a
--- running one is still counted.
+-- Only live jobs with a key: a key-limited claim walks the keys (one seek each) and takes
+-- each key's first ready jobs.
 CREATE INDEX leaseq_jobs_keyed
     ON leaseq_jobs (queue, concurrency_key, priority DESC, lease_until, id)
     WHERE concurrency_key IS NOT NULL AND status IN ('pending', 'processing');
 
--- One row per rate-limited queue: the store-clock stamps of its last rate_per_s claims, a
--- JSON array, oldest first. BEGIN IMMEDIATE serialises the claims that read and write it.
+-- A key's running jobs, counted by every key-limited claim: only keyed jobs that are
+-- processing, so a count reads about key_limit entries however long the key's backlog.
+CREATE INDEX leaseq_jobs_keyed_running
+    ON leaseq_jobs (queue, concurrency_key)
+    WHERE concurrency_key IS NOT NULL AND status = 'processing';
+
+-- One row per limited queue: the limits its claims last ran with (what `leaseq status` and
+-- the metrics count held-back jobs by), and `recent`, the store-clock stamps of its last
+-- rate_per_s claims, a JSON array, oldest first. BEGIN IMMEDIATE serialises the claims that
+-- read and write it.
 CREATE TABLE IF NOT EXISTS leaseq_limits (
-    queue  TEXT PRIMARY KEY,
-    recent TEXT NOT NULL DEFAULT '[]'
+    queue      TEXT PRIMARY KEY,
+    recent     TEXT NOT NULL DEFAULT '[]',
+    key_limit  INTEGER,
+    rate_per_s INTEGER
 ) WITHOUT ROWID;
