@@ -7,7 +7,7 @@ a schedule's cursor, so a purged tick's job is never enqueued again (docs/period
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -47,6 +47,15 @@ def spec_changes(old_json: str, new_json: str) -> list[str]:
         old = {}
     new = json.loads(new_json)
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def schedule_changes(old: Mapping[str, Any], queue: str, spec_json: str) -> dict[str, Any]:
+    """The journal data of a ``schedule_changed``: which fields changed (from a ledger row or
+    document with ``spec``, ``queue`` and ``active``), and whether it was inactive."""
+    changed = spec_changes(old["spec"], spec_json)
+    if old["queue"] != queue:
+        changed.append("queue")
+    return {"changed": changed, "reactivated": not old["active"]}
 
 
 def schedule_journal_id(name: str) -> str:

@@ -37,8 +37,8 @@ from leaseq.ledger import (
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    schedule_changes,
     schedule_journal_id,
-    spec_changes,
 )
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
@@ -519,7 +519,7 @@ class SQLiteStore(Store):
             elif old and self._rows(conn, "schedule_respec", **params):
                 self._journal(conn, queue, schedule_journal_id(name),
                               ScheduleEvent.CHANGED.value, reason="spec changed",
-                              data=_changes(old[0], queue, spec_json))
+                              data=schedule_changes(old[0], queue, spec_json))
             return _schedule(self._rows(conn, "schedule_get", schedule=name)[0])
 
     def schedule_state(self, name: str) -> ScheduleState | None:
@@ -602,9 +602,3 @@ def _schedule(row: dict[str, Any]) -> ScheduleState:
         skipped=row["skipped"], paused=bool(row["paused"]), active=bool(row["active"]),
         updated_at=_dt(row["updated_at"]))
 
-
-def _changes(old: dict[str, Any], queue: str, spec_json: str) -> dict[str, Any]:
-    changed = spec_changes(old["spec"], spec_json)
-    if old["queue"] != queue:
-        changed.append("queue")
-    return {"changed": changed, "reactivated": not old["active"]}
