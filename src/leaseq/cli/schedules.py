@@ -68,13 +68,21 @@ def _row(store: Store, state: ScheduleState, now: datetime) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="schedules", title_justify="left")
-    columns = ("name", "spec", "timezone", "next_tick", "last_tick", "last_job",
-               "last_job_status", "skipped", "paused", "active")
-    for column in columns:
-        table.add_column(column.replace("_", " "), overflow="fold")
+    table.add_column("name", no_wrap=True)
+    for column in ("spec", "next tick", "last tick", "last job", "state"):
+        table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
+        zone = "" if row["timezone"] in ("UTC", "?") else f" ({row['timezone']})"
+        job = f"{row['last_job']} ({row['last_job_status'] or 'purged'})" \
+            if row["last_job"] else "-"
+        table.add_row(row["name"], row["spec"] + zone, row["next_tick"] or "-",
+                      row["last_tick"] or "-", job, _state_words(row))
     return table
+
+
+def _state_words(row: dict[str, Any]) -> str:
+    words = "inactive" if not row["active"] else "paused" if row["paused"] else "active"
+    return words + (f", {row['skipped']} skipped" if row["skipped"] else "")
 
 
 @schedules.command()
