@@ -166,7 +166,7 @@ def trigger(store: Store, name: str) -> str:
                                           task=schedule.task,
                                           max_attempts=schedule.max_attempts)
     store.enqueue_many(state.queue, [spec], on_conflict="keep")
-    store.record(state.queue, schedule_journal_id(name), ScheduleEvent.TICK_MANUAL.value,
+    store.append_journal(state.queue, schedule_journal_id(name), ScheduleEvent.TICK_MANUAL.value,
                  reason="operator", data={"job": job_id})
     return job_id
 

@@ -41,7 +41,7 @@ def _at_half_past(store: Store) -> datetime:
 
 
 def _tick_ids(store: Store, prefix: str) -> list[str]:
-    return sorted(j.id for j in store.list(QUEUE, limit=10_000) if j.id.startswith(prefix))
+    return sorted(j.id for j in store.list_jobs(QUEUE, limit=10_000) if j.id.startswith(prefix))
 
 
 def _register(app: App) -> Scheduler:
