@@ -117,11 +117,13 @@ class TickAdvance:
     def journal(self) -> list[tuple[str, str, dict[str, Any]]]:
         """``(event, reason, data)`` for the schedule's journal: each skipped tick, then the
         missed ones as one entry. Never the payload."""
-        entries = [(ScheduleEvent.TICK_SKIPPED.value, "overlap: the previous job is still live",
+        entries = [(ScheduleEvent.TICK_SKIPPED.value,
+                    f"overlap: tick {format_tick(tick)} skipped, {self.running} still live",
                     {"tick": format_tick(tick), "running": self.running})
                    for tick in self.skipped]
         if self.missed:
-            entries.append((ScheduleEvent.TICKS_MISSED.value, "catch-up policy", {
-                "count": self.missed, "first": format_tick(self.missed_first),  # type: ignore[arg-type]
-                "last": format_tick(self.missed_last)}))  # type: ignore[arg-type]
+            first, last = format_tick(self.missed_first), format_tick(self.missed_last)  # type: ignore[arg-type]
+            entries.append((ScheduleEvent.TICKS_MISSED.value,
+                            f"catch-up policy dropped {self.missed} tick(s), {first} to {last}",
+                            {"count": self.missed, "first": first, "last": last}))
         return entries

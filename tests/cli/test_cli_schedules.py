@@ -44,6 +44,13 @@ def test_trigger_pause_and_resume_answer_in_json_after_the_subcommand(invoke, ur
     again = invoke("schedules", "pause", "nightly")
     assert again.exit_code == 0 and "already paused" in again.output
     assert "resumed" in invoke("schedules", "resume", "nightly").output
+    story = invoke("schedules", "history", "nightly")
+    assert story.exit_code == 0
+    for event in ("schedule_registered", "tick_manual", "schedule_paused", "schedule_resumed"):
+        assert event in story.output
+    journal = json.loads(invoke("schedules", "history", "nightly", "--json").output)["journal"]
+    assert [e["event"] for e in journal][-1] == "schedule_resumed"
+    assert invoke("schedules", "history", "nope").exit_code == 1
 
 
 def test_an_unknown_schedule_exits_1(invoke) -> None:

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from leaseq.app import App
-from leaseq.cli import echo_json, errors, json_option, open_store, url_option
+from leaseq.cli import echo_json, errors, json_option, open_store, render, url_option
 from leaseq.errors import LeaseqError
-from leaseq.ledger import ScheduleState, format_tick
+from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
 from leaseq.scheduler.spec import Schedule
 from leaseq.signals import stop_event
 from leaseq.stores.base import Store
@@ -121,6 +121,30 @@ def pause(ctx: click.Context, name: str, url: str | None, as_json: bool) -> None
 def resume(ctx: click.Context, name: str, url: str | None, as_json: bool) -> None:
     """Resume NAME: ticks after now fire; those of the pause do not."""
     _pause(_options(ctx, url, as_json), name, False)
+
+
+@schedules.command()
+@click.argument("name")
+@url_option
+@json_option
+@click.pass_context
+@errors
+def history(ctx: click.Context, name: str, url: str | None, as_json: bool) -> None:
+    """NAME's own journal: registered, changed, paused, resumed, ticks skipped or missed,
+    manual ticks (each tick's job has its own: leaseq inspect JOB)."""
+    from leaseq.scheduler.service import ScheduleNotFound
+
+    ctx = _options(ctx, url, as_json)
+    with open_store(ctx.obj["url"]) as store:
+        state = store.schedule_state(name)
+        if state is None:
+            raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
+        entries = store.journal(state.queue, schedule_journal_id(name))
+    if ctx.obj["json"]:
+        echo_json({"schedule": name, "journal": [e.to_dict() for e in entries]})
+    else:
+        for line in render.story(entries) or ["no events"]:
+            Console().print(line)
 
 
 def _options(ctx: click.Context, url: str | None, as_json: bool) -> click.Context:
