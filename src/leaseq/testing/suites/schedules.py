@@ -185,6 +185,22 @@ class ScheduleSuite:
         assert [ids[0].split("@")[1] for ids in made if len(ids) == 1] == [
             made[0][0].split("@")[1]] * 2
 
+    def test_a_daily_tick_that_dst_skips_fires_once_right_after_the_jump(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given 03:00 daily in Europe/Kyiv, registered the evening before 2026-03-29, when
+        # 03:00 does not exist there (the clocks jump from 03:00 to 04:00)
+        store = leaseq_store.store
+        advance(store, seconds_until(store, datetime(2026, 3, 28, 20, tzinfo=UTC)))
+        scheduler = _register(_app(store, "nightly", every_s=None, cron="0 3 * * *",
+                                   timezone="Europe/Kyiv"))
+        # When schedulers look through the night, every half hour
+        for _ in range(16):
+            advance(store, HOUR_S / 2)
+            scheduler.run_once()
+        # Then it fired once, at 04:00+03 (01:00 UTC)
+        assert _tick_ids(store, "nightly@") == ["nightly@2026-03-29T01:00:00Z"]
+
     def test_the_tick_reaches_the_task_as_an_aware_datetime(
         self, leaseq_store: FreshStore
     ) -> None:
