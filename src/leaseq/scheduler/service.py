@@ -114,14 +114,20 @@ class Scheduler:
             except LeaseqError as exc:
                 log.warning("scheduler: %s; trying again in %.0f s", exc, self.config.retry_s)
                 wait = self.config.retry_s
+            except Exception:  # a thread that died would stop the ticks without a word
+                log.exception("scheduler: unexpected error; trying again in %.0f s",
+                              self.config.retry_s)
+                wait = self.config.retry_s
             stop.wait(min(wait + self._rng() * self.config.jitter_s, self.config.max_sleep_s))
 
     def _look(self, schedule: Schedule, now: datetime) -> float:
         state = self.store.schedule_state(schedule.name)
-        if state is None:  # deleted behind our back: it starts again from now
+        if state is None or not state.active:
+            # Deleted by hand (it starts again from now), or marked inactive by a scheduler
+            # of older code that lacks it: this code declares it, so it is active again.
             state = self.store.register_schedule(schedule.name, schedule.queue,
                                                  schedule.spec_json())
-        if state.paused or not state.active:
+        if state.paused:
             return self.config.max_sleep_s
         running = self._running(schedule, state)
         advance = plan(schedule, state, now, running, self.config.on_time_s,

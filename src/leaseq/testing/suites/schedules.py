@@ -257,6 +257,11 @@ class ScheduleLedgerSuite:
         assert not states["old"].active and states["new"].active
         assert _tick_ids(store, "old@") == [] and len(_tick_ids(store, "new@")) == 1
         assert ScheduleEvent.INACTIVE in events(store.journal(QUEUE, schedule_journal_id("old")))
+        # and a scheduler of code that declares it again makes it active at its next look
+        revived = Scheduler(_app(store, "old"), SchedulerConfig(jitter_s=0))
+        revived._registered = True  # as one started before the other code deactivated it
+        revived.run_once()
+        assert store.schedule_state("old").active  # type: ignore[union-attr]
 
     def test_pause_stops_ticks_and_resume_skips_the_paused_ones(
         self, leaseq_store: FreshStore
