@@ -208,7 +208,9 @@ class App:
             timezone=timezone, catch_up=catch_up, max_catch_up=max_catch_up,  # type: ignore[arg-type]
             payload=dict(payload or {}), overlap=overlap,  # type: ignore[arg-type]
             max_attempts=found.policy.max_attempts, takes_tick=takes_tick)
-        found.signature.check(schedule.tick_payload(datetime.now(UTC)))
+        example = schedule.tick_payload(datetime.now(UTC))  # a tick only for the checks
+        found.signature.check(example)
+        validate.payload(example, found.policy.max_payload_bytes)
         found.takes_tick = found.takes_tick or takes_tick
         self._schedules[name] = schedule
         return schedule

@@ -192,3 +192,5 @@ def test_schedule_checks_the_payload_and_refuses_a_second_name(tmp_path):
         app.schedule("other", sync_drive, every_s=300)
     with pytest.raises(InvalidInput):
         app.schedule("nope", "missing", every_s=300)
+    with pytest.raises(InvalidInput):  # not JSON: refused when declared, not at every tick
+        app.schedule("set", sync_drive, every_s=300, payload={"drive": {"a"}})
