@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -152,7 +152,7 @@ class Scheduler:
             max_attempts=schedule.max_attempts)
 
     @staticmethod
-    def _logged(schedule: Schedule, jobs: list[tuple[datetime, JobSpec]] | tuple) -> None:
+    def _logged(schedule: Schedule, jobs: Sequence[tuple[datetime, JobSpec]]) -> None:
         for tick, spec in jobs:
             log.info("schedule %s: tick %s enqueued as %s", schedule.name, format_tick(tick),
                      spec.job_id, extra={"action": "tick_enqueued", "schedule": schedule.name,
