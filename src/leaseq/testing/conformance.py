@@ -42,6 +42,7 @@ from leaseq.testing.suites.limits import LimitsSuite
 from leaseq.testing.suites.outbox import OutboxSuite
 from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
+from leaseq.testing.suites.schedules import ScheduleLedgerSuite, ScheduleSuite
 from leaseq.testing.suites.transactions import NO_TRANSACTIONS, TransactionSuite
 from leaseq.testing.suites.upkeep import ClockSuite, InspectionSuite, OperatorSuite, UpkeepSuite
 
@@ -62,6 +63,8 @@ ALL_SUITES: tuple[type, ...] = (
     ClockSuite,
     OutboxReoweSuite,
     LimitsSuite,
+    ScheduleSuite,
+    ScheduleLedgerSuite,
 )
 
 
@@ -92,6 +95,8 @@ __all__ = [
     "OutboxReoweSuite",
     "OutboxSuite",
     "RetrySuite",
+    "ScheduleLedgerSuite",
+    "ScheduleSuite",
     "StoreFactory",
     "TransactionSuite",
     "UpkeepSuite",
