@@ -60,9 +60,9 @@ class WorkerConfig:
     """How often the worker runs the sweeper (reclaim, retention purge). Defaults to 30 s."""
     prefetch: int = 32
     """Most jobs claimed ahead of free slots, so one claim statement takes a big batch. A
-    worker only claims ahead as many jobs as its handlers finished within the last
-    ``prefetch_wait_s`` (long handlers: none), and never for a queue with claim limits.
-    0 turns it off. Defaults to 32."""
+    worker only claims ahead as many jobs as its handlers' pace will start well within
+    ``prefetch_wait_s`` (handlers that take longer than half of it: none), and never for a
+    queue with claim limits. 0 turns it off. Defaults to 32."""
     prefetch_wait_s: float = 0.25
     """How long a prefetched job may wait for a slot; one that waited longer is given back at
     once (free) for another worker to start. Defaults to 0.25 s."""
@@ -142,7 +142,8 @@ class Worker:
         """Claimed jobs waiting for a slot, oldest first, with the time they must start by."""
         self._running = 0
         """Slots taken: handlers started or about to start (sync and async together)."""
-        self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s)
+        self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
+                                  self.config.concurrency)
         self._stop = threading.Event()
         self._signals = 0  # set from signal handlers, which must not take locks
         self._wake = threading.Event()
@@ -227,7 +228,7 @@ class Worker:
         jobs already claimed keep the slots busy meanwhile, so the claim's batch grows)."""
         with self._lock:
             waiting = len(self._ready)
-        return self._room() > 0 and waiting <= self._prefetch.allowance(self.clock()) // 2
+        return self._room() > 0 and waiting <= self._prefetch.allowance() // 2
 
     def _idle(self, timeout_s: float) -> None:
         timeout_s = min(timeout_s, self._until_overdue())
@@ -323,6 +324,7 @@ class Worker:
             return max(self._ready[0][0] - self.clock(), 0.0) if self._ready else float("inf")
 
     def _launch(self, item: InFlight) -> None:
+        item.slot_taken_at = self.clock()
         future: Future[Any]
         task = item.task
         if task is not None and task.is_async:
@@ -342,7 +344,7 @@ class Worker:
         writes it (``COMPLETING``); any other outcome is written already."""
         with self._lock:
             self._running -= 1
-        self._prefetch.finished(self.clock())
+        self._prefetch.finished(self.clock() - item.slot_taken_at)
         if future.cancelled() or future.exception() is not None or future.result() != COMPLETING:
             if not future.cancelled() and future.exception() is not None:
                 log.error("job %s: worker error\n%s", item.job.id,
@@ -383,7 +385,7 @@ class Worker:
         """Jobs the next claim may take: the free slots, plus the prefetch allowance, minus
         the jobs already waiting; and never more leases than twice slots plus prefetch (jobs
         whose completion is still being written hold theirs)."""
-        allowance = self._prefetch.allowance(self.clock()) if prefetch else 0
+        allowance = self._prefetch.allowance() if prefetch else 0
         concurrency = self.config.concurrency
         with self._lock:
             room = concurrency + allowance - self._running - len(self._ready)
