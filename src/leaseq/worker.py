@@ -240,8 +240,8 @@ class Worker:
             self._wake.clear()
 
     def _claim_round(self) -> int:
-        """Claim up to the free slots, one claim call per queue, starting with a different
-        queue each round so that one busy queue cannot starve the others."""
+        """Claim up to the room (free slots plus prefetch), one claim call per queue, starting
+        with a different queue each round so that one busy queue cannot starve the others."""
         order = self.queues[self._rotation:] + self.queues[:self._rotation]
         self._rotation = (self._rotation + 1) % len(self.queues)
         claimed = 0
