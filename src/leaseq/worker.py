@@ -413,8 +413,10 @@ class Worker:
             waiting = [item for _, item in self._ready]
             self._ready.clear()
         for item in waiting:
-            self._give_back(item, SHUTDOWN_REASON)
+            self._give_back(item, PREFETCH_REASON)
             self._settle(item)
+        if waiting:
+            log.info("stopping: %d prefetched job(s) given back", len(waiting))
         while self._snapshot() and self.clock() < deadline:
             self._wake.wait(min(deadline - self.clock(), 0.1))
             self._wake.clear()
