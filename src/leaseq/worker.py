@@ -60,9 +60,9 @@ class WorkerConfig:
     """How often the worker runs the sweeper (reclaim, retention purge). Defaults to 30 s."""
     prefetch: int = 32
     """Most jobs claimed ahead of free slots, so one claim statement takes a big batch. A
-    worker only claims ahead as many jobs as its handlers finished within the last
-    ``prefetch_wait_s`` (long handlers: none), and never for a queue with claim limits.
-    0 turns it off. Defaults to 32."""
+    worker only claims ahead as many jobs as its handlers' pace will start well within
+    ``prefetch_wait_s`` (handlers that take longer than half of it: none), and never for a
+    queue with claim limits. 0 turns it off. Defaults to 32."""
     prefetch_wait_s: float = 0.25
     """How long a prefetched job may wait for a slot; one that waited longer is given back at
     once (free) for another worker to start. Defaults to 0.25 s."""
@@ -147,7 +147,8 @@ class Worker:
         """Claimed jobs waiting for a slot, oldest first, with the time they must start by."""
         self._running = 0
         """Slots taken: handlers started or about to start (sync and async together)."""
-        self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s)
+        self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
+                                  self.config.concurrency)
         self._stop = threading.Event()
         self._signals = 0  # set from signal handlers, which must not take locks
         self._wake = threading.Event()
@@ -234,7 +235,7 @@ class Worker:
         jobs already claimed keep the slots busy meanwhile, so the claim's batch grows)."""
         with self._lock:
             waiting = len(self._ready)
-        return self._room() > 0 and waiting <= self._prefetch.allowance(self.clock()) // 2
+        return self._room() > 0 and waiting <= self._prefetch.allowance() // 2
 
     def _idle(self, timeout_s: float) -> None:
         timeout_s = min(timeout_s, self._until_overdue())
@@ -246,8 +247,8 @@ class Worker:
             self._wake.clear()
 
     def _claim_round(self) -> int:
-        """Claim up to the free slots, one claim call per queue, starting with a different
-        queue each round so that one busy queue cannot starve the others."""
+        """Claim up to the room (free slots plus prefetch), one claim call per queue, starting
+        with a different queue each round so that one busy queue cannot starve the others."""
         order = self.queues[self._rotation:] + self.queues[:self._rotation]
         self._rotation = (self._rotation + 1) % len(self.queues)
         claimed = 0
@@ -262,6 +263,8 @@ class Worker:
                 continue
             for job in jobs:
                 self._track(queue, job)
+            if jobs:
+                self._heartbeat.wake()  # their first beats may be due before its next one
             self._start_ready()
             claimed += len(jobs)
         return claimed
@@ -296,7 +299,6 @@ class Worker:
         with self._lock:
             self._in_flight[(queue.name, job.id)] = item
             self._ready.append((now + self.config.prefetch_wait_s, item))
-        self._heartbeat.wake()
 
     def _start_ready(self) -> None:
         """Start waiting jobs while slots are free (called by the loop after a claim, and by
@@ -329,6 +331,7 @@ class Worker:
             return max(self._ready[0][0] - self.clock(), 0.0) if self._ready else float("inf")
 
     def _launch(self, item: InFlight) -> None:
+        item.slot_taken_at = self.clock()
         future: Future[Any]
         task = item.task
         if task is not None and task.is_async:
@@ -348,14 +351,14 @@ class Worker:
         writes it (``COMPLETING``); any other outcome is written already."""
         with self._lock:
             self._running -= 1
-        self._prefetch.finished(self.clock())
+        self._prefetch.finished(self.clock() - item.slot_taken_at)
         if future.cancelled() or future.exception() is not None or future.result() != COMPLETING:
             if not future.cancelled() and future.exception() is not None:
                 log.error("job %s: worker error\n%s", item.job.id,
                           traceback_text(future.exception(), self.app.redact))
             self._settle(item)
         self._start_ready()
-        self._wake.set()
+        self._wake_loop(item)
 
     def _settle(self, item: InFlight) -> None:
         """The job's outcome is written (or given up): it leaves this worker's lease."""
@@ -365,8 +368,17 @@ class Worker:
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
-        self._wake.set()
-        self.store.notify_local(item.queue.name)  # room again: claim now
+        self._wake_loop(item)
+
+    def _wake_loop(self, item: InFlight) -> None:
+        """Room again: wake the loop to claim, unless more than half the prefetch limit still
+        waits for a slot (``_wants_claim`` would not claim then). Waking it for every job
+        would cost more than the claims it saves."""
+        with self._lock:
+            waiting = len(self._ready)
+        if waiting <= self._prefetch.limit // 2:
+            self._wake.set()
+            self.store.notify_local(item.queue.name)
 
     def _why(self, error: BaseException) -> str:
         """An error as a log line shows it: type and message, with the app's redactor."""
@@ -380,7 +392,7 @@ class Worker:
         """Jobs the next claim may take: the free slots, plus the prefetch allowance, minus
         the jobs already waiting; and never more leases than twice slots plus prefetch (jobs
         whose completion is still being written hold theirs)."""
-        allowance = self._prefetch.allowance(self.clock()) if prefetch else 0
+        allowance = self._prefetch.allowance() if prefetch else 0
         concurrency = self.config.concurrency
         with self._lock:
             room = concurrency + allowance - self._running - len(self._ready)
@@ -425,8 +437,10 @@ class Worker:
             waiting = [item for _, item in self._ready]
             self._ready.clear()
         for item in waiting:
-            self._give_back(item, SHUTDOWN_REASON)
+            self._give_back(item, PREFETCH_REASON)
             self._settle(item)
+        if waiting:
+            log.info("stopping: %d prefetched job(s) given back", len(waiting))
         while self._snapshot() and self.clock() < deadline:
             self._wake.wait(min(deadline - self.clock(), 0.1))
             self._wake.clear()
