@@ -86,8 +86,11 @@ def admit(recent: Sequence[float], at: float, want: int, rate_per_s: int) -> int
 
 def record(recent: Sequence[float], at: float, taken: int, rate_per_s: int) -> list[float]:
     """The log after ``taken`` claims stamped ``at``: the newest ``rate_per_s`` stamps, all
-    an admission needs (see the module's proof); stamps older than the window are dropped."""
+    an admission needs (see the module's proof). Stamps older than the window are dropped,
+    but the newest one is always kept, so the next stamp never goes before it."""
     kept = [t for t in recent if t > at - WINDOW_S] + [at] * taken
+    if not kept and recent:
+        kept = [recent[-1]]
     return kept[-rate_per_s:]
 
 
