@@ -24,8 +24,10 @@ from dataclasses import dataclass
 #: The sliding window of ``rate_per_s``, in seconds.
 WINDOW_S = 1.0
 #: How far past its first ``limit`` claimable jobs a key-limited claim looks for jobs
-#: without a key (those behind a longer keyed backlog wait for the front to move).
-UNKEYED_SCAN = 100
+#: without a key (those behind a longer keyed backlog wait for the front to move). Every
+#: claim of a key-limited queue reads these entries, so it stays small: give a large stream
+#: of jobs without a key a queue of its own.
+UNKEYED_SCAN = 20
 
 
 @dataclass(frozen=True, slots=True)

@@ -627,6 +627,14 @@ SELECT recent, key_limit, rate_per_s,
 FROM {limits} WHERE queue = %(queue)s
 FOR UPDATE;
 
+-- The limits a key-limited claim runs with, written only when they changed.
+-- name: record_limits
+UPDATE {limits}
+SET key_limit = %(key_limit)s::integer, rate_per_s = %(rate_per_s)s::integer
+WHERE queue = %(queue)s
+  AND (key_limit IS DISTINCT FROM %(key_limit)s::integer
+       OR rate_per_s IS DISTINCT FROM %(rate_per_s)s::integer);
+
 -- name: save_limits
 UPDATE {limits}
 SET recent = %(recent)s::float8[], key_limit = %(key_limit)s, rate_per_s = %(rate_per_s)s
