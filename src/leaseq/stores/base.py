@@ -411,7 +411,6 @@ class Store(abc.ABC):
         without the app's policy, such as ``leaseq status``, sees the same). Reads only;
         ``HeldBack()`` when none."""
 
-
     # --- periodic jobs: the schedule ledger (docs/periodic.md) ------------------------------
 
     @abc.abstractmethod
