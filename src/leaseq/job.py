@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -83,6 +83,26 @@ class Lease:
 
     job_id: str
     lease_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One item of ``Store.complete_many``: finish the job ``lease`` holds, as ``complete``
+    would with the same arguments."""
+
+    lease: Lease
+    result_json: str | None = None
+    status: str = "done"
+    result_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """Jobs that ``Store.complete(then=…)`` enqueues into ``queue`` in the transaction that
+    finishes the job (``on_conflict="keep"``)."""
+
+    queue: str
+    specs: Sequence[JobSpec]
 
 
 @dataclass(slots=True)
@@ -218,29 +238,6 @@ class LeaseLost(LeaseqError):
             f"queue {queue!r}: lease on job {job_id[:200]!r} (epoch {lease_epoch}) is no longer "
             "held; the write was refused"
         )
-
-
-EVENTS = (
-    "enqueued",
-    "claimed",
-    "heartbeat_lost",
-    "result_saved",
-    "retry_scheduled",
-    "snoozed",
-    "given_back",
-    "quarantined",
-    "reclaimed",
-    "requeued",
-    "cancelled",
-    "published",
-    "received",
-    "ack_sent",
-    "publish_owed",
-)
-
-
-#: Why a stale job's finish was turned into a give-back (journal reason).
-STALE_REASON = "stale revision: the payload changed while this attempt ran"
 
 
 def snoozed_too_often(snoozes: int) -> str:

@@ -10,8 +10,10 @@ from leaseq import validate
 from leaseq.deprecated import warn_renamed
 from leaseq.errors import InvalidInput
 from leaseq.job import (
+    Completion,
     EnqueueResult,
     Failure,
+    FollowUp,
     Job,
     JobSpec,
     JournalEntry,
@@ -168,7 +170,8 @@ class Queue:
             follow.setdefault(validate.queue_name(name), []).append(spec)
         done = self.store.complete(
             self.name, _lease(job), result_json, validate.terminal_status(status),
-            validate.result_key(result_key), list(follow.items()),
+            validate.result_key(result_key),
+            [FollowUp(name, specs) for name, specs in follow.items()],
         )
         for name in follow:  # follow-ups are ready now: wake this process's workers
             self.store.notify_local(name)
@@ -183,8 +186,8 @@ class Queue:
         batch = []
         for item in items:
             job, result = item if isinstance(item, tuple) else (item, None)
-            batch.append((_lease(job), validate.result(result, self.policy.max_payload_bytes),
-                          status, None))
+            batch.append(Completion(_lease(job), validate.result(
+                result, self.policy.max_payload_bytes), status))
         return self.store.complete_many(self.name, batch) if batch else []
 
     def retry_later(

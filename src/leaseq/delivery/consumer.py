@@ -36,6 +36,7 @@ from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnect
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput
 from leaseq.job import Job, JobStatus, LeaseLost, is_terminal
+from leaseq.journal import JournalEvent
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -196,11 +197,11 @@ class Consumer:
             return None, True, "not a leaseq message for this queue"
         queue = self.queues[d.queue]
         job_id = decoded[1]
-        queue.store.append_journal(queue.name, job_id, "received", worker_id=self.worker_id,
-                           reason=(f"redelivered (delivery count {d.delivery_count})"
-                                   if d.redelivered else "first delivery"),
-                           data={"redelivered": d.redelivered,
-                                 "delivery_count": d.delivery_count})
+        queue.store.append_journal(
+            queue.name, job_id, JournalEvent.RECEIVED, worker_id=self.worker_id,
+            reason=(f"redelivered (delivery count {d.delivery_count})" if d.redelivered
+                    else "first delivery"),
+            data={"redelivered": d.redelivered, "delivery_count": d.delivery_count})
         job = queue.claim_one(job_id, self.worker_id)
         if job is None:
             current = queue.get(job_id)
@@ -253,7 +254,8 @@ class Consumer:
             return
         try:
             self.queues[d.queue].store.append_journal(
-                d.queue, job.id, "ack_sent", attempt=job.attempts, lease_epoch=job.lease_epoch,
+                d.queue, job.id, JournalEvent.ACK_SENT, attempt=job.attempts,
+                lease_epoch=job.lease_epoch,
                 worker_id=self.worker_id, reason=("nack requeue=false; " if nack else "ack; ")
                 + reason, data={"redelivered": d.redelivered, "nack": nack})
         except Exception:  # the ack is out; a missing journal line must not drop the session

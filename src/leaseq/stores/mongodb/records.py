@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leaseq.job import Job, JournalEntry, Lease
+from leaseq.journal import LEASE_EXPIRED, LEASE_EXPIRED_STALE, REDELIVERED
 from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
 
 #: The record's counters ``snoozes`` and ``givebacks`` (absent in a document = 0), handed to
@@ -56,18 +57,11 @@ def claimed_fields(found: Job) -> dict[str, Any]:
     refunded (attempts are, by a snooze or a give-back)."""
     return {"attempt": found.attempts, "lease_epoch": found.lease_epoch,
             "worker_id": found.worker_id,
-            "reason": "redelivered" if found.lease_epoch > 1 else None}
+            "reason": REDELIVERED if found.lease_epoch > 1 else None}
 
 
 def reclaim_reason(doc: Mapping[str, Any]) -> str:
-    if doc.get("stale"):
-        return "lease expired; stale revision, attempts reset"
-    return "lease expired"
-
-
-def spent_reason(doc: Mapping[str, Any]) -> str:
-    return (f"exhausted: pending with attempts spent ({doc.get('attempts', 0)} of "
-            f"{doc.get('max_attempts', DEFAULT_MAX_ATTEMPTS)})")
+    return LEASE_EXPIRED_STALE if doc.get("stale") else LEASE_EXPIRED
 
 
 def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:

@@ -24,15 +24,17 @@ from psycopg.rows import dict_row, tuple_row
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
-    STALE_REASON,
+    Completion,
     EnqueueOutcome,
     EnqueueResult,
+    FollowUp,
     Job,
     JobSpec,
     Lease,
     LeaseLost,
     OnConflict,
 )
+from leaseq.journal import STALE_REASON, JournalEvent, sql_literals
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
@@ -45,7 +47,6 @@ from leaseq.stores.sqlbase import SQLStore
 NOW = "(now() + make_interval(secs => %(off)s))"
 _SAVEPOINT = "leaseq_enqueue"
 T = TypeVar("T")
-FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 #: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
 #: Every loss means a competing transaction committed (its rows are then seen and decided like
 #: any existing job), so losses are bounded by the number of concurrent producers of the same
@@ -63,7 +64,7 @@ class PostgresStore(SQLStore):
         #: This store's named SQL (``queries.sql`` with the schema filled in), e.g. to EXPLAIN.
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
-                                    journal=f"{self._schema}.journal")
+                                    journal=f"{self._schema}.journal", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
@@ -285,7 +286,7 @@ class PostgresStore(SQLStore):
         held = set(rows)  # (id, lease_epoch)
         return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
 
-    def _finish(self, queue: str, lease: Lease, name: str, then: FollowUps = (),
+    def _finish(self, queue: str, lease: Lease, name: str, then: Sequence[FollowUp] = (),
                 **params: Any) -> Job:
         """Run one fenced finish; follow-ups only when the job really finished. Without
         follow-ups it is one autocommitted statement."""
@@ -298,8 +299,8 @@ class PostgresStore(SQLStore):
             job = _jobs(cols, rows)[0]
             if rows[0][cols["was_stale"]]:
                 return job, True  # given back for its new revision: ready again at once
-            for next_queue, specs in then:
-                self._enqueue(conn, next_queue, specs, "keep")
+            for follow in then:
+                self._enqueue(conn, follow.queue, follow.specs, "keep")
             return job, job.status == "pending" and not params.get("delay_s")
         if then:
             return self._session.run(lambda conn: self._notify_if(conn, queue, *work(conn)))
@@ -320,33 +321,30 @@ class PostgresStore(SQLStore):
         return job
 
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
-                 result_key: str | None = None,
-                 then: FollowUps = ()) -> Job:
+                 result_key: str | None = None, then: Sequence[FollowUp] = ()) -> Job:
         # One item of the batch statement: complete and complete_many fence alike by design.
         return self._finish(queue, lease, "complete_many", then, ids=[lease.job_id],
                             epochs=[lease.lease_epoch], statuses=[status], results=[result_json],
                             result_keys=[result_key])
 
-    def complete_many(self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
-                      ) -> list[Job | LeaseLost]:
+    def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
         if not items:
             return []
         def work(conn: psycopg.Connection) -> dict[str, Job]:
             cols, rows = self._tuples(
                 conn, "complete_many", queue=queue,
-                ids=[lease.job_id for lease, *_ in items],
-                epochs=[lease.lease_epoch for lease, *_ in items],
-                statuses=[status for _, _, status, _ in items],
-                results=[result for _, result, _, _ in items],
-                result_keys=[key for *_, key in items], stale_reason=STALE_REASON)
+                ids=[c.lease.job_id for c in items],
+                epochs=[c.lease.lease_epoch for c in items],
+                statuses=[c.status for c in items], results=[c.result_json for c in items],
+                result_keys=[c.result_key for c in items], stale_reason=STALE_REASON)
             stale = cols.get("was_stale", -1)
             # Keyed by lease, not id: a batch may hold a lost lease and the current one of the
             # same job, and only the current one finished (a finish keeps the epoch).
             by_lease = {(job.id, job.lease_epoch): job for job in _jobs(cols, rows)}
             return self._wake_after(conn, queue, by_lease, any(r[stale] for r in rows))
         by_lease = self._session.run(work, autocommit=True)
-        return [by_lease.get((lease.job_id, lease.lease_epoch))
-                or LeaseLost(queue, lease.job_id, lease.lease_epoch) for lease, *_ in items]
+        return [by_lease.get((c.lease.job_id, c.lease.lease_epoch))
+                or LeaseLost(queue, c.lease.job_id, c.lease.lease_epoch) for c in items]
 
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
                     delay_s: float) -> Job:
@@ -452,7 +450,7 @@ class PostgresStore(SQLStore):
             return []
         # Safe to retry: a commit that went through left nothing published among these ids.
         rows = self._session.run(lambda conn: self._rows(
-            conn, "reowe_publish", queue=queue, ids=list(job_ids), event="publish_owed",
+            conn, "reowe_publish", queue=queue, ids=list(job_ids), event=JournalEvent.PUBLISH_OWED,
             reason=_text(reason)), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 

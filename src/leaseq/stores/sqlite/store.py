@@ -20,10 +20,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
-    STALE_REASON,
+    Completion,
     EnqueueOutcome,
     EnqueueResult,
     Failure,
+    FollowUp,
     Job,
     JobSpec,
     Lease,
@@ -31,6 +32,17 @@ from leaseq.job import (
     OnConflict,
     given_back_too_often,
     snoozed_too_often,
+)
+from leaseq.journal import (
+    EXPIRED,
+    LEASE_EXPIRED,
+    OPERATOR,
+    REDELIVERED,
+    SPENT_WHILE_PENDING,
+    STALE_REASON,
+    JournalEvent,
+    quarantine_reason,
+    sql_literals,
 )
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
@@ -44,7 +56,7 @@ NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
 
-Q = load_queries(__package__, "queries.sql", now=NOW)
+Q = load_queries(__package__, "queries.sql", now=NOW, **sql_literals())
 
 
 class SQLiteStore(SQLStore):
@@ -205,7 +217,7 @@ class SQLiteStore(SQLStore):
 
     def _enqueued(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
                   outcome: EnqueueOutcome) -> EnqueueOutcome:
-        self._journal(conn, queue, spec.job_id, "enqueued", reason=outcome.value,
+        self._journal(conn, queue, spec.job_id, JournalEvent.ENQUEUED, reason=outcome.value,
                       data={"revision": spec.revision} if spec.revision else None)
         return outcome
 
@@ -229,8 +241,8 @@ class SQLiteStore(SQLStore):
                         rows: list[dict[str, Any]]) -> None:
         # From the epoch, not the attempts: a snooze or a give-back refunds the attempt, but
         # the claim after it is still a redelivery.
-        self._journal_rows(conn, queue, rows, "claimed",
-                           lambda r: "redelivered" if r["lease_epoch"] > 1 else None)
+        self._journal_rows(conn, queue, rows, JournalEvent.CLAIMED,
+                           lambda r: REDELIVERED if r["lease_epoch"] > 1 else None)
 
     def _journal_rows(self, conn: sqlite3.Connection, queue: str, rows: Iterable[dict[str, Any]],
                       event: str, reason: Callable[[dict[str, Any]], str | None]) -> None:
@@ -269,33 +281,32 @@ class SQLiteStore(SQLStore):
     def _restart_stale(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> Job:
         """A stale job's finish: given back, the new revision to start afresh."""
         row = self._finish(conn, queue, lease, "restart_revision")
-        self._journal(conn, queue, lease.job_id, "given_back", row["attempts"],
+        self._journal(conn, queue, lease.job_id, JournalEvent.GIVEN_BACK, row["attempts"],
                       lease.lease_epoch, row["worker_id"], STALE_REASON)
         return _job(row)
 
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
-                 result_key: str | None = None,
-                 then: Sequence[tuple[str, Sequence[JobSpec]]] = ()) -> Job:
+                 result_key: str | None = None, then: Sequence[FollowUp] = ()) -> Job:
         with self._tx() as conn:
             if self._fenced(conn, queue, lease)["stale"]:
                 return self._restart_stale(conn, queue, lease)
             row = self._finish(conn, queue, lease, "complete", status=status,
                                result=result_json, result_key=result_key)
-            self._journal(conn, queue, lease.job_id, "result_saved", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.RESULT_SAVED, row["attempts"],
                           lease.lease_epoch, row["worker_id"], status)
-            for next_queue, specs in then:
-                self._enqueue(conn, next_queue, specs, "keep")
+            for follow in then:
+                self._enqueue(conn, follow.queue, follow.specs, "keep")
         return _job(row)
 
-    def complete_many(self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
-                      ) -> list[Job | LeaseLost]:
-        payload = json.dumps([[lease.job_id, lease.lease_epoch, status, result, key]
-                              for lease, result, status, key in items])
+    def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
+        payload = json.dumps([[c.lease.job_id, c.lease.lease_epoch, c.status, c.result_json,
+                               c.result_key] for c in items])
         with self._tx() as conn:
             done = {r["id"]: r for r in self._rows(conn, "complete_many", queue=queue,
                                                    items=payload)}
-            self._journal_rows(conn, queue, done.values(), "result_saved", lambda r: r["status"])
-            return [self._settle(conn, queue, lease, done) for lease, *_ in items]
+            self._journal_rows(conn, queue, done.values(), JournalEvent.RESULT_SAVED,
+                               lambda r: r["status"])
+            return [self._settle(conn, queue, c.lease, done) for c in items]
 
     def _settle(self, conn: sqlite3.Connection, queue: str, lease: Lease,
                 done: dict[str, dict[str, Any]]) -> Job | LeaseLost:
@@ -318,7 +329,7 @@ class SQLiteStore(SQLStore):
             if fenced["attempts"] >= fenced["max_attempts"]:
                 return self._fail_in(conn, queue, lease, error, reason, Failure.EXHAUSTED)
             row = self._finish(conn, queue, lease, "retry_later", error=error, delay_s=delay_s)
-            self._journal(conn, queue, lease.job_id, "retry_scheduled", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.RETRY_SCHEDULED, row["attempts"],
                           lease.lease_epoch, row["worker_id"], reason, {"delay_s": delay_s})
         return _job(row)
 
@@ -332,11 +343,12 @@ class SQLiteStore(SQLStore):
             if snoozes > max_snoozes:
                 error = snoozed_too_often(snoozes)
                 row = self._finish(conn, queue, lease, "snoozed_out", error=error)
-                self._journal(conn, queue, lease.job_id, "quarantined", row["attempts"],
-                              lease.lease_epoch, row["worker_id"], f"exhausted: {error}")
+                self._journal(conn, queue, lease.job_id, JournalEvent.QUARANTINED,
+                              row["attempts"], lease.lease_epoch, row["worker_id"],
+                              quarantine_reason(Failure.EXHAUSTED, error))
                 return _job(row)
             row = self._finish(conn, queue, lease, "snooze", delay_s=delay_s)
-            self._journal(conn, queue, lease.job_id, "snoozed", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.SNOOZED, row["attempts"],
                           lease.lease_epoch, row["worker_id"], reason)
         return _job(row)
 
@@ -352,7 +364,7 @@ class SQLiteStore(SQLStore):
                 return self._fail_in(conn, queue, lease, error, error, Failure.EXHAUSTED)
             row = self._finish(conn, queue, lease, "give_back", refund=int(free),
                                counted=int(started and free))
-            self._journal(conn, queue, lease.job_id, "given_back", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.GIVEN_BACK, row["attempts"],
                           lease.lease_epoch, row["worker_id"], reason)
         return _job(row)
 
@@ -365,8 +377,8 @@ class SQLiteStore(SQLStore):
     def _fail_in(self, conn: sqlite3.Connection, queue: str, lease: Lease, error: str,
                  reason: str, failure: str) -> Job:
         row = self._finish(conn, queue, lease, "fail", error=error, failure=failure)
-        self._journal(conn, queue, lease.job_id, "quarantined", row["attempts"],
-                      lease.lease_epoch, row["worker_id"], f"{failure}: {reason}")
+        self._journal(conn, queue, lease.job_id, JournalEvent.QUARANTINED, row["attempts"],
+                      lease.lease_epoch, row["worker_id"], quarantine_reason(failure, reason))
         return _job(row)
 
     # --- upkeep ----------------------------------------------------------------------------
@@ -376,11 +388,11 @@ class SQLiteStore(SQLStore):
             spent = self._rows(conn, "expire_spent", queue=queue)
             returned = self._rows(conn, "return_expired", queue=queue)
             stuck = self._rows(conn, "exhaust_pending", queue=queue)
-            self._journal_rows(conn, queue, spent, "quarantined",
-                               lambda _: "expired: lease ran out")
-            self._journal_rows(conn, queue, returned, "reclaimed", lambda _: "lease expired")
-            self._journal_rows(conn, queue, stuck, "quarantined",
-                               lambda _: "exhausted: attempts spent while pending")
+            self._journal_rows(conn, queue, spent, JournalEvent.QUARANTINED, lambda _: EXPIRED)
+            self._journal_rows(conn, queue, returned, JournalEvent.RECLAIMED,
+                               lambda _: LEASE_EXPIRED)
+            self._journal_rows(conn, queue, stuck, JournalEvent.QUARANTINED,
+                               lambda _: SPENT_WHILE_PENDING)
         return len(spent) + len(stuck), len(returned)
 
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
@@ -395,10 +407,10 @@ class SQLiteStore(SQLStore):
     # --- operators -------------------------------------------------------------------------
 
     def requeue(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_requeue", "requeued")
+        return self._operator(queue, job_id, "operator_requeue", JournalEvent.REQUEUED)
 
     def cancel(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_cancel", "cancelled")
+        return self._operator(queue, job_id, "operator_cancel", JournalEvent.CANCELLED)
 
     def _operator(self, queue: str, job_id: str, query: str, event: str) -> bool:
         with self._tx() as conn:
@@ -408,7 +420,7 @@ class SQLiteStore(SQLStore):
                     raise JobNotFound(queue, job_id)
                 return False
             self._journal(conn, queue, job_id, event, rows[0]["attempts"],
-                          rows[0]["lease_epoch"], reason="operator")
+                          rows[0]["lease_epoch"], reason=OPERATOR)
         return True
 
     # --- wake-ups -------------------------------------------------------------------------
@@ -453,7 +465,7 @@ class SQLiteStore(SQLStore):
         pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
         with self._tx() as conn:
             rows = self._rows(conn, "mark_published", queue=queue, leases=pairs)
-            self._journal_rows(conn, queue, rows, "published", lambda _: None)
+            self._journal_rows(conn, queue, rows, JournalEvent.PUBLISHED, lambda _: None)
         return [r["id"] for r in rows]
 
     # --- journal ---------------------------------------------------------------------------
@@ -474,7 +486,7 @@ class SQLiteStore(SQLStore):
             return []
         with self._tx() as conn:
             rows = self._rows(conn, "reowe_publish", queue=queue, ids=json.dumps(list(job_ids)))
-            self._journal_rows(conn, queue, rows, "publish_owed", lambda _: reason)
+            self._journal_rows(conn, queue, rows, JournalEvent.PUBLISH_OWED, lambda _: reason)
         return [r["id"] for r in rows]
 
 
