@@ -10,7 +10,9 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from leaseq.deprecated import module_getattr
-from leaseq.errors import LeaseqError
+
+# LeaseLost lives with the other errors; it is imported from here too, where it always was.
+from leaseq.errors import LeaseLost as LeaseLost
 from leaseq.redact import Redact, redact, redact_tail
 
 
@@ -225,19 +227,6 @@ class Snooze(Exception):
     def __init__(self, delay_s: float | None = None, reason: str = "snoozed"):
         super().__init__(reason)
         self.delay_s = delay_s
-
-
-class LeaseLost(LeaseqError):
-    """The lease was taken by another claim (or the job was cancelled): nothing was written."""
-
-    def __init__(self, queue: str, job_id: str, lease_epoch: int):
-        self.queue = queue
-        self.job_id = job_id
-        self.lease_epoch = lease_epoch
-        super().__init__(
-            f"queue {queue!r}: lease on job {job_id[:200]!r} (epoch {lease_epoch}) is no longer "
-            "held; the write was refused"
-        )
 
 
 def snoozed_too_often(snoozes: int) -> str:

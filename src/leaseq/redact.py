@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from leaseq.errors import InvalidInput
 
-log = logging.getLogger("leaseq.redact")
+log = logging.getLogger(__name__)
 
 #: A redactor: text in, the same text with its secrets masked out.
 Redact = Callable[[str], str]

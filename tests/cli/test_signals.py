@@ -67,3 +67,26 @@ def test_a_signal_landing_while_the_main_thread_holds_the_events_lock_does_not_d
     # Then the process finishes and the event was set
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "set"
+
+
+def test_the_rabbitmq_entry_points_stop_through_the_watcher_thread() -> None:
+    # Given the event run_dispatcher / run_consumer stop on when the caller gives none
+    from leaseq.delivery.rabbitmq import _stop_on_signals
+
+    setters: list[str] = []
+    with _stop_on_signals(None) as event:
+        original_set = event.set
+
+        def record_set() -> None:
+            setters.append(threading.current_thread().name)
+            original_set()
+
+        event.set = record_set  # type: ignore[method-assign]
+        # When SIGTERM arrives, Then the watcher thread sets it, not the signal handler
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert event.wait(10)
+    assert setters == ["leaseq-stop-signals"]
+    # And a caller's own event is used as given
+    own = threading.Event()
+    with _stop_on_signals(own) as event:
+        assert event is own

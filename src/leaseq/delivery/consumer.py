@@ -37,6 +37,7 @@ from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput
 from leaseq.job import Job, JobStatus, LeaseLost, is_terminal
 from leaseq.journal import JournalEvent
+from leaseq.logfields import job_fields, queue_fields
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
     from leaseq.queue import Queue
 
-log = logging.getLogger("leaseq.delivery.consumer")
+log = logging.getLogger(__name__)
 
 #: Runs the task of a claimed job, keeps its lease alive meanwhile, writes its outcome through
 #: the Queue and returns the resulting record; raises ``LeaseLost`` when the write was fenced
@@ -142,7 +143,8 @@ class Consumer:
                         self.topology.work_queue(name),
                         lambda _ch, m, p, body, q=name: self._on_message(pool, state, q, m, p,
                                                                          body))
-                log.info("consumer %s: consuming %s", self.worker_id, ", ".join(self.queues))
+                log.info("consumer %s: consuming %s", self.worker_id, ", ".join(self.queues),
+                         extra=queue_fields("consuming"))
                 self._pump(state, stop)
                 self._drain(state)
             finally:
@@ -164,7 +166,7 @@ class Consumer:
         if self._busy:
             log.warning("consumer %s: %d jobs still running after the grace period; their "
                         "messages return to RabbitMQ and their leases expire", self.worker_id,
-                        self._busy)
+                        self._busy, extra=queue_fields("grace_expired"))
 
     def _on_message(self, pool: ThreadPoolExecutor, state: _Session, queue: str, method: Any,
                     props: Any, body: bytes) -> None:
@@ -184,7 +186,8 @@ class Consumer:
             self._settle(d, job, nack, reason)
         except BaseException as exc:  # a store error: the message must come back, unacked
             log.exception("consumer %s: delivery %d of queue %r not settled; reconnecting so "
-                          "RabbitMQ returns it", self.worker_id, d.tag, d.queue)
+                          "RabbitMQ returns it", self.worker_id, d.tag, d.queue,
+                          extra=queue_fields("unsettled", d.queue))
             d.session.broken = exc if isinstance(exc, amqp_errors()) else Reconnect(str(exc))
         finally:
             with self._lock:
@@ -248,7 +251,9 @@ class Consumer:
             log.warning("consumer %s: %s of delivery %d (job %r) not sent (%s); RabbitMQ will "
                         "redeliver it and the claim will ack it without an effect",
                         self.worker_id, "nack" if nack else "ack", d.tag,
-                        job.id[:200] if job else None, error[0])
+                        job.id[:200] if job else None, error[0],
+                        extra=job_fields("settle_failed", job) if job
+                        else queue_fields("settle_failed", d.queue))
             return
         if job is None:
             return
@@ -260,7 +265,7 @@ class Consumer:
                 + reason, data={"redelivered": d.redelivered, "nack": nack})
         except Exception:  # the ack is out; a missing journal line must not drop the session
             log.exception("consumer %s: could not journal ack_sent for job %r", self.worker_id,
-                          job.id[:200])
+                          job.id[:200], extra=job_fields("journal_failed", job))
 
 
 def _why_not(job: Job | None) -> str:

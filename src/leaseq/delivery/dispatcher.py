@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from leaseq.job import Job
     from leaseq.queue import Queue
 
-log = logging.getLogger("leaseq.delivery.dispatcher")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
