@@ -163,7 +163,7 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (timestamps as ISO 8601 strings)."""
         out: dict[str, Any] = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in self.__slots__:
             if name == "lease_lost":
                 continue
             value = getattr(self, name)

@@ -118,11 +118,11 @@ class Queue:
         return self.spec(item["job_id"], item["payload"], **options)
 
     def _enqueue(
-        self, specs: Sequence[JobSpec], on_conflict: str, connection: Any
+        self, specs: Sequence[JobSpec], on_conflict: OnConflict, connection: Any
     ) -> list[EnqueueResult]:
         if on_conflict not in _ON_CONFLICT:
             raise InvalidInput(f"on_conflict must be one of {', '.join(_ON_CONFLICT)}")
-        results = self.store.enqueue_many(self.name, specs, on_conflict, connection)  # type: ignore[arg-type]
+        results = self.store.enqueue_many(self.name, specs, on_conflict, connection)
         if connection is None:  # in a caller's transaction the job is visible only at commit
             self.store.notify_local(self.name)
         return results
@@ -345,7 +345,8 @@ class Queue:
 
 def _bound(value: int, name: str) -> int:
     """A snooze or give-back bound, checked as the policy checks its own."""
-    return getattr(QueuePolicy.build(**{name: value}), name)  # type: ignore[no-any-return]
+    bound: int = getattr(QueuePolicy.build(None, **{name: value}), name)
+    return bound
 
 
 def _lease(job: Job | Lease) -> Lease:

@@ -172,6 +172,7 @@ def guarded(custom: Redact) -> Redact:
         return custom
 
     def run(text: str) -> str:
+        shown: object
         try:
             shown = custom(text)
         except Exception as exc:

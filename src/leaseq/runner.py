@@ -86,6 +86,7 @@ class Runner:
                 return "abandoned"
             started = self.clock()
             try:
+                # a job with no task never gets here: ``_prepare`` made it invalid
                 value = item.task.func(**kwargs)  # type: ignore[union-attr]
             except Exception as exc:
                 ran = Ran(error=exc, duration_s=self.clock() - started)
@@ -102,6 +103,7 @@ class Runner:
                 return "abandoned"
             started = self.clock()
             try:
+                # as in run_sync: ``_prepare`` made a job with no task invalid
                 value = await item.task.func(**kwargs)  # type: ignore[union-attr]
             except asyncio.CancelledError:
                 raise  # the worker gave the job back (drain); nothing to write

@@ -8,6 +8,7 @@ extends every in-flight lease. ``Runner`` turns each handler's outcome into one 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -248,6 +249,7 @@ class Worker:
     def _launch(self, queue: Queue, job: Job) -> None:
         task = self.app.get_task(job.task)
         policy = task.policy if task else queue.policy
+        # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
         every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
         first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
         item = InFlight(job, task, queue, policy.lease_s, every_s, self.clock() + first_beat_s)
@@ -259,9 +261,10 @@ class Worker:
             coro = self._runner.run_async(item, self._finish_off_loop)
             future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
         else:
+            # the pool exists while the worker runs
             future = self._pool.submit(self._runner.run_sync, item)  # type: ignore[union-attr]
         item.future = future
-        future.add_done_callback(lambda f, item=item: self._landed(item, f))
+        future.add_done_callback(functools.partial(self._landed, item))
 
     def _finish_off_loop(self, fn: Callable[..., str], *args: Any) -> asyncio.Future[str]:
         loop = asyncio.get_running_loop()
@@ -274,9 +277,10 @@ class Worker:
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
-        if not future.cancelled() and future.exception() is not None:
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
             log.error("job %s: worker error\n%s", item.job.id,
-                      traceback_text(future.exception(), self.app.redact),
+                      traceback_text(error, self.app.redact),
                       extra=job_fields("worker_error", item.job))
         self._wake.set()
         self.store.notify_local(item.queue.name)  # a slot is free: claim again now

@@ -23,7 +23,7 @@ from leaseq.errors import (
 )
 from leaseq.job import Completion, EnqueueOutcome, FollowUp, JobSpec, Lease, LeaseLost
 from leaseq.journal import SPENT_WHILE_PENDING, STALE_REASON
-from leaseq.stores.mongodb import MongoStore, documents, records, upserts
+from leaseq.stores.mongodb import MongoStore, documents, upserts
 
 Q = "leaseq_q"
 T0 = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -466,7 +466,6 @@ def test_in_flight_counts_processing_jobs_with_a_live_lease(db, store):
     assert args == (documents.in_flight(0),)
 
 
-@pytest.mark.skipif(not records.COUNTERS, reason="Job has no snoozes / givebacks fields yet")
 def test_a_job_shows_its_counters_and_reads_absent_ones_as_zero(db, store):
     db[Q].answer("find_one", doc(snoozes=2, givebacks=1), {"_id": "old", "status": "pending"})
     job = store.get("q", "j1")

@@ -139,10 +139,8 @@ class Consumer:
             state = _Session(conn, channel, threading.Event())
             try:
                 for name in self.queues:
-                    channel.basic_consume(
-                        self.topology.work_queue(name),
-                        lambda _ch, m, p, body, q=name: self._on_message(pool, state, q, m, p,
-                                                                         body))
+                    channel.basic_consume(self.topology.work_queue(name),
+                                          self._callback(pool, state, name))
                 log.info("consumer %s: consuming %s", self.worker_id, ", ".join(self.queues),
                          extra=queue_fields("consuming"))
                 self._pump(state, stop)
@@ -167,6 +165,13 @@ class Consumer:
             log.warning("consumer %s: %d jobs still running after the grace period; their "
                         "messages return to RabbitMQ and their leases expire", self.worker_id,
                         self._busy, extra=queue_fields("grace_expired"))
+
+    def _callback(self, pool: ThreadPoolExecutor, state: _Session,
+                  queue: str) -> Callable[[Any, Any, Any, bytes], None]:
+        """pika's ``on_message_callback`` for ``queue``."""
+        def on_message(_channel: Any, method: Any, properties: Any, body: bytes) -> None:
+            self._on_message(pool, state, queue, method, properties, body)
+        return on_message
 
     def _on_message(self, pool: ThreadPoolExecutor, state: _Session, queue: str, method: Any,
                     props: Any, body: bytes) -> None:

@@ -196,8 +196,8 @@ class Dispatcher:
         last_tag = None
         for _ in range(self.config.batch_size):
             method, _props, body = channel.basic_get(name, auto_ack=False)
-            if method is None:
-                break
+            if method is None or body is None:
+                break  # pika gives both or neither
             last_tag = method.delivery_tag
             decoded = decode(body)
             if decoded is None or decoded[0] != queue.name:

@@ -119,7 +119,7 @@ def guarded(method: F) -> F:
             raise StoreUnavailable(f"MongoDB at {self.url} is unavailable: {text[:500]}. "
                                    "Check the URL, the network and the server.") from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
 
 
 def no_transactions_message(url: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -11,11 +10,6 @@ from typing import Any
 from leaseq.job import Job, JournalEntry, Lease
 from leaseq.journal import LEASE_EXPIRED, LEASE_EXPIRED_STALE, REDELIVERED
 from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
-
-#: The record's counters ``snoozes`` and ``givebacks`` (absent in a document = 0), handed to
-#: ``Job`` when it declares them: the MongoDB store writes them whatever version of ``Job`` it
-#: runs with, and no store's other columns depend on this one.
-COUNTERS = tuple(f.name for f in dataclasses.fields(Job) if f.name in ("snoozes", "givebacks"))
 
 
 def dt(value: Any) -> datetime | None:
@@ -36,7 +30,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
         lease_until=dt(doc.get("lease_until")), lease_epoch=int(doc.get("lease_epoch") or 0),
         worker_id=doc.get("worker_id"), error=doc.get("error"), failure=doc.get("failure"),
         revision=doc.get("revision"), stale=bool(doc.get("stale")),
-        **{name: int(doc.get(name) or 0) for name in COUNTERS},
+        snoozes=int(doc.get("snoozes") or 0), givebacks=int(doc.get("givebacks") or 0),
         result=json.loads(result) if isinstance(result, str) else result,
         result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
         updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
@@ -46,6 +40,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
 
 def entry(doc: Mapping[str, Any]) -> JournalEntry:
     return JournalEntry(
+        # every entry is written with its ``at``
         at=dt(doc.get("at")), job_id=doc["job_id"], event=doc["event"],  # type: ignore[arg-type]
         attempt=doc.get("attempt"), lease_epoch=doc.get("lease_epoch"),
         worker_id=doc.get("worker_id"), reason=doc.get("reason"), data=doc.get("data"),

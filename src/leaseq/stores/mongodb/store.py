@@ -73,7 +73,7 @@ class MongoStore(WorkerWrites, Store):
         self.secrets = secrets_of(url)  # masked in every error text
         self.time_offset_s = time_offset_s
         self._db = database
-        self._client = client if client is not None else getattr(database, "client", None)
+        self._client: Any = client if client is not None else getattr(database, "client", None)
         self._owns_client = client is not None
         self._prefix = prefix
         self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
@@ -98,10 +98,6 @@ class MongoStore(WorkerWrites, Store):
             raise
 
     # --- plumbing ---------------------------------------------------------------------------
-
-    @property
-    def _off(self) -> float:
-        return self.time_offset_s
 
     @guarded
     def _probe_transactions(self) -> bool:
@@ -166,7 +162,7 @@ class MongoStore(WorkerWrites, Store):
     @guarded
     def server_now(self) -> Any:
         local = records.dt(self._db.command("hello")["localTime"])
-        return local + timedelta(seconds=self._off)  # type: ignore[operator]
+        return local + timedelta(seconds=self._off)  # type: ignore[operator]  # hello has it
 
     @guarded
     def queues(self) -> list[str]:

@@ -40,11 +40,15 @@ class WorkerWrites:
     """The worker-side primitives of the store protocol (see ``leaseq.stores.base``)."""
 
     supports_transactions: bool
-    _off: float
+    time_offset_s: float
     _coll: Callable[[str], Any]
     _log: Callable[..., None]
     _transaction: Callable[[Callable[[Any], Any]], Any]
     _enqueue: Callable[..., Any]
+
+    @property
+    def _off(self) -> float:
+        return self.time_offset_s
 
     @guarded
     def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
@@ -52,7 +56,8 @@ class WorkerWrites:
         claim per id by ``_id`` (each re-checks the whole claimable filter, so two workers
         never both win). Ids another worker took in between are skipped; when it took all
         of them the read is repeated, so an answer of ``[]`` always means none was claimable."""
-        coll, jobs = self._coll(queue), []
+        coll = self._coll(queue)
+        jobs: list[Job] = []
         while len(jobs) < limit:
             ids = [d["_id"] for d in coll.find(documents.claimable(self._off), {"_id": 1},
                                                sort=documents.CLAIM_SORT, limit=limit - len(jobs))]
@@ -248,4 +253,4 @@ def _claimed(queue: str, found: Job) -> Event:
 
 def _quarantined(queue: str, doc: dict[str, Any], lease: Lease) -> Event:
     return Event(queue, lease.job_id, JournalEvent.QUARANTINED,
-            records.fields(doc, lease, quarantine_reason(Failure.EXHAUSTED, doc.get("error"))))
+            records.fields(doc, lease, quarantine_reason(Failure.EXHAUSTED, str(doc.get("error")))))

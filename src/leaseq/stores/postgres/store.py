@@ -330,7 +330,7 @@ class PostgresStore(SQLStore):
     def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
         if not items:
             return []
-        def work(conn: psycopg.Connection) -> dict[str, Job]:
+        def work(conn: psycopg.Connection) -> dict[tuple[str, int], Job]:
             cols, rows = self._tuples(
                 conn, "complete_many", queue=queue,
                 ids=[c.lease.job_id for c in items],
@@ -480,5 +480,7 @@ def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     if not rows:
         return []
     at = [(cols[f], f in _TIMES) for f in _FIELDS]
-    return [Job(*[_dt(row[i]) if t else row[i] for i, t in at]) for row in rows]
+    # Positional, in Job's field order: mypy cannot match a list's items to the fields.
+    return [Job(*[_dt(row[i]) if t else row[i] for i, t in at])  # type: ignore[arg-type]
+            for row in rows]
 

@@ -228,7 +228,7 @@ class SQLiteStore(SQLStore):
             rows = self._rows(conn, "claim", queue=queue, worker_id=worker_id, lease_s=lease_s,
                               limit=limit)
             self._journal_claims(conn, queue, rows)
-        return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))  # type: ignore[arg-type, return-value]
+        return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))
 
     def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         with self._tx() as conn:
