@@ -31,6 +31,20 @@ class JournalEvent(StrEnum):
     PUBLISH_OWED = "publish_owed"
 
 
+class ScheduleEvent(StrEnum):
+    """Journal events of a schedule (periodic jobs), written under its journal id
+    (``leaseq.ledger.schedule_journal_id``)."""
+
+    REGISTERED = "schedule_registered"
+    CHANGED = "schedule_changed"
+    INACTIVE = "schedule_inactive"
+    PAUSED = "schedule_paused"
+    RESUMED = "schedule_resumed"
+    TICK_SKIPPED = "tick_skipped"
+    TICKS_MISSED = "ticks_missed"
+    TICK_MANUAL = "tick_manual"
+
+
 #: Event names that older journal rows carry, by the event they mean today: rows are never
 #: rewritten, so readers (the CLI's story, a query of the journal) accept both.
 RENAMED_EVENTS = {"retried": JournalEvent.REQUEUED}
@@ -49,6 +63,11 @@ LEASE_EXPIRED_STALE = "lease expired; stale revision, attempts reset"
 EXPIRED = "expired: lease ran out"
 #: ``quarantined`` by reclaim's third step: a pending job whose attempts are spent.
 SPENT_WHILE_PENDING = "exhausted: attempts spent while pending"
+#: A schedule's ``schedule_registered`` / ``schedule_changed`` / ``schedule_inactive`` (its
+#: declaration is no longer in the app's code).
+SCHEDULE_REGISTERED = "registered"
+SCHEDULE_CHANGED = "spec changed"
+SCHEDULE_GONE = "gone from the code"
 #: ``publish_owed`` when ``reowe_publish`` is given no reason.
 REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
 

@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from leaseq.job import Job, JournalEntry, Lease
 from leaseq.journal import LEASE_EXPIRED, LEASE_EXPIRED_STALE, REDELIVERED
 from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One journal entry to write: whose, what happened, and its fields (``attempt``,
+    ``lease_epoch``, ``worker_id``, ``reason``, ``data``)."""
+
+    queue: str
+    job_id: str
+    event: str
+    fields: dict[str, Any]
+
+
+class JournalWriter(Protocol):
+    """``MongoStore._log`` as the mixins see it: append these entries (in ``session``)."""
+
+    def __call__(self, events: Sequence[Event], session: Any = None) -> None: ...
 
 
 def dt(value: Any) -> datetime | None:

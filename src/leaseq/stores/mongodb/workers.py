@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pymongo import ReturnDocument
@@ -19,36 +18,21 @@ from pymongo.errors import PyMongoError
 from leaseq.job import Failure, FollowUp, Job, Lease, LeaseLost
 from leaseq.journal import STALE_REASON, JournalEvent, quarantine_reason
 from leaseq.stores.mongodb import documents, records
-from leaseq.stores.mongodb.connection import guarded
+from leaseq.stores.mongodb.connection import OffsetClock, guarded
+from leaseq.stores.mongodb.records import Event, JournalWriter
 
 AFTER = ReturnDocument.AFTER
 UNDONE_REASON = "claim undone: the store failed before the worker had the job"
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One journal entry to write: whose, what happened, and its fields (``attempt``,
-    ``lease_epoch``, ``worker_id``, ``reason``, ``data``)."""
-
-    queue: str
-    job_id: str
-    event: str
-    fields: dict[str, Any]
-
-
-class WorkerWrites:
+class WorkerWrites(OffsetClock):
     """The worker-side primitives of the store protocol (see ``leaseq.stores.base``)."""
 
     supports_transactions: bool
-    time_offset_s: float
     _coll: Callable[[str], Any]
-    _log: Callable[..., None]
+    _log: JournalWriter
     _transaction: Callable[[Callable[[Any], Any]], Any]
     _enqueue: Callable[..., Any]
-
-    @property
-    def _off(self) -> float:
-        return self.time_offset_s
 
     @guarded
     def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
