@@ -322,8 +322,8 @@ class Queue:
             raise InvalidInput("lease_s must be > 0")
         return value
 
-    # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
-    # built-in for the annotations above ------------------------------------------------------
+    # --- deprecated names (leaseq.deprecated). Keep them last, and add new methods above:
+    # after a method named ``list``, ``list[...]`` in this class body means that method ---------
 
     def list(self, status: str | None = None, limit: int = 100,
              after_id: str | None = None) -> list[Job]:

@@ -434,8 +434,8 @@ class Store(abc.ABC):
         ``queues`` whose name is not in ``keep``: schedules gone from the code. Returns their
         names, sorted; ``[]`` when none. Journal: ``schedule_inactive``."""
 
-    # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
-    # built-in for the annotations above ------------------------------------------------------
+    # --- deprecated names (leaseq.deprecated). Keep them last, and add new methods above:
+    # after a method named ``list``, ``list[...]`` in this class body means that method ---------
 
     def list(self, queue: str, status: str | None = None, limit: int = 100,
              after_id: str | None = None) -> list[Job]:
