@@ -59,9 +59,8 @@ class LimitedClaims:
     _ready: Callable[[str], dict[str, Any]]
     _db: Any
 
-    @property
-    def supports_claim_limits(self) -> bool:
-        return self.supports_transactions
+    #: Limits need transactions: set with ``supports_transactions`` (store.py).
+    supports_claim_limits: bool
 
     def _claim_limited(self, queue: str, worker_id: str, limit: int, lease_s: float,
                        limits: ClaimLimits, job_id: str | None = None) -> list[Job]:
@@ -91,7 +90,7 @@ class LimitedClaims:
                     session=session)
             return jobs
 
-        return self._transaction(work)  # type: ignore[no-any-return]
+        return self._transaction(work)
 
     def _open_gate(self, queue: str, limits: ClaimLimits,
                    session: Any) -> tuple[list[float], float]:
@@ -133,7 +132,7 @@ class LimitedClaims:
         running = coll.count_documents(
             {"status": documents.PROCESSING, "concurrency_key": key, "$and": [documents.HAS_KEY]},
             session=session)
-        return running < limits.key_limit  # type: ignore[no-any-return]
+        return running < limits.key_limit
 
     @guarded
     def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
