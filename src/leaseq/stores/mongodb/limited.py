@@ -27,6 +27,7 @@ from pymongo import ReturnDocument
 
 from leaseq.errors import UnsupportedOperation
 from leaseq.job import Job
+from leaseq.journal import JournalEvent
 from leaseq.limits import (
     UNKEYED_SCAN,
     ClaimLimits,
@@ -40,6 +41,7 @@ from leaseq.limits import (
 )
 from leaseq.stores.mongodb import documents, records
 from leaseq.stores.mongodb.connection import guarded
+from leaseq.stores.mongodb.records import Event
 
 AFTER = ReturnDocument.AFTER
 #: What a limited claim reads of a candidate: enough to put candidates in claim order.
@@ -81,8 +83,8 @@ class LimitedClaims:
                                                return_document=AFTER, session=session)
                 if doc is not None:
                     jobs.append(records.job(queue, doc))
-            self._log([(queue, j.id, "claimed", records.claimed_fields(j)) for j in jobs],
-                      session)
+            self._log([Event(queue, j.id, JournalEvent.CLAIMED, records.claimed_fields(j))
+                       for j in jobs], session)
             if limits.rate_per_s is not None and jobs:
                 self._limits.find_one_and_update(
                     {"_id": queue},

@@ -87,7 +87,7 @@ WITH ins AS (
     RETURNING id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, 'enqueued', 'created', %(data)s::json FROM ins),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', %(data)s::json FROM ins),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s) FROM ins)
 SELECT count(*) AS inserted FROM note;
@@ -703,8 +703,8 @@ taken AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
-           CASE WHEN lease_epoch > 1 THEN 'redelivered' END
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
