@@ -165,8 +165,10 @@ def test_the_key_limited_claim_probes_each_key_at_a_million_jobs(
     per_key: dict[str | None, int] = {}
     for job in jobs:
         per_key[job.concurrency_key] = per_key.get(job.concurrency_key, 0) + 1
-    per_key.pop(None, None)
-    assert len(jobs) == 200 and max(per_key.values()) == 2, per_key
+    unkeyed = per_key.pop(None, 0)
+    # 2 of each of the 50 keys, and the jobs without a key found near the front
+    assert set(per_key.values()) == {2} and len(per_key) == 50, per_key
+    assert unkeyed > 0 and len(jobs) == 100 + unkeyed
 
 
 _PARAMS = {"queue": "q0", "worker_id": "w1", "limit": 10, "lease_s": 900.0, "off": 0.0}
