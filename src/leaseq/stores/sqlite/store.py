@@ -18,6 +18,21 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from leaseq.browse import (
+    ACTION_EVENTS,
+    BulkAction,
+    BulkResult,
+    Fetch,
+    HourlyCount,
+    JobFilter,
+    JobPage,
+    KeyRow,
+    WorkerInfo,
+    actor_name,
+    batches,
+    prefix_end,
+    walk,
+)
 from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
     STALE_REASON,
@@ -43,6 +58,9 @@ NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
 #: How often an idle worker looks for commits by other processes. Defaults to 2 ms: a
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
+
+#: Beyond any timestamp: the open end of a time range or of the first page's keyset.
+_FAR = 1e300
 
 Q = load_queries(__package__, "queries.sql", now=NOW)
 
@@ -157,7 +175,7 @@ class SQLiteStore(Store):
         with self._lock:
             self._conn.executescript(
                 "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
-                "DROP TABLE IF EXISTS leaseq_schema;")
+                "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_workers;")
 
     # --- producers -------------------------------------------------------------------------
 
@@ -499,6 +517,89 @@ class SQLiteStore(Store):
             rows = self._rows(conn, "reowe_publish", queue=queue, ids=json.dumps(list(job_ids)))
             self._journal_rows(conn, queue, rows, "publish_owed", lambda _: reason)
         return [r["id"] for r in rows]
+
+    # --- operators' tools (DESIGN.md §8) ---------------------------------------------------
+
+    def find_jobs(self, where: JobFilter, limit: int = 50,
+                  cursor: str | None = None) -> JobPage:
+        ids, next_cursor, capped = walk(self._walker(where), limit, cursor)
+        return JobPage(self._get_many(where.queue, ids), next_cursor, capped)
+
+    def _walker(self, where: JobFilter) -> Fetch:
+        since = where.updated_from.timestamp() if where.updated_from else -_FAR
+        until = where.updated_until.timestamp() if where.updated_until else _FAR
+        common = dict(queue=where.queue, task=where.task, prefix=where.id_prefix,
+                      error=where.error_text, since=since, until=until, status=where.status)
+        if where.status:
+            name = "walk_status"
+        elif where.task:
+            name = "walk_task"
+        else:
+            name, prefix = "walk_ids", where.id_prefix or ""
+            common.update(low=prefix, high=prefix_end(prefix) if prefix else "\U0010ffff" * 2)
+
+        def fetch(key: Any, after_id: str | None, n: int) -> list[KeyRow]:
+            rows = self._read(name, after_k=_FAR if key is None else float(key),
+                              after_id=after_id or "", n=n, **common)
+            return [(r["k"], r["id"], bool(r["hit"])) for r in rows]
+        return fetch
+
+    def _get_many(self, queue: str, ids: list[str]) -> list[Job]:
+        if not ids:
+            return []
+        rows = {r["id"]: r for r in self._read("get_many", queue=queue, ids=json.dumps(ids))}
+        return [_job(rows[i]) for i in ids if i in rows]
+
+    def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
+                    actor: str) -> BulkResult:
+        action = BulkAction(action)
+        reason = f"by {actor_name(actor)}"
+        acted: list[str] = []
+        for batch in batches(job_ids):
+            with self._tx() as conn:
+                rows = self._rows(conn, f"bulk_{action.value}", queue=queue,
+                                  ids=json.dumps(batch))
+                self._journal_rows(conn, queue, rows, ACTION_EVENTS[action], lambda _: reason)
+            acted.extend(r["id"] for r in rows)
+        done = set(acted)
+        return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
+
+    def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
+        reason = f"by {actor_name(actor)}"
+        with self._tx() as conn:
+            rows = self._rows(conn, "requeue_edited", queue=queue, id=job_id,
+                              payload=payload_json)
+            if not rows:
+                if not self._rows(conn, "exists", queue=queue, id=job_id):
+                    raise JobNotFound(queue, job_id)
+                return False
+            self._journal_rows(conn, queue, rows, "edited", lambda _: reason)
+            self._journal_rows(conn, queue, rows, "retried", lambda _: reason)
+        return True
+
+    def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
+        return [HourlyCount(_dt(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
+                for r in self._read("journal_hourly", queue=queue, hours=hours)]
+
+    def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
+        with self._tx() as conn:
+            conn.execute(Q["register_worker"], self._params(
+                worker_id=worker_id, queues=json.dumps(list(queues)), in_flight=in_flight))
+
+    def unregister_worker(self, worker_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(Q["unregister_worker"], self._params(worker_id=worker_id))
+
+    def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
+        return [WorkerInfo(r["worker_id"], json.loads(r["queues"]), r["in_flight"],
+                           _dt(r["started_at"]), _dt(r["last_beat_at"]))  # type: ignore[arg-type]
+                for r in self._read("list_workers", limit=limit)]
+
+    def prune_workers(self, older_than_s: float) -> int:
+        with self._tx() as conn:
+            return conn.execute(Q["prune_workers"], self._params(
+                older_than_s=older_than_s)).rowcount
+
 
 
 def _dt(value: float | None) -> datetime | None:
