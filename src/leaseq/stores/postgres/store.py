@@ -22,6 +22,21 @@ import psycopg
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row, tuple_row
 
+from leaseq.browse import (
+    ACTION_EVENTS,
+    BulkAction,
+    BulkResult,
+    Fetch,
+    HourlyCount,
+    JobFilter,
+    JobPage,
+    KeyRow,
+    WorkerInfo,
+    actor_name,
+    batches,
+    prefix_end,
+    walk,
+)
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
     STALE_REASON,
@@ -44,6 +59,9 @@ from leaseq.stores.sql import load_queries, migrations
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
 _SAVEPOINT = "leaseq_enqueue"
+#: The open ends of a time range (and the first page's keyset).
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 T = TypeVar("T")
 FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 #: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
@@ -63,7 +81,8 @@ class PostgresStore(Store):
         #: This store's named SQL (``queries.sql`` with the schema filled in), e.g. to EXPLAIN.
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
-                                    journal=f"{self._schema}.journal")
+                                    journal=f"{self._schema}.journal",
+                                    workers=f"{self._schema}.workers")
         self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
@@ -481,6 +500,91 @@ class PostgresStore(Store):
             conn, "reowe_publish", queue=queue, ids=list(job_ids), event="publish_owed",
             reason=_text(reason)), retry_commit=True, single=True)
         return [r["id"] for r in rows]
+
+    # --- operators' tools (DESIGN.md §8) ---------------------------------------------------
+
+    def find_jobs(self, where: JobFilter, limit: int = 50,
+                  cursor: str | None = None) -> JobPage:
+        ids, next_cursor, capped = walk(self._walker(where), limit, cursor)
+        return JobPage(self._get_many(where.queue, ids), next_cursor, capped)
+
+    def _walker(self, where: JobFilter) -> Fetch:
+        common: dict[str, Any] = dict(
+            queue=where.queue, status=where.status, task=_text(where.task),
+            prefix=_text(where.id_prefix), error=_text(where.error_text),
+            since=where.updated_from or _EARLIEST, until=where.updated_until or _LATEST)
+        if where.status:
+            name = "walk_status"
+        elif where.task:
+            name = "walk_task"
+        else:
+            name, prefix = "walk_ids", _text(where.id_prefix) or ""
+            common.update(low=prefix, high=prefix_end(prefix) if prefix else "\U0010ffff" * 2)
+
+        def fetch(key: Any, after_id: str | None, n: int) -> list[KeyRow]:
+            rows = self._read(name, after_k=key or _LATEST.isoformat(),
+                              after_id=after_id or "", n=n, **common)
+            return [(r["k"].isoformat() if r["k"] else None, r["id"], bool(r["hit"]))
+                    for r in rows]
+        return fetch
+
+    def _get_many(self, queue: str, ids: list[str]) -> list[Job]:
+        if not ids:
+            return []
+        rows = {r["id"]: r for r in self._read("get_many", queue=queue, ids=ids)}
+        return [_job(rows[i]) for i in ids if i in rows]
+
+    def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
+                    actor: str) -> BulkResult:
+        action = BulkAction(action)
+        params = dict(queue=queue, event=ACTION_EVENTS[action],
+                      reason=_text(f"by {actor_name(actor)}"))
+        acted: list[str] = []
+        for batch in batches(job_ids):
+            rows = self._session.run(lambda conn, b=batch: self._rows(
+                conn, f"bulk_{action.value}", ids=b, **params))
+            acted.extend(r["id"] for r in rows)
+            if action is BulkAction.REQUEUE and rows:
+                self._session.run(lambda conn: self._notify(conn, queue))
+        done = set(acted)
+        return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
+
+    def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            if self._rows(conn, "requeue_edited", queue=queue, id=job_id, payload=payload_json,
+                          reason=_text(f"by {actor_name(actor)}")):
+                self._notify(conn, queue)
+                return True
+            if not self._rows(conn, "exists", queue=queue, id=job_id):
+                raise JobNotFound(queue, job_id)
+            return False
+        return self._session.run(work)
+
+    def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
+        return [HourlyCount(_dt(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
+                for r in self._read("journal_hourly", queue=queue, hours=hours)]
+
+    def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
+        # Safe to retry: a second upsert only moves the beat.
+        self._session.run(lambda conn: self._exec(
+            conn, "register_worker", worker_id=_text(worker_id),
+            queues=json.dumps(list(queues)), in_flight=in_flight),
+            retry_commit=True, single=True)
+
+    def unregister_worker(self, worker_id: str) -> None:
+        self._session.run(lambda conn: self._exec(
+            conn, "unregister_worker", worker_id=_text(worker_id)),
+            retry_commit=True, single=True)
+
+    def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
+        return [WorkerInfo(r["worker_id"], list(r["queues"]), r["in_flight"],
+                           _dt(r["started_at"]), _dt(r["last_beat_at"]))  # type: ignore[arg-type]
+                for r in self._read("list_workers", limit=limit)]
+
+    def prune_workers(self, older_than_s: float) -> int:
+        return self._session.run(lambda conn: self._count(
+            conn, "prune_workers", older_than_s=older_than_s), retry_commit=True, single=True)
+
 
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
