@@ -17,8 +17,10 @@ from leaseq.stores.mongodb import indexes as ix
 def assert_indexed(db: FakeDB) -> None:
     job = [keys for keys, _ in ix.job_indexes({})]
     journal = [keys for keys, _ in ix.journal_indexes()]
+    workers = [[("last_beat_at", 1)]]
     for collection, query, sort in queries(db):
-        indexes = journal if collection.endswith("journal") else job
+        indexes = (journal if collection.endswith("journal")
+                   else workers if collection.endswith("__workers") else job)
         missing = ix.unserved(query, sort, indexes)
         assert not missing, f"no index serves {query} sorted by {sort} on {collection}"
 

@@ -50,6 +50,7 @@ from leaseq.stores.mongodb.connection import (
     open_client,
     secrets_of,
 )
+from leaseq.stores.mongodb.operators import OperatorTools
 from leaseq.stores.mongodb.workers import Event, WorkerWrites
 
 AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
@@ -61,7 +62,7 @@ _OUTCOMES = {U.CREATE: Outcome.CREATED, U.KEEP: Outcome.UNCHANGED, U.REVIVE: Out
              U.UPDATE: Outcome.UPDATED, U.STALE: Outcome.UPDATED, "conflict": Outcome.CONFLICT}
 
 
-class MongoStore(WorkerWrites, Store):
+class MongoStore(WorkerWrites, OperatorTools, Store):
     """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",

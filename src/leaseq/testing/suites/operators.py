@@ -21,7 +21,7 @@ def given_failed(q: Queue, job_id: str, error: str = "boom", task: str | None = 
     q.fail(job, error)
 
 
-def page_ids(store, where: JobFilter, limit: int = 50) -> list[str]:  # noqa: ANN001
+def page_ids(store, where: JobFilter, limit: int = 50) -> list[str]:
     """Every matching id, page after page."""
     ids: list[str] = []
     cursor = None
