@@ -505,7 +505,7 @@ class PostgresStore(SQLStore):
         if not ids:
             return []
         rows = {r["id"]: r for r in self._read("get_many", queue=queue, ids=ids)}
-        return [_job(rows[i]) for i in ids if i in rows]
+        return [self._job(rows[i]) for i in ids if i in rows]
 
     def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
                     actor: str) -> BulkResult:
@@ -534,7 +534,7 @@ class PostgresStore(SQLStore):
         return self._session.run(work)
 
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
-        return [HourlyCount(_dt(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
+        return [HourlyCount(self._time(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
 
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
@@ -551,7 +551,7 @@ class PostgresStore(SQLStore):
 
     def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
         return [WorkerInfo(r["worker_id"], list(r["queues"]), r["in_flight"],
-                           _dt(r["started_at"]), _dt(r["last_beat_at"]))  # type: ignore[arg-type]
+                           self._time(r["started_at"]), self._time(r["last_beat_at"]))  # type: ignore[arg-type]
                 for r in self._read("list_workers", limit=limit)]
 
     def prune_workers(self, older_than_s: float) -> int:

@@ -554,7 +554,7 @@ class SQLiteStore(SQLStore):
         return True
 
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
-        return [HourlyCount(_dt(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
+        return [HourlyCount(self._time(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
 
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
@@ -568,7 +568,7 @@ class SQLiteStore(SQLStore):
 
     def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
         return [WorkerInfo(r["worker_id"], json.loads(r["queues"]), r["in_flight"],
-                           _dt(r["started_at"]), _dt(r["last_beat_at"]))  # type: ignore[arg-type]
+                           self._time(r["started_at"]), self._time(r["last_beat_at"]))  # type: ignore[arg-type]
                 for r in self._read("list_workers", limit=limit)]
 
     def prune_workers(self, older_than_s: float) -> int:
