@@ -95,14 +95,14 @@ class Dashboard:
             ("/health", self.health, ["GET"]), ("/api/stats", self.api_stats, ["GET"]),
             ("/events", self.events, ["GET"]), ("/action", self.action, ["POST"]),
             ("/bulk", self.bulk_count, ["POST"]), ("/bulk/confirm", self.bulk_confirm, ["POST"]),
-            ("/edit", self.edit, ["POST"]),
+            ("/edit", self.edit, ["POST"]), ("/login", self.no_login, ["GET"]),
         ]
 
     # --- the guard --------------------------------------------------------------------------
 
     def handle(self, handler: Callable[..., Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
-            if request.url.path.endswith("/login") and isinstance(self.auth, LoginToken):
+            if request.scope["path"].endswith("/login") and isinstance(self.auth, LoginToken):
                 return self._login(request)
             user = self.auth(request) if self.auth is not None else None
             if user is None:
@@ -198,6 +198,10 @@ class Dashboard:
     async def health(self, request: Request, access: Access) -> Response:
         report = diagnose(self.store)
         return self.render(request, access, "health.html", report=report)
+
+    async def no_login(self, request: Request, access: Access) -> Response:
+        """Signed in another way (basic auth, the host app's own): nothing to redeem."""
+        return RedirectResponse(_root(request) + "/", 303)
 
     async def api_stats(self, request: Request, access: Access) -> Response:
         return JSONResponse(self.stats.get())
