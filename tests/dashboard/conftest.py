@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
-import leaseq  # noqa: E402
-from leaseq.stores.base import Store  # noqa: E402
+import leaseq
+from leaseq.stores.base import Store
 
 W = "host:1:aaaa0001"
 #: Job data that would run script if it were ever put into the page unescaped.
@@ -45,7 +45,7 @@ def given_jobs(store: Store) -> None:
 
 
 @pytest.fixture
-def store(tmp_path) -> Iterator[Store]:  # noqa: ANN001
+def store(tmp_path) -> Iterator[Store]:
     store = leaseq.connect(f"sqlite:///{tmp_path}/jobs.db")
     given_jobs(store)
     yield store

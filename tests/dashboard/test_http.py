@@ -9,11 +9,11 @@ from html.parser import HTMLParser
 from urllib.parse import quote
 
 import pytest
-from conftest import XSS, basic
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
+from conftest import XSS, basic
 from leaseq.browse import JobFilter
 from leaseq.dashboard import BasicAuth, LoginToken, create_app
 from leaseq.dashboard.stats import StatsSnapshot

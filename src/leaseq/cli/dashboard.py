@@ -45,7 +45,7 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
         raise click.UsageError("listening beyond loopback needs --user and --password")
     app = create_app(store, auth=auth, permissions=permissions)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
     finally:
         store.close()
 
