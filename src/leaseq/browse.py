@@ -37,7 +37,7 @@ class BulkAction(StrEnum):
 
 
 #: The journal event each action writes, with the operator's name as its reason.
-ACTION_EVENTS = {BulkAction.REQUEUE: "retried", BulkAction.CANCEL: "cancelled",
+ACTION_EVENTS = {BulkAction.REQUEUE: "requeued", BulkAction.CANCEL: "cancelled",
                  BulkAction.DELETE: "deleted"}
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from dashboard_data import XSS
 
-from conftest import XSS
 from leaseq.dashboard import BasicAuth, LoginToken, create_app
 from leaseq.stores.base import Store
 

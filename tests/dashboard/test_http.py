@@ -9,11 +9,11 @@ from html.parser import HTMLParser
 from urllib.parse import quote
 
 import pytest
+from dashboard_data import XSS, basic
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from conftest import XSS, basic
 from leaseq.browse import JobFilter
 from leaseq.dashboard import BasicAuth, LoginToken, create_app
 from leaseq.dashboard.stats import StatsSnapshot
@@ -168,7 +168,7 @@ def test_payloads_are_redacted_for_display_and_edited_from_the_real_values(
     assert edited.status_code == 303
     job = store.get("mail", "f-1")
     assert job.status == "pending" and job.payload["token"] == "password=hunter2"  # type: ignore[union-attr]
-    assert [e.event for e in store.journal("mail", "f-1")][-2:] == ["edited", "retried"]
+    assert [e.event for e in store.journal("mail", "f-1")][-2:] == ["edited", "requeued"]
 
 
 def test_bulk_shows_the_count_then_acts_only_on_the_counted_jobs(

@@ -43,8 +43,10 @@ from leaseq.browse import (
     JobPage,
     WorkerInfo,
 )
+from leaseq.deprecated import warn_renamed
 from leaseq.errors import InvalidInput
 from leaseq.job import (
+    EnqueueOutcome,
     EnqueueResult,
     Job,
     JobSpec,
@@ -52,7 +54,6 @@ from leaseq.job import (
     Lease,
     LeaseLost,
     OnConflict,
-    Outcome,
     is_terminal,
 )
 
@@ -160,7 +161,7 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         """Claim this one job if it is claimable now (broker delivery); else None, no write."""
 
     @abc.abstractmethod
@@ -265,11 +266,11 @@ class Store(abc.ABC):
     # --- operators -------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def retry(self, queue: str, job_id: str) -> bool:
-        """Operator retry of a terminal job (failed, cancelled, done, app terminal): back to
-        ``pending``, attempts, snoozes and givebacks 0, failure cleared, ready now. False when
-        the job is live (pending / processing); ``JobNotFound`` when there is no such job.
-        Journal: ``retried``.
+    def requeue(self, queue: str, job_id: str) -> bool:
+        """The operator's re-drive of a terminal job (failed, cancelled, done, app terminal):
+        back to ``pending``, attempts, snoozes and givebacks 0, failure cleared, ready now.
+        False when the job is live (pending / processing); ``JobNotFound`` when there is no
+        such job. Journal: ``requeued`` (rows written before 0.2 say ``retried``).
         """
 
     @abc.abstractmethod
@@ -286,7 +287,7 @@ class Store(abc.ABC):
         """The job, or None."""
 
     @abc.abstractmethod
-    def list(
+    def list_jobs(
         self, queue: str, status: str | None = None, limit: int = 100, after_id: str | None = None
     ) -> list[Job]:
         """Jobs ordered by id (after ``after_id``, for paging), optionally of one status."""
@@ -317,7 +318,7 @@ class Store(abc.ABC):
         """The job's events, oldest first; ``[]`` when none."""
 
     @abc.abstractmethod
-    def record(
+    def append_journal(
         self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
         lease_epoch: int | None = None, worker_id: str | None = None,
         reason: str | None = None, data: Mapping[str, Any] | None = None,
@@ -432,7 +433,7 @@ class Store(abc.ABC):
     def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
         """Replace a terminal job's payload and put it back to ``pending`` at once, as an
         operator retry does (attempts, snoozes, givebacks 0, failure cleared). False when the
-        job is live; ``JobNotFound`` when there is none. Journal: ``edited`` then ``retried``,
+        job is live; ``JobNotFound`` when there is none. Journal: ``edited`` then ``requeued``,
         both with reason ``"by <actor>"`` (never the payload)."""
 
     @abc.abstractmethod
@@ -458,16 +459,39 @@ class Store(abc.ABC):
     def prune_workers(self, older_than_s: float) -> int:
         """Forget workers whose last beat is more than ``older_than_s`` seconds old (killed
         ones never unregister). Returns how many; 0 when none."""
+    # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
+    # built-in for the annotations above ------------------------------------------------------
+
+    def list(self, queue: str, status: str | None = None, limit: int = 100,
+             after_id: str | None = None) -> list[Job]:
+        """Deprecated: ``list_jobs``."""
+        warn_renamed("Store.list", "Store.list_jobs")
+        return self.list_jobs(queue, status, limit, after_id)
+
+    def retry(self, queue: str, job_id: str) -> bool:
+        """Deprecated: ``requeue``."""
+        warn_renamed("Store.retry", "Store.requeue")
+        return self.requeue(queue, job_id)
+
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+        """Deprecated: ``claim_one``."""
+        warn_renamed("Store.claim_id", "Store.claim_one")
+        return self.claim_one(queue, job_id, worker_id, lease_s)
+
+    def record(self, queue: str, job_id: str, event: str, **fields: Any) -> None:
+        """Deprecated: ``append_journal``."""
+        warn_renamed("Store.record", "Store.append_journal")
+        self.append_journal(queue, job_id, event, **fields)
 
 
 def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,
-                  on_conflict: OnConflict) -> Outcome:
+                  on_conflict: OnConflict) -> EnqueueOutcome:
     """What an enqueue does to an existing job (DESIGN.md §3); shared by the SQL stores."""
     if spec.revision is not None:
         if spec.revision == revision:
-            return Outcome.UNCHANGED
+            return EnqueueOutcome.UNCHANGED
     elif payload_json == spec.payload_json:
-        return Outcome.UNCHANGED
+        return EnqueueOutcome.UNCHANGED
     elif on_conflict != "replace":
-        return Outcome.CONFLICT
-    return Outcome.REVIVED if is_terminal(status) else Outcome.UPDATED
+        return EnqueueOutcome.CONFLICT
+    return EnqueueOutcome.REVIVED if is_terminal(status) else EnqueueOutcome.UPDATED

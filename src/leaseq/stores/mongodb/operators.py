@@ -33,8 +33,7 @@ from leaseq.browse import (
     walk,
 )
 from leaseq.errors import JobNotFound
-from leaseq.stores.mongodb import documents as D
-from leaseq.stores.mongodb import records
+from leaseq.stores.mongodb import documents, records
 from leaseq.stores.mongodb.connection import guarded
 
 AFTER = ReturnDocument.AFTER
@@ -95,16 +94,16 @@ class OperatorTools:
 
     def _move_each(self, queue: str, action: BulkAction, ids: list[str]) -> list[Any]:
         coll = self._coll(queue)
-        guard, update = ((D.operator_retryable, D.operator_retry(self._off))
+        guard, update = ((documents.operator_requeueable, documents.operator_requeue(self._off))
                          if action is BulkAction.REQUEUE
-                         else (D.cancellable, D.operator_cancel(self._off)))
+                         else (documents.cancellable, documents.operator_cancel(self._off)))
         moved = (coll.find_one_and_update(guard(job_id), update, return_document=AFTER)
                  for job_id in ids)
         return [doc for doc in moved if doc is not None]
 
     def _delete_terminal(self, queue: str, ids: list[str]) -> list[Any]:
         coll = self._coll(queue)
-        query = {"_id": {"$in": ids}, "status": {"$nin": [D.PENDING, D.PROCESSING]}}
+        query = {"_id": {"$in": ids}, "status": {"$nin": [documents.PENDING, documents.PROCESSING]}}
         found = list(coll.find(query, {"_id": 1, "attempts": 1, "lease_epoch": 1}))
         if not found:
             return []
@@ -118,13 +117,13 @@ class OperatorTools:
         old = coll.find_one({"_id": job_id})
         if old is None:
             raise JobNotFound(queue, job_id)
-        update = edit_payload(D.payload_of(old), json.loads(payload_json), self._off)
-        doc = coll.find_one_and_update(D.operator_retryable(job_id), update,
+        update = edit_payload(documents.payload_of(old), json.loads(payload_json), self._off)
+        doc = coll.find_one_and_update(documents.operator_requeueable(job_id), update,
                                        return_document=AFTER)
         if doc is None:
             return False
         fields = records.moved(doc, f"by {actor_name(actor)}")
-        self._log([(queue, job_id, "edited", fields), (queue, job_id, "retried", fields)])
+        self._log([(queue, job_id, "edited", fields), (queue, job_id, "requeued", fields)])
         return True
 
     # --- journal per hour -----------------------------------------------------------------
@@ -168,7 +167,7 @@ class OperatorTools:
 
     @guarded
     def prune_workers(self, older_than_s: float) -> int:
-        query = {"$expr": {"$lt": ["$last_beat_at", D.now(self._off, -older_than_s)]}}
+        query = {"$expr": {"$lt": ["$last_beat_at", documents.now(self._off, -older_than_s)]}}
         return int(self._workers.delete_many(query).deleted_count)
 
 
@@ -220,8 +219,8 @@ def edit_payload(old: Mapping[str, Any], new: Mapping[str, Any],
     of the document, so the old ones are removed and the new ones set."""
     gone = [k for k in old if k not in new]
     steps: list[dict[str, Any]] = [{"$unset": gone}] if gone else []
-    fields = {k: D.lit(v) for k, v in new.items()}
-    return [*steps, {"$set": fields}, *D.operator_retry(offset_s)]
+    fields = {k: documents.lit(v) for k, v in new.items()}
+    return [*steps, {"$set": fields}, *documents.operator_requeue(offset_s)]
 
 
 def hourly(queue: str, since: datetime) -> list[dict[str, Any]]:
@@ -234,7 +233,7 @@ def hourly(queue: str, since: datetime) -> list[dict[str, Any]]:
 
 
 def beat(queues: list[str], in_flight: int, offset_s: float) -> list[dict[str, Any]]:
-    return [{"$set": {"queues": D.lit(queues), "in_flight": D.lit(in_flight),
-                      "last_beat_at": D.now(offset_s),
-                      "started_at": {"$ifNull": ["$started_at", D.now(offset_s)]}}}]
+    return [{"$set": {"queues": documents.lit(queues), "in_flight": documents.lit(in_flight),
+                      "last_beat_at": documents.now(offset_s),
+                      "started_at": {"$ifNull": ["$started_at", documents.now(offset_s)]}}}]
 

@@ -16,7 +16,7 @@ from leaseq.testing.harness import W1, W2, FreshStore, advance, events, given_jo
 
 def given_failed(q: Queue, job_id: str, error: str = "boom", task: str | None = None) -> None:
     q.enqueue(job_id, {"name": job_id}, task=task)
-    job = q.claim_id(job_id, W1, lease_s=600)
+    job = q.claim_one(job_id, W1, lease_s=600)
     assert job is not None
     q.fail(job, error)
 
@@ -112,9 +112,9 @@ class OperatorToolsSuite:
         assert (requeued.acted, requeued.skipped) == (["f1"], ["p1", "gone"])
         job = must_get(q, "f1")
         assert (job.status, job.attempts, job.failure) == ("pending", 0, None)
-        assert q.journal("f1")[-1].event == "retried"
+        assert q.journal("f1")[-1].event == "requeued"
         # And delete takes no live job
-        q.fail(q.claim_id("f1", W1, lease_s=600), "again")  # type: ignore[arg-type]
+        q.fail(q.claim_one("f1", W1, lease_s=600), "again")  # type: ignore[arg-type]
         deleted = store.act_on_jobs("jobs", BulkAction.DELETE, ["f1", "p1"], "bob")
         assert (deleted.acted, deleted.skipped) == (["f1"], ["p1"])
         assert q.get("f1") is None and q.get("p1") is not None
@@ -142,7 +142,7 @@ class OperatorToolsSuite:
         assert (job.status, job.payload, job.attempts) == ("pending", {"fixed": True}, 0)
         tail = q.journal("f1")[-2:]
         assert [(e.event, e.reason) for e in tail] == [("edited", "by dana"),
-                                                       ("retried", "by dana")]
+                                                       ("requeued", "by dana")]
         assert "fixed" not in str([e.data for e in tail])
         # And a live job is refused, an unknown one raises
         assert store.requeue_edited("jobs", "p1", "{}", "dana") is False
