@@ -23,6 +23,12 @@ SCAN_CAP = 20_000
 SNAPSHOT_MAX = 100_000
 #: How many jobs one bulk statement changes (one transaction per batch).
 BULK_BATCH = 500
+#: Above this many jobs a status's count is not counted to the end: the overview and doctor
+#: show "10,000+" (or, on PostgreSQL, the planner's estimate), so their cost stays bounded
+#: however large the table grows.
+COUNT_CAP = 10_000
+#: The statuses the overview counts (an app's own terminal statuses are left to the jobs page).
+SUMMARY_STATUSES = ("pending", "processing", "done", "failed", "cancelled")
 #: The longest error text a filter may search for, and the longest operator name journaled.
 MAX_SEARCH_CHARS = 200
 MAX_ACTOR_CHARS = 100
@@ -93,6 +99,30 @@ class HourlyCount:
     """The start of the hour (store clock, UTC)."""
     event: str
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    n: int
+    exact: bool = True
+    """False: the count stopped at ``COUNT_CAP`` (``n`` is then a lower bound) or is an
+    estimate (``estimated``)."""
+    estimated: bool = False
+
+    def __str__(self) -> str:
+        if self.exact:
+            return f"{self.n:,}"
+        return f"≈ {self.n:,}" if self.estimated else f"{self.n:,}+"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    queue: str
+    counts: dict[str, Count]
+    """Each of ``SUMMARY_STATUSES``."""
+    ready: Count
+    oldest_ready_s: float
+    """Seconds since the longest-waiting ready job became ready; 0.0 when none."""
 
 
 @dataclass(frozen=True, slots=True)

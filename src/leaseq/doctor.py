@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from leaseq.browse import JobFilter
+from leaseq.browse import HourlyCount, JobFilter, QueueSummary
 from leaseq.stores.base import Store
 
 
@@ -30,6 +30,24 @@ class DoctorConfig:
     """Broker mode: a job published this long ago and still pending. Defaults to 10 min."""
     clock_skew_s: float = 2.0
     """The database clock and this host's may differ by this much. Defaults to 2 s."""
+    broker: bool = False
+    """Run the broker checks on every queue. Defaults to False: they run on a queue whose
+    journal shows a publish in the hour now running (a dispatcher that died before it shows
+    none: pass ``--broker``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFacts:
+    """What the checks of one queue read, each read once: bounded counts, live leases and
+    the journal of the hour now running."""
+
+    queue: str
+    summary: QueueSummary
+    in_flight: int
+    hour: list[HourlyCount]
+
+    def events(self, name: str) -> int:
+        return sum(c.count for c in self.hour if c.event == name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +90,11 @@ def diagnose(store: Store, config: DoctorConfig | None = None,
     report.checks_run.append("schema")
     report.findings.extend(check_schema_version(store))
     for queue in store.queues():
+        facts = QueueFacts(queue, store.queue_summary(queue), store.in_flight(queue),
+                           store.journal_hourly(queue, 1))
         for name, check in QUEUE_CHECKS:
             report.checks_run.append(f"{name}:{queue}")
-            report.findings.extend(check(store, queue, config, live))
+            report.findings.extend(check(store, facts, config, live))
     return report
 
 
@@ -90,10 +110,10 @@ def check_clock(db_now_s: float, local_now_s: float, config: DoctorConfig) -> li
         "enable time sync (chrony / systemd-timesyncd) on both hosts, then run `leaseq doctor`")]
 
 
-def check_ready_without_worker(store: Store, queue: str, config: DoctorConfig,
+def check_ready_without_worker(store: Store, facts: QueueFacts, config: DoctorConfig,
                                live: set[str]) -> list[Finding]:
-    ready, _ = store.ready_stats(queue)
-    if ready == 0 or queue in live:
+    queue, ready = facts.queue, facts.summary.ready
+    if ready.n == 0 or queue in live:
         return []
     return [Finding(
         "ready_without_worker", queue, f"{ready} job(s) ready and no live worker serves {queue}",
@@ -102,10 +122,10 @@ def check_ready_without_worker(store: Store, queue: str, config: DoctorConfig,
         f"leaseq worker MODULE:APP --queue {queue}")]
 
 
-def check_oldest_ready(store: Store, queue: str, config: DoctorConfig,
+def check_oldest_ready(store: Store, facts: QueueFacts, config: DoctorConfig,
                        live: set[str]) -> list[Finding]:
-    ready, age_s = store.ready_stats(queue)
-    if ready == 0 or age_s <= config.oldest_ready_s:
+    queue, age_s = facts.queue, facts.summary.oldest_ready_s
+    if facts.summary.ready.n == 0 or age_s <= config.oldest_ready_s:
         return []
     return [Finding(
         "oldest_ready", queue, f"the oldest ready job has waited {age_s:.0f} s",
@@ -115,23 +135,24 @@ def check_oldest_ready(store: Store, queue: str, config: DoctorConfig,
         f"--queue {queue})")]
 
 
-def check_expired_leases(store: Store, queue: str, config: DoctorConfig,
+def check_expired_leases(store: Store, facts: QueueFacts, config: DoctorConfig,
                          live: set[str]) -> list[Finding]:
-    processing = store.counts(queue).get("processing", 0)
-    lapsed = processing - store.in_flight(queue)
+    queue, processing = facts.queue, facts.summary.counts["processing"]
+    lapsed = processing.n - facts.in_flight
     if lapsed <= 0:
         return []
+    more = "" if processing.exact else " or more"
     return [Finding(
-        "expired_leases", queue, f"{lapsed} job(s) hold a lease that ran out and was not "
+        "expired_leases", queue, f"{lapsed}{more} job(s) hold a lease that ran out and was not "
         "reclaimed", "workers die or hang faster than a sweeper reclaims their jobs "
         "(no sweeper runs, or the lease is shorter than the work between heartbeats)",
         "counts(processing) − in_flight (live leases)",
         f"leaseq sweep --queue {queue}")]
 
 
-def check_quarantine_growth(store: Store, queue: str, config: DoctorConfig,
+def check_quarantine_growth(store: Store, facts: QueueFacts, config: DoctorConfig,
                             live: set[str]) -> list[Finding]:
-    grew = sum(c.count for c in store.journal_hourly(queue, 1) if c.event == "quarantined")
+    queue, grew = facts.queue, facts.events("quarantined")
     if not grew:
         return []
     return [Finding(
@@ -141,9 +162,10 @@ def check_quarantine_growth(store: Store, queue: str, config: DoctorConfig,
         f"leaseq failed --queue {queue}", severity="warn")]
 
 
-def check_outbox(store: Store, queue: str, config: DoctorConfig,
+def check_outbox(store: Store, facts: QueueFacts, config: DoctorConfig,
                  live: set[str]) -> list[Finding]:
-    if not _broker_mode(store, queue):
+    queue = facts.queue
+    if not (config.broker or facts.events("published")):
         return []
     now = store.server_now()
     owed = [j for j in store.outbox_due(queue, 100)
@@ -158,9 +180,10 @@ def check_outbox(store: Store, queue: str, config: DoctorConfig,
         f"leaseq dispatch --queue {queue}")]
 
 
-def check_published_unclaimed(store: Store, queue: str, config: DoctorConfig,
+def check_published_unclaimed(store: Store, facts: QueueFacts, config: DoctorConfig,
                               live: set[str]) -> list[Finding]:
-    if not _broker_mode(store, queue):
+    queue = facts.queue
+    if not (config.broker or facts.events("published")):
         return []
     now = store.server_now()
     before = now - timedelta(seconds=config.unclaimed_s)
@@ -201,12 +224,8 @@ def _latest_migration(store: Store) -> int | None:
     return found[-1][0] if found else None
 
 
-def _broker_mode(store: Store, queue: str) -> bool:
-    """A queue is served through the broker when its journal shows publishes of late."""
-    return any(c.event == "published" for c in store.journal_hourly(queue, 24))
-
-
-QUEUE_CHECKS: list[tuple[str, Callable[[Store, str, DoctorConfig, set[str]], list[Finding]]]] = [
+Check = Callable[[Store, QueueFacts, DoctorConfig, set[str]], list[Finding]]
+QUEUE_CHECKS: list[tuple[str, Check]] = [
     ("ready_without_worker", check_ready_without_worker),
     ("oldest_ready", check_oldest_ready),
     ("expired_leases", check_expired_leases),

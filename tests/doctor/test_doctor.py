@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import leaseq
 from leaseq.cli import cli
-from leaseq.doctor import diagnose
+from leaseq.doctor import DoctorConfig, diagnose
 from leaseq.job import Lease
 from leaseq.stores.base import Store
 
@@ -84,14 +84,19 @@ def test_jobs_owed_to_the_broker_and_jobs_published_but_never_claimed(store: Sto
     healthy(store)
     q = store.queue("mail")
     (job,) = store.outbox_due("mail", 10)
-    store.mark_published("mail", [Lease(job.id, job.lease_epoch)])  # broker mode
+    store.mark_published("mail", [Lease(job.id, job.lease_epoch)])
     q.enqueue("owed-1", {})
-    store.time_offset_s = 200
-    store.register_worker(W, ["mail"], 0)
-    assert {"outbox_owed"} <= checks(store)
+    # A publish journaled this hour turns the broker checks on by themselves
+    eager = DoctorConfig(unpublished_s=-1, unclaimed_s=-1)
+    assert {"outbox_owed", "published_unclaimed"} <= {
+        f.check for f in diagnose(store, eager).findings}
+    assert not {"outbox_owed", "published_unclaimed"} & checks(store)  # not yet overdue
+    # And --broker runs them whatever the journal says, here ten minutes on
     store.time_offset_s = 900
     store.register_worker(W, ["mail"], 0)
-    assert {"outbox_owed", "published_unclaimed"} <= checks(store)
+    found = diagnose(store, DoctorConfig(broker=True, oldest_ready_s=3600),
+                     local_clock=lambda: time.time() + 900)
+    assert {f.check for f in found.findings} == {"outbox_owed", "published_unclaimed"}
 
 
 def test_clock_skew_between_the_database_and_this_host(store: Store, tmp_path) -> None:

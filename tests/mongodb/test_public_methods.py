@@ -26,6 +26,7 @@ from leaseq.stores.mongodb.connection import parse_url
 Q = "leaseq_q"
 WORKERS = "leaseq__workers"
 HOUR = datetime(2024, 5, 1, 10, tzinfo=UTC)
+LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
 LEASE = Lease("j1", 3)
 
 
@@ -161,6 +162,13 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                        lambda s, db: [(c.hour, c.event, c.count)
                                       for c in s.journal_hourly("q", 2)],
                        [(HOUR, "claimed", 3)]),
+    "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 5),
+                                  db[Q].answer("find", [{"_id": "a", "lease_until": LONG_AGO}])),
+                      lambda s, db: (lambda r: ({k: str(c) for k, c in r.counts.items()},
+                                                str(r.ready), r.oldest_ready_s > 0))(
+                          s.queue_summary("q", cap=5)),
+                      ({"pending": "3", "processing": "0", "done": "5+", "failed": "0",
+                        "cancelled": "0"}, "5+", True)),
     "register_worker": (lambda db: None, lambda s, db: s.register_worker("w", ["q"], 1), None),
     "unregister_worker": (lambda db: None, lambda s, db: s.unregister_worker("w"), None),
     "list_workers": (lambda db: db[WORKERS].answer("find", [

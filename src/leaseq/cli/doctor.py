@@ -15,11 +15,16 @@ from leaseq.doctor import DoctorConfig, Report, diagnose
               help="Ready work older than this is a finding.")
 @click.option("--live-worker-s", type=click.FloatRange(0, min_open=True), default=60.0,
               show_default=True, help="A worker whose last beat is older is not live.")
+@click.option("--broker", is_flag=True,
+              help="Run the broker checks on every queue (else only where a publish was "
+                   "journaled this hour).")
 @json_option
 @errors
-def doctor(url: str | None, oldest_ready_s: float, live_worker_s: float, as_json: bool) -> None:
+def doctor(url: str | None, oldest_ready_s: float, live_worker_s: float, broker: bool,
+           as_json: bool) -> None:
     """Check the queues for the known symptoms: symptom → likely cause → check → action."""
-    config = DoctorConfig(live_worker_s=live_worker_s, oldest_ready_s=oldest_ready_s)
+    config = DoctorConfig(live_worker_s=live_worker_s, oldest_ready_s=oldest_ready_s,
+                          broker=broker)
     with open_store(url) as store:
         report = diagnose(store, config)
     if as_json:

@@ -1,5 +1,7 @@
 """One shared stats snapshot per process, read again at most every ``max_age_s``, however
-many tabs and event streams ask for it: the page cost does not grow with viewers."""
+many tabs and event streams ask for it: the page cost does not grow with viewers. Counts are
+bounded (``Store.queue_summary``): past ``COUNT_CAP`` they read "10,000+" (an estimate,
+"≈ 201,000", on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -34,11 +36,12 @@ class StatsSnapshot:
     def _read(self) -> list[dict[str, Any]]:
         rows = []
         for queue in self.store.queues():
-            ready, age_s = self.store.ready_stats(queue)
+            summary = self.store.queue_summary(queue)
             hour = self.store.journal_hourly(queue, 1)
             rows.append({
-                "queue": queue, "counts": self.store.counts(queue), "ready": ready,
-                "oldest_ready_s": round(age_s, 1),
+                "queue": queue,
+                "counts": {status: str(count) for status, count in summary.counts.items()},
+                "ready": str(summary.ready), "oldest_ready_s": round(summary.oldest_ready_s, 1),
                 "done_last_hour": sum(c.count for c in hour if c.event == "result_saved"),
                 "failed_last_hour": sum(c.count for c in hour if c.event == "quarantined"),
             })

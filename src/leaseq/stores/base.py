@@ -35,12 +35,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 
 from leaseq.browse import (
+    COUNT_CAP,
     SNAPSHOT_MAX,
     BulkAction,
     BulkResult,
     HourlyCount,
     JobFilter,
     JobPage,
+    QueueSummary,
     WorkerInfo,
 )
 from leaseq.deprecated import warn_renamed
@@ -440,6 +442,13 @@ class Store(abc.ABC):
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
         """Journal events of ``queue`` counted per hour and event, for the hour now running
         and the ``hours − 1`` before it (store clock), oldest first; ``[]`` when none."""
+
+    @abc.abstractmethod
+    def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
+        """Jobs of each of ``SUMMARY_STATUSES`` and the ready ones, each counted up to
+        ``cap`` (past it: ``exact`` False, and an estimate where the store has one), with the
+        oldest ready job's age; bounded work however large the queue. Zeros for an empty
+        queue."""
 
     @abc.abstractmethod
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:

@@ -19,13 +19,17 @@ from pymongo import ReturnDocument
 
 from leaseq.browse import (
     ACTION_EVENTS,
+    COUNT_CAP,
+    SUMMARY_STATUSES,
     BulkAction,
     BulkResult,
+    Count,
     Fetch,
     HourlyCount,
     JobFilter,
     JobPage,
     KeyRow,
+    QueueSummary,
     WorkerInfo,
     actor_name,
     batches,
@@ -136,6 +140,22 @@ class OperatorTools:
         return [HourlyCount(records.dt(r["_id"]["hour"]), r["_id"]["event"], int(r["n"]))
                 for r in rows]  # type: ignore[arg-type]
 
+    # --- bounded counts -------------------------------------------------------------------
+
+    @guarded
+    def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
+        coll = self._coll(queue)
+        counts = {status: _count(coll.count_documents({"status": status}, limit=cap), cap)
+                  for status in SUMMARY_STATUSES}
+        claimable = documents.claimable(self._off)
+        ready = _count(coll.count_documents(claimable, limit=cap), cap)
+        first = list(coll.find(claimable, {"lease_until": 1, "created_at": 1},
+                               sort=documents.CLAIM_SORT, limit=1))
+        since = records.dt(first[0].get("lease_until") or first[0].get("created_at")) \
+            if first else None
+        age = (self.server_now() - since).total_seconds() if since else 0.0
+        return QueueSummary(queue, counts, ready, max(age, 0.0))
+
     # --- the worker registry ----------------------------------------------------------------
 
     @property
@@ -172,6 +192,10 @@ class OperatorTools:
 
 
 # --- documents --------------------------------------------------------------------------------
+
+
+def _count(n: int, cap: int) -> Count:
+    return Count(n, exact=n < cap)
 
 
 def walk_query(where: JobFilter, key: Any,

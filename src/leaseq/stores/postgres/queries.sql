@@ -697,3 +697,29 @@ WITH gone AS (
     DELETE FROM {workers} WHERE last_beat_at < {now} - make_interval(secs => %(older_than_s)s)
     RETURNING 1)
 SELECT count(*) AS n FROM gone;
+
+-- Bounded counts for the overview and doctor: at most "cap" index entries each.
+-- name: count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = %(status)s LIMIT %(cap)s) AS c;
+
+-- The planner's row estimate for one status (run with client-side parameters: EXPLAIN
+-- takes no server-side ones), shown instead of a count past the cap.
+-- name: estimate_status
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = %(status)s;
+
+-- name: ready_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {jobs}
+    WHERE queue = %(queue)s
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    LIMIT %(cap)s) AS c;
+
+-- name: oldest_ready
+SELECT extract(epoch FROM {now} - lease_until)::float8 AS age FROM {jobs}
+WHERE queue = %(queue)s
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+ORDER BY lease_until
+LIMIT 1;

@@ -24,13 +24,17 @@ from psycopg.rows import dict_row, tuple_row
 
 from leaseq.browse import (
     ACTION_EVENTS,
+    COUNT_CAP,
+    SUMMARY_STATUSES,
     BulkAction,
     BulkResult,
+    Count,
     Fetch,
     HourlyCount,
     JobFilter,
     JobPage,
     KeyRow,
+    QueueSummary,
     WorkerInfo,
     actor_name,
     batches,
@@ -538,6 +542,26 @@ class PostgresStore(SQLStore):
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
         return [HourlyCount(self._time(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
+
+    def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
+        def work(conn: psycopg.Connection) -> QueueSummary:
+            counts = {status: self._capped(conn, queue, status, cap)
+                      for status in SUMMARY_STATUSES}
+            ready = int(self._rows(conn, "ready_capped", queue=queue, cap=cap)[0]["n"])
+            oldest = self._rows(conn, "oldest_ready", queue=queue)
+            age = max(float(oldest[0]["age"]), 0.0) if oldest else 0.0
+            return QueueSummary(queue, counts, Count(ready, exact=ready < cap), age)
+        return self._session.run(work, idempotent=True)
+
+    def _capped(self, conn: psycopg.Connection, queue: str, status: str, cap: int) -> Count:
+        n = int(self._rows(conn, "count_capped", queue=queue, status=status, cap=cap)[0]["n"])
+        if n < cap:
+            return Count(n)
+        with psycopg.ClientCursor(conn) as cur:
+            cur.execute(self.queries["estimate_status"], {"queue": queue, "status": status})
+            plan = cur.fetchone()[0]  # type: ignore[index]
+        estimate = int(plan[0]["Plan"]["Plan Rows"])
+        return Count(max(estimate, cap), exact=False, estimated=True)
 
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
         # Safe to retry: a second upsert only moves the beat.

@@ -374,3 +374,25 @@ SELECT * FROM leaseq_workers ORDER BY worker_id LIMIT :limit;
 
 -- name: prune_workers
 DELETE FROM leaseq_workers WHERE last_beat_at < {now} - :older_than_s;
+
+-- Bounded counts for the overview and doctor: at most :cap index entries each.
+-- name: count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND status = :status LIMIT :cap);
+
+-- name: ready_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leaseq_jobs
+    WHERE queue = :queue
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    LIMIT :cap);
+
+-- The first claimable job in not-before order is the one ready longest.
+-- name: oldest_ready
+SELECT {now} - lease_until AS age FROM leaseq_jobs
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+ORDER BY lease_until
+LIMIT 1;

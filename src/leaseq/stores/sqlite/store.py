@@ -20,13 +20,17 @@ from urllib.parse import parse_qsl, urlsplit
 
 from leaseq.browse import (
     ACTION_EVENTS,
+    COUNT_CAP,
+    SUMMARY_STATUSES,
     BulkAction,
     BulkResult,
+    Count,
     Fetch,
     HourlyCount,
     JobFilter,
     JobPage,
     KeyRow,
+    QueueSummary,
     WorkerInfo,
     actor_name,
     batches,
@@ -558,6 +562,19 @@ class SQLiteStore(SQLStore):
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
         return [HourlyCount(self._time(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
+
+    def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
+        with self._lock:  # one read transaction's worth of statements, one after another
+            counts = {status: self._capped("count_capped", cap, queue=queue, status=status)
+                      for status in SUMMARY_STATUSES}
+            ready = self._capped("ready_capped", cap, queue=queue)
+            oldest = self._read("oldest_ready", queue=queue)
+        return QueueSummary(queue, counts, ready, max(float(oldest[0]["age"]), 0.0)
+                            if oldest else 0.0)
+
+    def _capped(self, name: str, cap: int, **params: Any) -> Count:
+        n = int(self._read(name, cap=cap, **params)[0]["n"])
+        return Count(n, exact=n < cap)
 
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
         with self._tx() as conn:

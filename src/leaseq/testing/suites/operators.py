@@ -11,7 +11,16 @@ import pytest
 from leaseq.browse import BulkAction, JobFilter
 from leaseq.errors import JobNotFound
 from leaseq.queue import Queue
-from leaseq.testing.harness import W1, W2, FreshStore, advance, events, given_jobs, must_get
+from leaseq.testing.harness import (
+    CLOCK_SLACK_S,
+    W1,
+    W2,
+    FreshStore,
+    advance,
+    events,
+    given_jobs,
+    must_get,
+)
 
 
 def given_failed(q: Queue, job_id: str, error: str = "boom", task: str | None = None) -> None:
@@ -199,3 +208,27 @@ class OperatorToolsSuite:
         with pytest.raises(InvalidInput):
             leaseq_store.store.snapshot_ids(JobFilter("jobs"), limit=4)
         assert events(leaseq_store.queue().journal("job-00000")) == ["enqueued"]
+
+    def test_queue_summary_counts_up_to_its_cap(self, leaseq_store: FreshStore) -> None:
+        # Given 7 ready jobs, one claimed, one failed
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_jobs(q, 7)
+        q.claim(W2, limit=1)
+        given_failed(q, "f1")
+        advance(store, 30)
+        # When it is summarised exactly, then with a cap of 5
+        exact = store.queue_summary("jobs")
+        capped = store.queue_summary("jobs", cap=5)
+        # Then the exact counts are exact and the capped ones say they stopped
+        assert {s: c.n for s, c in exact.counts.items()} == {
+            "pending": 6, "processing": 1, "done": 0, "failed": 1, "cancelled": 0}
+        assert all(c.exact for c in exact.counts.values()) and exact.ready.n == 6
+        assert 29 <= exact.oldest_ready_s <= 31 + CLOCK_SLACK_S
+        pending = capped.counts["pending"]
+        assert not pending.exact and pending.n >= 5
+        assert capped.counts["failed"].n == 1 and capped.counts["failed"].exact
+        assert (capped.ready.n, capped.ready.exact) == (5, False)
+        empty = store.queue_summary("other")
+        assert (empty.ready.n, empty.oldest_ready_s) == (0, 0.0)
+        assert sum(c.n for c in empty.counts.values()) == 0
