@@ -32,6 +32,7 @@ PAGES = {
     "jobs": "/jobs?queue=mail&status=failed",
     "job": "/job/mail/mail-0007",
     "quarantine": "/quarantine",
+    "schedules": "/schedules",
     "workers": "/workers",
     "health": "/health",
 }
@@ -58,6 +59,10 @@ def seed(store: Store) -> None:
     export.claim(worker, limit=3, lease_s=600)
     store.register_worker(worker, ["mail", "export"], 3)
     store.register_worker("web-2:4243:e5f6a7b8", ["mail"], 0)
+    store.register_schedule("nightly-report", "export",
+                            '{"cron":"0 2 * * *","task":"build_report","timezone":"Europe/Kyiv"}')
+    store.register_schedule("cleanup", "mail", '{"every_s":900,"task":"purge_bounces"}')
+    store.pause_schedule("cleanup", True)
 
 
 def main() -> None:

@@ -36,3 +36,4 @@ def given_jobs(store: Store) -> None:
         x.enqueue(f"x{i}-{probe}", {"note": probe}, task=probe)
         x.fail(x.claim_one(f"x{i}-{probe}", W, lease_s=600), probe)  # type: ignore[arg-type]
     store.register_worker(W, ["mail"], 0)
+    store.register_schedule("nightly-digest", "mail", '{"every_s":86400,"task":"digest"}')

@@ -242,3 +242,15 @@ def test_live_updates_pause_while_the_tab_is_hidden(browser: Any, served: Served
     }""")
     page.wait_for_function("() => document.getElementById('live-status').textContent === 'live'")
     assert len(streams) == opened + 1
+
+
+def test_pause_and_resume_a_schedule(browser: Any, served: Served, store: Store) -> None:
+    page = page_as(browser, "admin")
+    page.goto(served.url + "/schedules")
+    row = page.locator("tr.schedule[data-name=nightly-digest]")
+    assert row.locator("td.state").inner_text() == "active"
+    row.locator("button.pause").click()
+    assert row.locator("td.state").inner_text() == "paused"
+    assert store.schedule_state("nightly-digest").paused  # type: ignore[union-attr]
+    row.locator("button.resume").click()
+    assert row.locator("td.state").inner_text() == "active"

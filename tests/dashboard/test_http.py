@@ -20,7 +20,7 @@ from leaseq.dashboard.stats import StatsSnapshot
 from leaseq.stores.base import Store
 
 PAGES = ["/", "/jobs", "/jobs?queue=mail&status=failed", "/quarantine", "/workers", "/health",
-         "/api/stats", "/job/mail/f-1"]
+         "/api/stats", "/job/mail/f-1", "/schedules"]
 ADMIN = basic("admin", "pw")
 VIEWER = basic("viewer", "pw")
 
@@ -229,3 +229,27 @@ def test_the_event_stream_sends_the_shared_snapshot(store: Store) -> None:
         assert response.headers["content-type"].startswith("text/event-stream")
         line = next(iter(response.iter_lines()))
     assert line.startswith("data: [") and '"queue": "mail"' in line
+
+
+def test_schedules_show_their_ticks_and_pause_by_permission(
+    client: TestClient, store: Store
+) -> None:
+    # Given a schedule in the ledger
+    page = client.get("/schedules", headers=ADMIN).text
+    assert "nightly-digest" in page and "every 86400 s" in page
+    # A read-only user sees no button, and a forged pause is refused
+    assert 'value="pause"' not in client.get("/schedules", headers=VIEWER).text
+    forged = client.post("/schedule", headers=VIEWER, data={
+        "csrf_token": csrf(client, VIEWER), "name": "nightly-digest", "action": "pause"})
+    assert forged.status_code == 403 and not store.schedule_state("nightly-digest").paused  # type: ignore[union-attr]
+    # When the admin pauses it, then resumes it
+    token = csrf(client, ADMIN)
+    for action, paused in (("pause", True), ("resume", False)):
+        done = client.post("/schedule", headers=ADMIN, follow_redirects=False, data={
+            "csrf_token": token, "name": "nightly-digest", "action": action})
+        assert done.status_code == 303
+        assert store.schedule_state("nightly-digest").paused is paused  # type: ignore[union-attr]
+    # Then the journal says who did each
+    reasons = [e.reason for e in store.journal("mail", "schedule:nightly-digest")
+               if e.event == "operator"]
+    assert reasons == ["paused by admin", "resumed by admin"]

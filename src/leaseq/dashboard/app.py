@@ -35,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from leaseq import validate
 from leaseq.browse import SNAPSHOT_MAX, BulkAction, JobFilter
 from leaseq.dashboard.security import (
+    NEEDS,
     SESSION_COOKIE,
     Access,
     Auth,
@@ -47,7 +48,9 @@ from leaseq.dashboard.security import (
 from leaseq.dashboard.stats import StatsSnapshot
 from leaseq.doctor import diagnose
 from leaseq.errors import LeaseqError
+from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
 from leaseq.redact import redact
+from leaseq.scheduler.spec import Schedule
 from leaseq.stores.base import Store
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -96,6 +99,7 @@ class Dashboard:
             ("/events", self.events, ["GET"]), ("/action", self.action, ["POST"]),
             ("/bulk", self.bulk_count, ["POST"]), ("/bulk/confirm", self.bulk_confirm, ["POST"]),
             ("/edit", self.edit, ["POST"]), ("/login", self.no_login, ["GET"]),
+            ("/schedules", self.schedules, ["GET"]), ("/schedule", self.pause, ["POST"]),
         ]
 
     # --- the guard --------------------------------------------------------------------------
@@ -147,7 +151,7 @@ class Dashboard:
                 token, csrf_token(self.secret, access.user)):
             return PlainTextResponse("refused: CSRF check failed", 403, headers=_headers())
         wanted = str(form.get("action", "edit" if request.url.path.endswith("/edit") else ""))
-        if not access.may(wanted):
+        if not access.may(NEEDS.get(wanted, wanted)):
             return PlainTextResponse("refused: not permitted", 403, headers=_headers())
         return None
 
@@ -198,6 +202,12 @@ class Dashboard:
     async def health(self, request: Request, access: Access) -> Response:
         report = diagnose(self.store)
         return self.render(request, access, "health.html", report=report)
+
+    async def schedules(self, request: Request, access: Access) -> Response:
+        states = self.store.schedules()
+        now = self.store.server_now() if states else None
+        rows = [schedule_row(state, now) for state in states]  # type: ignore[arg-type]
+        return self.render(request, access, "schedules.html", rows=rows)
 
     async def no_login(self, request: Request, access: Access) -> Response:
         """Signed in another way (basic auth, the host app's own): nothing to redeem."""
@@ -258,10 +268,41 @@ class Dashboard:
         return RedirectResponse(f"{_root(request)}/job/{queue}/{job_id}", 303) if done else \
             PlainTextResponse("refused: the job is live; only a terminal job is edited", 409)
 
+    async def pause(self, request: Request, access: Access) -> Response:
+        """Pause or resume a schedule; the ledger journals the change, and this the who."""
+        form = request.state.form
+        name, paused = str(form["name"]), form["action"] == "pause"
+        state = self.store.schedule_state(name)
+        if state is None:
+            return PlainTextResponse("no such schedule", 404)
+        if self.store.pause_schedule(name, paused):
+            word = "paused" if paused else "resumed"
+            self.store.append_journal(state.queue, schedule_journal_id(name), "operator",
+                                      reason=f"{word} by {access.user}")
+        return RedirectResponse(f"{_root(request)}/schedules", 303)
+
     def _forget_old_snapshots(self) -> None:
         cutoff = time.monotonic() - SNAPSHOT_TTL_S
         for token in [t for t, (at, *_) in self.snapshots.items() if at < cutoff]:
             del self.snapshots[token]
+
+
+def schedule_row(state: ScheduleState, now: datetime) -> dict[str, Any]:
+    """One schedule as the page shows it: its spec in words, next and last tick, state."""
+    try:
+        schedule: Schedule | None = Schedule.from_ledger(state.name, state.queue,
+                                                         state.spec_json)
+    except LeaseqError:  # written by another version of the code: show what is known
+        schedule = None
+    firing = schedule is not None and state.active and not state.paused
+    upcoming = schedule.next_after(max(state.cursor, now)) if firing else None  # type: ignore[union-attr]
+    return {"name": state.name, "queue": state.queue,
+            "spec": schedule.describe() if schedule else "?",
+            "timezone": schedule.timezone if schedule else "?",
+            "next_tick": format_tick(upcoming) if upcoming else "",
+            "last_tick": format_tick(state.last_tick) if state.last_tick else "",
+            "last_job": state.last_job_id or "", "skipped": state.skipped,
+            "paused": state.paused, "active": state.active}
 
 
 def _headers() -> dict[str, str]:

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-#: The actions a permission can grant. Reading is granted by being let in at all.
-ACTIONS = frozenset({"requeue", "cancel", "delete", "edit"})
+#: The actions a permission can grant ("pause" covers pausing and resuming a schedule).
+#: Reading is granted by being let in at all.
+ACTIONS = frozenset({"requeue", "cancel", "delete", "edit", "pause"})
+#: A form's action → the permission it needs, where the two differ.
+NEEDS = {"resume": "pause"}
 SESSION_COOKIE = "leaseq_session"
 
 #: ``auth(request)`` → the user's name, or None when the request is not signed in.
