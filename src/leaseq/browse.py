@@ -126,6 +126,22 @@ class QueueSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class TableHealth:
+    """A table's live and dead rows, as the database's own statistics count them."""
+
+    table: str
+    live_rows: int
+    dead_rows: int
+    size_bytes: int
+    last_vacuum: datetime | None = None
+
+    @property
+    def dead_share(self) -> float:
+        total = self.live_rows + self.dead_rows
+        return self.dead_rows / total if total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerInfo:
     worker_id: str
     queues: list[str]

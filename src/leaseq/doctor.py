@@ -30,6 +30,12 @@ class DoctorConfig:
     """Broker mode: a job published this long ago and still pending. Defaults to 10 min."""
     clock_skew_s: float = 2.0
     """The database clock and this host's may differ by this much. Defaults to 2 s."""
+    dead_share: float = 0.2
+    """PostgreSQL: a table whose dead rows are more than this share of its rows is bloated.
+    Defaults to 20 % (autovacuum's own default trigger)."""
+    dead_rows: int = 10_000
+    """...and that has at least this many dead rows (a small table is vacuumed in a blink).
+    Defaults to 10,000."""
     broker: bool = False
     """Run the broker checks on every queue. Defaults to False: they run on a queue whose
     journal shows a publish in the hour now running (a dispatcher that died before it shows
@@ -89,6 +95,8 @@ def diagnose(store: Store, config: DoctorConfig | None = None,
     report.findings.extend(check_clock(now.timestamp(), local_clock(), config))
     report.checks_run.append("schema")
     report.findings.extend(check_schema_version(store))
+    report.checks_run.append("bloat")
+    report.findings.extend(check_bloat(store, config))
     for queue in store.queues():
         facts = QueueFacts(queue, store.queue_summary(queue), store.in_flight(queue),
                            store.journal_hourly(queue, 1))
@@ -211,6 +219,22 @@ def check_schema_version(store: Store) -> list[Finding]:
         f"{expected}", "the database was migrated by a newer leaseq than this host runs",
         "migrate() against the migrations shipped with this leaseq",
         "upgrade leaseq on this host, then `leaseq migrate`")]
+
+
+def check_bloat(store: Store, config: DoctorConfig) -> list[Finding]:
+    """PostgreSQL: dead rows left by updates that vacuum has not reclaimed yet. Every state
+    change of a job writes a new row version, so a jobs table vacuum cannot keep up with grows
+    and slows every claim. Index bloat is not estimated."""
+    return [Finding(
+        "bloat", None, f"table {t.table}: {t.dead_rows:,} dead rows, {t.dead_share:.0%} of "
+        f"its rows ({t.size_bytes / 1e6:.0f} MB with indexes)",
+        "autovacuum falls behind the table's updates (long transactions holding old rows, "
+        "or a scale factor too high for a hot table)",
+        f"pg_stat_user_tables: dead rows over {config.dead_share:.0%} and "
+        f"{config.dead_rows:,}", f"VACUUM (ANALYZE) on {t.table}, then `leaseq doctor`; if it "
+        "returns, lower autovacuum_vacuum_scale_factor for that table")
+        for t in store.table_health()
+        if t.dead_rows >= config.dead_rows and t.dead_share > config.dead_share]
 
 
 def _latest_migration(store: Store) -> int | None:

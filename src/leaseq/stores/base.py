@@ -43,6 +43,7 @@ from leaseq.browse import (
     JobFilter,
     JobPage,
     QueueSummary,
+    TableHealth,
     WorkerInfo,
 )
 from leaseq.deprecated import warn_renamed
@@ -497,6 +498,12 @@ class Store(abc.ABC):
         ``cap`` (past it: ``exact`` False, and an estimate where the store has one), with the
         oldest ready job's age; bounded work however large the queue. Zeros for an empty
         queue."""
+
+    def table_health(self) -> list[TableHealth]:
+        """Dead-row statistics of the store's tables, where the database keeps them
+        (PostgreSQL: a table bloats when vacuum falls behind its updates). ``[]`` here: a
+        store with nothing to say."""
+        return []
 
     @abc.abstractmethod
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:

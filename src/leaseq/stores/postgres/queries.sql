@@ -776,3 +776,12 @@ WHERE queue = %(queue)s
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
 ORDER BY lease_until
 LIMIT 1;
+
+-- Dead rows per table of the store's schema (doctor's bloat check): the statistics views,
+-- no scan of the tables themselves.
+-- name: table_health
+SELECT relname, n_live_tup, n_dead_tup, pg_total_relation_size(relid) AS size_bytes,
+       greatest(last_vacuum, last_autovacuum) AS last_vacuum
+FROM pg_stat_user_tables
+WHERE schemaname = %(schema)s
+ORDER BY relname;

@@ -35,6 +35,7 @@ from leaseq.browse import (
     JobPage,
     KeyRow,
     QueueSummary,
+    TableHealth,
     WorkerInfo,
     actor_name,
     batches,
@@ -638,6 +639,12 @@ class PostgresStore(SQLStore):
             plan = cur.fetchone()[0]  # type: ignore[index]
         estimate = int(plan[0]["Plan"]["Plan Rows"])
         return Count(max(estimate, cap), exact=False, estimated=True)
+
+    def table_health(self) -> list[TableHealth]:
+        rows = self._read("table_health", schema=self.options.schema)
+        return [TableHealth(r["relname"], int(r["n_live_tup"]), int(r["n_dead_tup"]),
+                            int(r["size_bytes"]), self._time(r["last_vacuum"]))
+                for r in rows]
 
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
         # Safe to retry: a second upsert only moves the beat.
