@@ -46,3 +46,25 @@ def test_the_sweeper_prunes_a_worker_that_stopped_beating(app: leaseq.App) -> No
     app.store.register_worker("host:3:live0003", ["work"], 0)
     sweeper.run_once(app.store)
     assert [w.worker_id for w in app.store.list_workers()] == ["host:3:live0003"]
+
+
+def test_the_registry_beat_is_paced_and_its_failure_never_stops_the_heartbeat() -> None:
+    from leaseq.errors import StoreUnavailable
+    from leaseq.heartbeat import Heartbeat
+
+    # Given a heartbeat whose registry hook fails every time, on an injected clock
+    now = [0.0]
+    calls: list[float] = []
+
+    def on_tick() -> None:
+        calls.append(now[0])
+        raise StoreUnavailable("database away")
+
+    beat = Heartbeat(lambda: [], lambda item: None, clock=lambda: now[0], on_tick=on_tick,
+                     tick_every_s=10.0)
+    # When its loop comes round at 0 s, 5 s and 10 s
+    for at in (0.0, 5.0, 10.0):
+        now[0] = at
+        beat._tick()  # raises nothing: the leases' beat goes on
+    # Then the hook ran at once and then every 10 s only
+    assert calls == [0.0, 10.0]
