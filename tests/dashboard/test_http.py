@@ -253,3 +253,20 @@ def test_schedules_show_their_ticks_and_pause_by_permission(
     reasons = [e.reason for e in store.journal("mail", "schedule:nightly-digest")
                if e.event == "operator"]
     assert reasons == ["paused by admin", "resumed by admin"]
+
+
+def test_bad_input_gets_a_clear_refusal(client: TestClient, store: Store) -> None:
+    assert client.get("/job/mail/nope", headers=ADMIN).status_code == 404
+    assert client.get("/jobs?queue=mail&from=yesterday", headers=ADMIN).status_code == 400
+    assert client.get("/jobs?queue=mail&cursor=garbage", headers=ADMIN).status_code == 400
+    token = csrf(client, ADMIN)
+    not_json = client.post("/edit", headers=ADMIN, data={
+        "csrf_token": token, "queue": "mail", "job_id": "f-2", "payload": "{oops"})
+    assert not_json.status_code == 400
+    live = client.post("/edit", headers=ADMIN, data={
+        "csrf_token": token, "queue": "mail", "job_id": "p-0", "payload": "{}"})
+    assert live.status_code == 409
+    assert store.get("mail", "p-0").payload == {"to": "user0@example.com"}  # type: ignore[union-attr]
+    reserved = client.post("/edit", headers=ADMIN, data={
+        "csrf_token": token, "queue": "mail", "job_id": "f-2", "payload": '{"status": 1}'})
+    assert reserved.status_code == 400

@@ -20,6 +20,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -119,7 +120,8 @@ class Dashboard:
                 if refused is not None:
                     return refused
             try:
-                response = await handler(request, access)
+                # Store calls block: a worker thread runs them, never the event loop.
+                response = await run_in_threadpool(handler, request, access)
             except LeaseqError as exc:
                 response = PlainTextResponse(f"refused: {exc}", 400)
             response.headers.update(_headers())
@@ -163,16 +165,16 @@ class Dashboard:
 
     # --- pages ------------------------------------------------------------------------------
 
-    async def overview(self, request: Request, access: Access) -> Response:
+    def overview(self, request: Request, access: Access) -> Response:
         return self.render(request, access, "overview.html", stats=self.stats.get())
 
-    async def jobs(self, request: Request, access: Access) -> Response:
+    def jobs(self, request: Request, access: Access) -> Response:
         where = _filter(request, self.store)
         page = self.store.find_jobs(where, PAGE_SIZE, request.query_params.get("cursor"))
         return self.render(request, access, "jobs.html", where=where, page=page,
                            queues=self.store.queues(), query=dict(request.query_params))
 
-    async def job(self, request: Request, access: Access) -> Response:
+    def job(self, request: Request, access: Access) -> Response:
         queue, job_id = request.path_params["queue"], request.path_params["job_id"]
         job = self.store.get(queue, job_id)
         if job is None:
@@ -183,7 +185,7 @@ class Dashboard:
                            editable=real, journal=self.store.journal(queue, job_id),
                            error=self.redactor(job.error or ""))
 
-    async def quarantine(self, request: Request, access: Access) -> Response:
+    def quarantine(self, request: Request, access: Access) -> Response:
         groups: dict[tuple[str, str, str], int] = {}
         for queue in self.store.queues():
             page = self.store.find_jobs(JobFilter(queue, status="failed"), limit=500)
@@ -194,39 +196,40 @@ class Dashboard:
         rows = sorted(groups.items(), key=lambda kv: -kv[1])
         return self.render(request, access, "quarantine.html", groups=rows)
 
-    async def workers(self, request: Request, access: Access) -> Response:
+    def workers(self, request: Request, access: Access) -> Response:
         now = self.store.server_now()
         rows = [(w, (now - w.last_beat_at).total_seconds()) for w in self.store.list_workers()]
         return self.render(request, access, "workers.html", workers=rows)
 
-    async def health(self, request: Request, access: Access) -> Response:
+    def health(self, request: Request, access: Access) -> Response:
         report = diagnose(self.store)
         return self.render(request, access, "health.html", report=report)
 
-    async def schedules(self, request: Request, access: Access) -> Response:
+    def schedules(self, request: Request, access: Access) -> Response:
         states = self.store.schedules()
         now = self.store.server_now() if states else None
         rows = [schedule_row(state, now) for state in states]  # type: ignore[arg-type]
         return self.render(request, access, "schedules.html", rows=rows)
 
-    async def no_login(self, request: Request, access: Access) -> Response:
+    def no_login(self, request: Request, access: Access) -> Response:
         """Signed in another way (basic auth, the host app's own): nothing to redeem."""
         return RedirectResponse(_root(request) + "/", 303)
 
-    async def api_stats(self, request: Request, access: Access) -> Response:
+    def api_stats(self, request: Request, access: Access) -> Response:
         return JSONResponse(self.stats.get())
 
-    async def events(self, request: Request, access: Access) -> Response:
+    def events(self, request: Request, access: Access) -> Response:
         async def stream() -> Any:
             while not await request.is_disconnected():
-                yield f"data: {json.dumps(self.stats.get())}\n\n"
+                stats = await run_in_threadpool(self.stats.get)
+                yield f"data: {json.dumps(stats)}\n\n"
                 await asyncio.sleep(self.sse_every_s)
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 
     # --- actions ----------------------------------------------------------------------------
 
-    async def action(self, request: Request, access: Access) -> Response:
+    def action(self, request: Request, access: Access) -> Response:
         form = request.state.form
         queue, action = str(form["queue"]), BulkAction(str(form["action"]))
         ids = [str(i) for i in form.getlist("job_id")]
@@ -234,7 +237,7 @@ class Dashboard:
         return self.render(request, access, "done.html", action=action, result=result,
                            queue=queue)
 
-    async def bulk_count(self, request: Request, access: Access) -> Response:
+    def bulk_count(self, request: Request, access: Access) -> Response:
         form = request.state.form
         where = _filter_from(form, self.store)
         action = BulkAction(str(form["action"]))
@@ -245,7 +248,7 @@ class Dashboard:
         return self.render(request, access, "confirm.html", action=action, count=len(ids),
                            token=token, where=where)
 
-    async def bulk_confirm(self, request: Request, access: Access) -> Response:
+    def bulk_confirm(self, request: Request, access: Access) -> Response:
         form = request.state.form
         found = self.snapshots.pop(str(form.get("snapshot", "")), None)
         # The action confirmed is the one counted (and the one the permission check saw).
@@ -256,7 +259,7 @@ class Dashboard:
         return self.render(request, access, "done.html", action=action, result=result,
                            queue=queue)
 
-    async def edit(self, request: Request, access: Access) -> Response:
+    def edit(self, request: Request, access: Access) -> Response:
         form = request.state.form
         queue, job_id = str(form["queue"]), str(form["job_id"])
         try:
@@ -268,7 +271,7 @@ class Dashboard:
         return RedirectResponse(f"{_root(request)}/job/{queue}/{job_id}", 303) if done else \
             PlainTextResponse("refused: the job is live; only a terminal job is edited", 409)
 
-    async def pause(self, request: Request, access: Access) -> Response:
+    def pause(self, request: Request, access: Access) -> Response:
         """Pause or resume a schedule; the ledger journals the change, and this the who."""
         form = request.state.form
         name, paused = str(form["name"]), form["action"] == "pause"
