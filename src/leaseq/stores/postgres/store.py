@@ -22,26 +22,6 @@ import psycopg
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row, tuple_row
 
-from leaseq.browse import (
-    ACTION_EVENTS,
-    COUNT_CAP,
-    SUMMARY_STATUSES,
-    BulkAction,
-    BulkResult,
-    Count,
-    Fetch,
-    HourlyCount,
-    JobFilter,
-    JobPage,
-    KeyRow,
-    QueueSummary,
-    TableHealth,
-    WorkerInfo,
-    actor_name,
-    batches,
-    prefix_end,
-    walk,
-)
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
     STALE_REASON,
@@ -62,6 +42,8 @@ from leaseq.ledger import (
 )
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.listen import Listener
+from leaseq.stores.postgres.operators import PostgresOperatorTools
+from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
@@ -71,9 +53,6 @@ from leaseq.stores.sqlbase import SQLStore
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
 _SAVEPOINT = "leaseq_enqueue"
-#: The open ends of a time range (and the first page's keyset).
-_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
-_LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 T = TypeVar("T")
 FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 #: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
@@ -83,7 +62,7 @@ FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 _INSERT_RACES = 64
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(PostgresOperatorTools, SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -557,127 +536,12 @@ class PostgresStore(SQLStore):
             return sorted(r["name"] for r in rows)
         return self._session.run(work)
 
-    # --- operators' tools (DESIGN.md §8) ---------------------------------------------------
-
-    def find_jobs(self, where: JobFilter, limit: int = 50,
-                  cursor: str | None = None) -> JobPage:
-        ids, next_cursor, capped = walk(self._walker(where), limit, cursor)
-        return JobPage(self._get_many(where.queue, ids), next_cursor, capped)
-
-    def _walker(self, where: JobFilter) -> Fetch:
-        common: dict[str, Any] = dict(
-            queue=where.queue, status=where.status, task=_text(where.task),
-            prefix=_text(where.id_prefix), error=_text(where.error_text),
-            since=where.updated_from or _EARLIEST, until=where.updated_until or _LATEST)
-        if where.status:
-            name = "walk_status"
-        elif where.task:
-            name = "walk_task"
-        else:
-            name, prefix = "walk_ids", _text(where.id_prefix) or ""
-            common.update(low=prefix, high=prefix_end(prefix) if prefix else "\U0010ffff" * 2)
-
-        def fetch(key: Any, after_id: str | None, n: int) -> list[KeyRow]:
-            rows = self._read(name, after_k=key or _LATEST.isoformat(),
-                              after_id=after_id or "", n=n, **common)
-            return [(r["k"].isoformat() if r["k"] else None, r["id"], bool(r["hit"]))
-                    for r in rows]
-        return fetch
-
-    def _get_many(self, queue: str, ids: list[str]) -> list[Job]:
-        if not ids:
-            return []
-        rows = {r["id"]: r for r in self._read("get_many", queue=queue, ids=ids)}
-        return [self._job(rows[i]) for i in ids if i in rows]
-
-    def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
-                    actor: str) -> BulkResult:
-        action = BulkAction(action)
-        params = dict(queue=queue, event=ACTION_EVENTS[action],
-                      reason=_text(f"by {actor_name(actor)}"))
-        acted: list[str] = []
-        for batch in batches(job_ids):
-            rows = self._session.run(lambda conn, b=batch: self._rows(
-                conn, f"bulk_{action.value}", ids=b, **params))
-            acted.extend(r["id"] for r in rows)
-            if action is BulkAction.REQUEUE and rows:
-                self._session.run(lambda conn: self._notify(conn, queue))
-        done = set(acted)
-        return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
-
-    def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
-        def work(conn: psycopg.Connection) -> bool:
-            if self._rows(conn, "requeue_edited", queue=queue, id=job_id, payload=payload_json,
-                          reason=_text(f"by {actor_name(actor)}")):
-                self._notify(conn, queue)
-                return True
-            if not self._rows(conn, "exists", queue=queue, id=job_id):
-                raise JobNotFound(queue, job_id)
-            return False
-        return self._session.run(work)
-
-    def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
-        return [HourlyCount(self._time(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
-                for r in self._read("journal_hourly", queue=queue, hours=hours)]
-
-    def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
-        def work(conn: psycopg.Connection) -> QueueSummary:
-            counts = {status: self._capped(conn, queue, status, cap)
-                      for status in SUMMARY_STATUSES}
-            ready = int(self._rows(conn, "ready_capped", queue=queue, cap=cap)[0]["n"])
-            oldest = self._rows(conn, "oldest_ready", queue=queue)
-            age = max(float(oldest[0]["age"]), 0.0) if oldest else 0.0
-            return QueueSummary(queue, counts, Count(ready, exact=ready < cap), age)
-        return self._session.run(work, idempotent=True)
-
-    def _capped(self, conn: psycopg.Connection, queue: str, status: str, cap: int) -> Count:
-        n = int(self._rows(conn, "count_capped", queue=queue, status=status, cap=cap)[0]["n"])
-        if n < cap:
-            return Count(n)
-        with psycopg.ClientCursor(conn) as cur:
-            cur.execute(self.queries["estimate_status"], {"queue": queue, "status": status})
-            plan = cur.fetchone()[0]  # type: ignore[index]
-        estimate = int(plan[0]["Plan"]["Plan Rows"])
-        return Count(max(estimate, cap), exact=False, estimated=True)
-
-    def table_health(self) -> list[TableHealth]:
-        rows = self._read("table_health", schema=self.options.schema)
-        return [TableHealth(r["relname"], int(r["n_live_tup"]), int(r["n_dead_tup"]),
-                            int(r["size_bytes"]), self._time(r["last_vacuum"]))
-                for r in rows]
-
-    def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
-        # Safe to retry: a second upsert only moves the beat.
-        self._session.run(lambda conn: self._exec(
-            conn, "register_worker", worker_id=_text(worker_id),
-            queues=json.dumps(list(queues)), in_flight=in_flight),
-            idempotent=True, autocommit=True)
-
-    def unregister_worker(self, worker_id: str) -> None:
-        self._session.run(lambda conn: self._exec(
-            conn, "unregister_worker", worker_id=_text(worker_id)),
-            idempotent=True, autocommit=True)
-
-    def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
-        return [WorkerInfo(r["worker_id"], list(r["queues"]), r["in_flight"],
-                           self._time(r["started_at"]), self._time(r["last_beat_at"]))  # type: ignore[arg-type]
-                for r in self._read("list_workers", limit=limit)]
-
-    def prune_workers(self, older_than_s: float) -> int:
-        return self._session.run(lambda conn: self._count(
-            conn, "prune_workers", older_than_s=older_than_s), idempotent=True, autocommit=True)
-
 
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:
         if "\x00" in (spec.task or "") + (spec.revision or ""):
             raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
-
-
-def _text(value: str | None) -> str | None:
-    """Free text as PostgreSQL can store it: a text column cannot hold NUL."""
-    return value.replace("\x00", "\ufffd") if value else value
 
 
 def _dt(value: datetime | None) -> datetime | None:

@@ -420,7 +420,7 @@ DELETE FROM leaseq_workers WHERE worker_id = :worker_id;
 SELECT * FROM leaseq_workers ORDER BY worker_id LIMIT :limit;
 
 -- name: prune_workers
-DELETE FROM leaseq_workers WHERE last_beat_at < {now} - :older_than_s;
+DELETE FROM leaseq_workers WHERE last_beat_at < {now} - :older_than_s RETURNING worker_id;
 
 -- Bounded counts for the overview and doctor: at most :cap index entries each.
 -- name: count_capped
