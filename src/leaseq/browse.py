@@ -6,6 +6,7 @@ page, the bulk action on a counted snapshot, journal counts per hour and the wor
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +20,8 @@ from leaseq.job import Job
 #: filters no index bounds (error text, a task beside a status, a time range beside a task)
 #: are checked on at most this many rows per page, whatever the table's size.
 SCAN_CAP = 20_000
+#: ...and for at most this long: a walk past it stops between two reads, as at the row cap.
+SCAN_TIME_S = 0.25
 #: The most ids one bulk snapshot holds; a larger match is refused, to be narrowed first.
 SNAPSHOT_MAX = 100_000
 #: How many jobs one bulk statement changes (one transaction per batch).
@@ -169,16 +172,18 @@ KeyRow = tuple[Any, str, bool]
 Fetch = Callable[[Any, "str | None", int], Sequence[KeyRow]]
 
 
-def walk(fetch: Fetch, limit: int, cursor: str | None,
-         cap: int = SCAN_CAP) -> tuple[list[str], str | None, bool]:
+def walk(fetch: Fetch, limit: int, cursor: str | None, cap: int = SCAN_CAP,
+         time_cap_s: float = SCAN_TIME_S,
+         clock: Callable[[], float] = time.monotonic) -> tuple[list[str], str | None, bool]:
     """Walk an index from ``cursor`` in chunks, keeping the ids that match, until ``limit``
-    of them are found, the index ends, or ``cap`` rows were read. Returns ``(ids,
-    next_cursor, capped)``. The first chunk is the page's size, so an unfiltered page costs
-    one query of ``limit`` rows."""
+    of them are found, the index ends, ``cap`` rows were read or ``time_cap_s`` passed.
+    Returns ``(ids, next_cursor, capped)``. The first chunk is the page's size, so an
+    unfiltered page costs one query of ``limit`` rows."""
     key, after_id = _decode(cursor)
     ids: list[str] = []
     walked = 0
     chunk = limit
+    deadline = clock() + time_cap_s
     while True:
         size = min(chunk, cap - walked)
         rows = fetch(key, after_id, size)
@@ -191,7 +196,7 @@ def walk(fetch: Fetch, limit: int, cursor: str | None,
                     return ids, _encode(key, after_id), False
         if len(rows) < size:
             return ids, None, False
-        if walked >= cap:
+        if walked >= cap or clock() >= deadline:
             return ids, _encode(key, after_id), True
         chunk = 2000
 

@@ -66,3 +66,22 @@ def test_helpers() -> None:
     assert JobFilter("q", status="", task="").status is None
     with pytest.raises(InvalidInput):
         JobFilter("q", error_text="x" * 201)
+
+
+def test_a_slow_walk_stops_at_its_time_cap_and_goes_on_from_there() -> None:
+    # Given an index whose every read takes 0.1 s (an injected clock), one match in 5,000
+    now = [0.0]
+    rows = table(20_000, 5000)
+    inner = fetcher(rows, [])
+
+    def slow(key, after_id, n):  # noqa: ANN001, ANN202
+        now[0] += 0.1
+        return inner(key, after_id, n)
+
+    # When a page may take 0.25 s, Then it stops after three reads, capped, with a cursor
+    ids, cursor, capped = walk(slow, 50, None, time_cap_s=0.25, clock=lambda: now[0])
+    assert capped and cursor is not None and now[0] == pytest.approx(0.3)
+    assert ids == ["id-00000"]
+    # And the next page starts where that one stopped
+    more, _, _ = walk(slow, 50, cursor, time_cap_s=10, clock=lambda: now[0])
+    assert more == ["id-05000", "id-10000", "id-15000"]
