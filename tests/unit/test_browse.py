@@ -74,7 +74,7 @@ def test_a_slow_walk_stops_at_its_time_cap_and_goes_on_from_there() -> None:
     rows = table(20_000, 5000)
     inner = fetcher(rows, [])
 
-    def slow(key, after_id, n):  # noqa: ANN001, ANN202
+    def slow(key, after_id, n):
         now[0] += 0.1
         return inner(key, after_id, n)
 
