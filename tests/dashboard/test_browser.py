@@ -254,3 +254,19 @@ def test_pause_and_resume_a_schedule(browser: Any, served: Served, store: Store)
     assert store.schedule_state("nightly-digest").paused  # type: ignore[union-attr]
     row.locator("button.resume").click()
     assert row.locator("td.state").inner_text() == "active"
+
+
+def test_the_overview_polls_when_the_event_stream_cannot_be_had(
+    browser: Any, served: Served, store: Store
+) -> None:
+    # Given a proxy that breaks the event stream
+    page = page_as(browser, "admin")
+    page.route("**/events", lambda route: route.abort())
+    page.goto(served.url + "/")
+    # Then the page falls back to polling, and still shows new work
+    page.wait_for_function(
+        "() => document.getElementById('live-status').textContent === 'live (polling)'")
+    store.queue("mail").enqueue("new-2", {})
+    page.wait_for_function(
+        "() => document.querySelector('tr[data-queue=mail] td[data-field=pending]')"
+        ".textContent === '4'")
