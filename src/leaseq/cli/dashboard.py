@@ -40,7 +40,8 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
         auth = BasicAuth({user: password})  # type: ignore[dict-item]
     elif _loopback(host):
         auth = LoginToken(secrets.token_urlsafe(24))
-        click.echo(f"open http://{host}:{port}/login?token={auth.token}")
+        where = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        click.echo(f"open http://{where}:{port}/login?token={auth.token}")
     else:
         raise click.UsageError("listening beyond loopback needs --user and --password")
     app = create_app(store, auth=auth, permissions=permissions)
