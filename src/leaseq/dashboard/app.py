@@ -107,7 +107,8 @@ class Dashboard:
 
     def handle(self, handler: Callable[..., Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
-            if request.scope["path"].endswith("/login") and isinstance(self.auth, LoginToken):
+            if request.scope["path"] == _root(request) + "/login" and \
+                    isinstance(self.auth, LoginToken):
                 return self._login(request)
             user = self.auth(request) if self.auth is not None else None
             if user is None:
@@ -150,7 +151,7 @@ class Dashboard:
         request.state.form = form
         token = str(form.get("csrf_token", ""))
         if not same_origin_post(request) or not secrets.compare_digest(
-                token, csrf_token(self.secret, access.user)):
+                token.encode(), csrf_token(self.secret, access.user).encode()):
             return PlainTextResponse("refused: CSRF check failed", 403, headers=_headers())
         wanted = str(form.get("action", "edit" if request.url.path.endswith("/edit") else ""))
         if not access.may(NEEDS.get(wanted, wanted)):
