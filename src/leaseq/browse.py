@@ -15,6 +15,7 @@ from typing import Any
 
 from leaseq.errors import InvalidInput
 from leaseq.job import Job
+from leaseq.journal import JournalEvent
 
 #: The most rows one page query walks before it stops and says so (``JobPage.capped``):
 #: filters no index bounds (error text, a task beside a status, a time range beside a task)
@@ -46,8 +47,8 @@ class BulkAction(StrEnum):
 
 
 #: The journal event each action writes, with the operator's name as its reason.
-ACTION_EVENTS = {BulkAction.REQUEUE: "requeued", BulkAction.CANCEL: "cancelled",
-                 BulkAction.DELETE: "deleted"}
+ACTION_EVENTS = {BulkAction.REQUEUE: JournalEvent.REQUEUED,
+                 BulkAction.CANCEL: JournalEvent.CANCELLED, BulkAction.DELETE: JournalEvent.DELETED}
 
 
 @dataclass(frozen=True, slots=True)

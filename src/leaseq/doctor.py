@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from leaseq.browse import HourlyCount, JobFilter, QueueSummary
+from leaseq.journal import JournalEvent
 from leaseq.stores.base import Store
 
 
@@ -160,7 +161,7 @@ def check_expired_leases(store: Store, facts: QueueFacts, config: DoctorConfig,
 
 def check_quarantine_growth(store: Store, facts: QueueFacts, config: DoctorConfig,
                             live: set[str]) -> list[Finding]:
-    queue, grew = facts.queue, facts.events("quarantined")
+    queue, grew = facts.queue, facts.events(JournalEvent.QUARANTINED)
     if not grew:
         return []
     return [Finding(
@@ -173,7 +174,7 @@ def check_quarantine_growth(store: Store, facts: QueueFacts, config: DoctorConfi
 def check_outbox(store: Store, facts: QueueFacts, config: DoctorConfig,
                  live: set[str]) -> list[Finding]:
     queue = facts.queue
-    if not (config.broker or facts.events("published")):
+    if not (config.broker or facts.events(JournalEvent.PUBLISHED)):
         return []
     now = store.server_now()
     owed = [j for j in store.outbox_due(queue, 100)
@@ -191,7 +192,7 @@ def check_outbox(store: Store, facts: QueueFacts, config: DoctorConfig,
 def check_published_unclaimed(store: Store, facts: QueueFacts, config: DoctorConfig,
                               live: set[str]) -> list[Finding]:
     queue = facts.queue
-    if not (config.broker or facts.events("published")):
+    if not (config.broker or facts.events(JournalEvent.PUBLISHED)):
         return []
     now = store.server_now()
     before = now - timedelta(seconds=config.unclaimed_s)

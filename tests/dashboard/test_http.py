@@ -252,7 +252,7 @@ def test_schedules_show_their_ticks_and_pause_by_permission(
         assert store.schedule_state("nightly-digest").paused is paused  # type: ignore[union-attr]
     # Then the journal says who did each
     reasons = [e.reason for e in store.journal("mail", "schedule:nightly-digest")
-               if e.event == "operator"]
+               if e.event == "operator_action"]
     assert reasons == ["paused by admin", "resumed by admin"]
 
 

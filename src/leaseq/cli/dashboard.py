@@ -36,6 +36,7 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
         raise click.UsageError("give both --user and --password, or neither")
     store = open_store(url)
     permissions = "read_only" if read_only else "all"
+    auth: BasicAuth | LoginToken
     if user is not None:
         auth = BasicAuth({user: password})  # type: ignore[dict-item]
     elif _loopback(host):

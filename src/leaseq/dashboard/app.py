@@ -49,6 +49,7 @@ from leaseq.dashboard.security import (
 from leaseq.dashboard.stats import StatsSnapshot
 from leaseq.doctor import diagnose
 from leaseq.errors import LeaseqError
+from leaseq.journal import JournalEvent
 from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
 from leaseq.redact import redact
 from leaseq.scheduler.spec import Schedule
@@ -281,7 +282,8 @@ class Dashboard:
             return PlainTextResponse("no such schedule", 404)
         if self.store.pause_schedule(name, paused):
             word = "paused" if paused else "resumed"
-            self.store.append_journal(state.queue, schedule_journal_id(name), "operator",
+            self.store.append_journal(state.queue, schedule_journal_id(name),
+                                      JournalEvent.OPERATOR_ACTION,
                                       reason=f"{word} by {access.user}")
         return RedirectResponse(f"{_root(request)}/schedules", 303)
 

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from leaseq.browse import HourlyCount
+from leaseq.journal import JournalEvent
 from leaseq.stores.base import Store
 
 
@@ -42,7 +44,11 @@ class StatsSnapshot:
                 "queue": queue,
                 "counts": {status: str(count) for status, count in summary.counts.items()},
                 "ready": str(summary.ready), "oldest_ready_s": round(summary.oldest_ready_s, 1),
-                "done_last_hour": sum(c.count for c in hour if c.event == "result_saved"),
-                "failed_last_hour": sum(c.count for c in hour if c.event == "quarantined"),
+                "done_last_hour": _count(hour, JournalEvent.RESULT_SAVED),
+                "failed_last_hour": _count(hour, JournalEvent.QUARANTINED),
             })
         return rows
+
+
+def _count(hour: list[HourlyCount], event: str) -> int:
+    return sum(c.count for c in hour if c.event == event)

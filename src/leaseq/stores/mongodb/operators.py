@@ -37,8 +37,10 @@ from leaseq.browse import (
     walk,
 )
 from leaseq.errors import JobNotFound
+from leaseq.journal import JournalEvent
 from leaseq.stores.mongodb import documents, records
-from leaseq.stores.mongodb.connection import guarded
+from leaseq.stores.mongodb.connection import OffsetClock, guarded
+from leaseq.stores.mongodb.records import Event, JournalWriter
 
 AFTER = ReturnDocument.AFTER
 #: What a page walk reads of each document: enough to decide the filters, never the payload.
@@ -46,15 +48,14 @@ WALK_PROJECTION = {"_id": 1, "updated_at": 1, "task": 1, "error": 1}
 RECENT_SORT = [("updated_at", -1), ("_id", -1)]
 
 
-class OperatorTools:
+class OperatorTools(OffsetClock):
     """The operators' primitives of the store protocol (see ``leaseq.stores.base``)."""
 
-    _off: float
     _db: Any
     _prefix: str
     _journal: Any
     _coll: Callable[[str], Any]
-    _log: Callable[..., None]
+    _log: JournalWriter
     _create_indexes: Callable[..., None]
     server_now: Callable[[], Any]
 
@@ -90,7 +91,7 @@ class OperatorTools:
         for batch in batches(job_ids):
             changed = (self._delete_terminal(queue, batch) if action is BulkAction.DELETE
                        else self._move_each(queue, action, batch))
-            self._log([(queue, d["_id"], ACTION_EVENTS[action], records.moved(d, reason))
+            self._log([Event(queue, d["_id"], ACTION_EVENTS[action], records.moved(d, reason))
                        for d in changed])
             acted.extend(d["_id"] for d in changed)
         done = set(acted)
@@ -127,7 +128,8 @@ class OperatorTools:
         if doc is None:
             return False
         fields = records.moved(doc, f"by {actor_name(actor)}")
-        self._log([(queue, job_id, "edited", fields), (queue, job_id, "requeued", fields)])
+        self._log([Event(queue, job_id, JournalEvent.EDITED, fields),
+                   Event(queue, job_id, JournalEvent.REQUEUED, fields)])
         return True
 
     # --- journal per hour -----------------------------------------------------------------
@@ -137,8 +139,8 @@ class OperatorTools:
         now = self.server_now()
         since = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
         rows = self._journal.aggregate(hourly(queue, since))
-        return [HourlyCount(records.dt(r["_id"]["hour"]), r["_id"]["event"], int(r["n"]))
-                for r in rows]  # type: ignore[arg-type]
+        return [HourlyCount(records.dt(r["_id"]["hour"]), r["_id"]["event"],  # type: ignore[arg-type]
+                            int(r["n"])) for r in rows]
 
     # --- bounded counts -------------------------------------------------------------------
 

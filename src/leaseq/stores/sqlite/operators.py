@@ -36,6 +36,7 @@ from leaseq.browse import (
 )
 from leaseq.errors import JobNotFound
 from leaseq.job import Job
+from leaseq.journal import JournalEvent
 
 #: Beyond any timestamp: the open end of a time range or of the first page's keyset.
 _FAR = 1e300
@@ -105,8 +106,8 @@ class SQLiteOperatorTools:
                 if not self._rows(conn, "exists", queue=queue, id=job_id):
                     raise JobNotFound(queue, job_id)
                 return False
-            self._journal_rows(conn, queue, rows, "edited", lambda _: reason)
-            self._journal_rows(conn, queue, rows, "requeued", lambda _: reason)
+            self._journal_rows(conn, queue, rows, JournalEvent.EDITED, lambda _: reason)
+            self._journal_rows(conn, queue, rows, JournalEvent.REQUEUED, lambda _: reason)
         return True
 
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
