@@ -76,3 +76,18 @@ def test_an_edit_removes_the_old_payload_fields() -> None:
     assert steps[0] == {"$unset": ["a"]}
     assert steps[1] == {"$set": {"b": {"$literal": 3}}}
     assert edit_payload({}, {"b": 3}, 0.0)[0] == {"$set": {"b": {"$literal": 3}}}
+
+
+def test_a_status_walk_goes_past_documents_without_updated_at(store: MongoStore,
+                                                              db: FakeDB) -> None:
+    # Given a page that ended on an adopted document with no updated_at
+    db[Q].answer("find", [{"_id": "b"}], [{"_id": "b", "status": "failed"}])
+    page = store.find_jobs(JobFilter("q", status="failed"), limit=1)
+    assert page.next_cursor == '[null, "b"]'
+    # Then the next page reads the other undated ones below it, and dated pages include them
+    db[Q].answer("find", [], [])
+    store.find_jobs(JobFilter("q", status="failed"), cursor=page.next_cursor)
+    query, _ = walk_query(JobFilter("q", status="failed"), None, "b")
+    assert query == {"status": "failed", "updated_at": None, "_id": {"$lt": "b"}}
+    dated, _ = walk_query(JobFilter("q", status="failed"), AT.isoformat(), "a")
+    assert {"updated_at": None} in dated["$or"]

@@ -207,10 +207,14 @@ def walk_query(where: JobFilter, key: Any,
     to the id prefix when there is one."""
     if where.status:
         query: dict[str, Any] = {"status": where.status}
-        if after_id is not None:
+        if after_id is not None and key is None:
+            # An adopted document without updated_at: those sort last, by id.
+            query.update({"updated_at": None, "_id": {"$lt": after_id}})
+        elif after_id is not None:
             at = datetime.fromisoformat(key)
             query["$or"] = [{"updated_at": {"$lt": at}},
-                            {"updated_at": at, "_id": {"$lt": after_id}}]
+                            {"updated_at": at, "_id": {"$lt": after_id}},
+                            {"updated_at": None}]
         return query, RECENT_SORT
     ids: dict[str, Any] = {"$gt": after_id or ""}
     if where.task:
