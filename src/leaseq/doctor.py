@@ -8,12 +8,13 @@ and a ``leaseq`` command to run next. A check that finds nothing wrong gives no 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from leaseq.browse import HourlyCount, JobFilter, QueueSummary
+from leaseq.job import Job, JournalEntry
 from leaseq.journal import JournalEvent
 from leaseq.stores.base import Store
 
@@ -247,6 +248,43 @@ def _latest_migration(store: Store) -> int | None:
     except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
         return None
     return found[-1][0] if found else None
+
+
+# --- one job's story: the diagnostic map of the reference design, read from its journal -------
+
+
+def diagnose_job(job: Job, journal: Sequence[JournalEntry], now: datetime,
+                 config: DoctorConfig | None = None) -> list[Finding]:
+    """The map's rows for one job id, checked against its journal (the dashboard's job page):
+    a result saved with no ack after it, retries that keep failing for the same reason, a job
+    waiting long in broker mode with no publish."""
+    config = config or DoctorConfig()
+    events = [e.event for e in journal]
+    found: list[Finding] = []
+    if JournalEvent.RECEIVED in events and events[-1] == JournalEvent.RESULT_SAVED:
+        found.append(Finding(
+            "result_without_ack", job.queue, "the result is saved but no ack_sent follows it",
+            "the connection dropped between the durable result and the ack",
+            "the order of result_saved and ack_sent in the job's journal",
+            "nothing to redo: a redelivery reads the terminal state and only acks",
+            severity="warn"))
+    reasons = [e.reason for e in journal if e.event == JournalEvent.RETRY_SCHEDULED]
+    if len(reasons) >= 2 and len(set(reasons[-2:])) == 1:
+        found.append(Finding(
+            "same_reason_retried", job.queue, f"{len(reasons)} retries, the last ones for the "
+            "same reason", "an error no retry will fix is treated as transient",
+            "retry_scheduled reasons in the job's journal",
+            f"raise leaseq.Permanent for it in the task; then `leaseq cancel {job.id}` or fix "
+            "the payload and requeue", severity="warn"))
+    waited = (now - job.updated_at).total_seconds() if job.updated_at else 0.0
+    if (job.status == "pending" and job.published_at is None
+            and JournalEvent.PUBLISHED in events and waited > config.unpublished_s):
+        found.append(Finding(
+            "queued_unpublished", job.queue, f"pending for {waited:.0f} s with no publish",
+            "the outbox dispatcher is not running, or its route is wrong",
+            "published_at and the publish events in the job's journal",
+            f"leaseq dispatch --queue {job.queue}"))
+    return found
 
 
 Check = Callable[[Store, QueueFacts, DoctorConfig, set[str]], list[Finding]]

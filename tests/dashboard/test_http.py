@@ -271,3 +271,15 @@ def test_bad_input_gets_a_clear_refusal(client: TestClient, store: Store) -> Non
     reserved = client.post("/edit", headers=ADMIN, data={
         "csrf_token": token, "queue": "mail", "job_id": "f-2", "payload": '{"status": 1}'})
     assert reserved.status_code == 400
+
+
+def test_a_jobs_page_reads_its_story_against_the_map(client: TestClient, store: Store) -> None:
+    # Given a job retried twice for the same reason
+    q = store.queue("mail")
+    q.enqueue("r-1", {})
+    for _ in range(2):
+        q.retry_later(q.claim_one("r-1", "w", lease_s=60), "KeyError: 'name'", delay_s=0)  # type: ignore[arg-type]
+    # Then its page names the symptom, the likely cause and the action
+    page = client.get("/job/mail/r-1", headers=ADMIN).text
+    assert "same_reason_retried" in page and "leaseq cancel r-1" in page
+    assert "same_reason_retried" not in client.get("/job/mail/f-1", headers=ADMIN).text

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
 
 import leaseq
 from leaseq.cli import cli
-from leaseq.doctor import DoctorConfig, diagnose
-from leaseq.job import Lease
+from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
+from leaseq.job import Job, JournalEntry, Lease
 from leaseq.stores.base import Store
 
 W = "host:1:aaaa0001"
@@ -110,3 +111,32 @@ def test_clock_skew_between_the_database_and_this_host(store: Store, tmp_path) -
     found = json.loads(result.output.split("\nleaseq:")[0])["findings"]
     assert {"symptom", "cause", "ran", "action"} <= set(found[0])
     assert found[0]["action"].startswith("leaseq ")
+
+
+def story(*events: tuple[str, str | None]) -> list[JournalEntry]:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return [JournalEntry(at + timedelta(seconds=i), "j1", event, reason=reason)
+            for i, (event, reason) in enumerate(events)]
+
+
+def test_one_jobs_story_read_against_the_map() -> None:
+    now = datetime(2026, 1, 1, 1, tzinfo=UTC)
+    done = Job(id="j1", queue="mail", status="done", payload={}, updated_at=now)
+    # A result saved after a broker delivery, with no ack after it
+    no_ack = story(("received", None), ("claimed", None), ("result_saved", "done"))
+    assert [f.check for f in diagnose_job(done, no_ack, now)] == ["result_without_ack"]
+    acked = [*no_ack, *story(("ack_sent", None))]
+    assert diagnose_job(done, acked, now) == []
+    # Retries that keep failing for the same reason
+    failing = Job(id="j1", queue="mail", status="pending", payload={}, updated_at=now)
+    same = story(("retry_scheduled", "KeyError: 'name'"), ("retry_scheduled", "KeyError: 'name'"))
+    (found,) = diagnose_job(failing, same, now)
+    assert found.check == "same_reason_retried" and "leaseq cancel j1" in found.action
+    varied = story(("retry_scheduled", "timeout"), ("retry_scheduled", "503"))
+    assert diagnose_job(failing, varied, now) == []
+    # Broker mode: pending long with no publish
+    waiting = Job(id="j1", queue="mail", status="pending", payload={},
+                  updated_at=now - timedelta(minutes=5))
+    published_once = story(("published", None), ("claimed", None), ("retry_scheduled", "x"))
+    assert [f.check for f in diagnose_job(waiting, published_once, now)] == [
+        "queued_unpublished"]

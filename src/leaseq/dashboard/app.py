@@ -47,7 +47,7 @@ from leaseq.dashboard.security import (
     same_origin_post,
 )
 from leaseq.dashboard.stats import StatsSnapshot
-from leaseq.doctor import diagnose
+from leaseq.doctor import diagnose, diagnose_job
 from leaseq.errors import LeaseqError
 from leaseq.journal import JournalEvent
 from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
@@ -183,8 +183,10 @@ class Dashboard:
             return PlainTextResponse("no such job", 404)
         shown = self.redactor(json.dumps(job.payload, indent=2, sort_keys=True))
         real = json.dumps(job.payload, indent=2, sort_keys=True) if access.may("edit") else None
+        journal = self.store.journal(queue, job_id)
+        hints = diagnose_job(job, journal, self.store.server_now())
         return self.render(request, access, "job.html", job=job, payload=shown,
-                           editable=real, journal=self.store.journal(queue, job_id),
+                           editable=real, journal=journal, hints=hints,
                            error=self.redactor(job.error or ""))
 
     def quarantine(self, request: Request, access: Access) -> Response:
