@@ -283,3 +283,11 @@ def test_a_jobs_page_reads_its_story_against_the_map(client: TestClient, store: 
     page = client.get("/job/mail/r-1", headers=ADMIN).text
     assert "same_reason_retried" in page and "leaseq cancel r-1" in page
     assert "same_reason_retried" not in client.get("/job/mail/f-1", headers=ADMIN).text
+
+
+def test_workers_show_who_is_live_and_who_fell_silent(client: TestClient, store: Store) -> None:
+    store.time_offset_s = 120  # the fixture's worker last beat two minutes ago
+    store.register_worker("host:2:bbbb0002", ["mail", "xss"], 2)
+    page = client.get("/workers", headers=ADMIN).text
+    rows = re.findall(r"<tr><td>(host:[^<]+)</td>.*?class=\"(live|silent)\"", page, re.S)
+    assert rows == [("host:1:aaaa0001", "silent"), ("host:2:bbbb0002", "live")]

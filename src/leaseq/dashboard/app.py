@@ -47,7 +47,7 @@ from leaseq.dashboard.security import (
     same_origin_post,
 )
 from leaseq.dashboard.stats import StatsSnapshot
-from leaseq.doctor import diagnose, diagnose_job
+from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
 from leaseq.errors import LeaseqError
 from leaseq.journal import JournalEvent
 from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
@@ -203,7 +203,8 @@ class Dashboard:
     def workers(self, request: Request, access: Access) -> Response:
         now = self.store.server_now()
         rows = [(w, (now - w.last_beat_at).total_seconds()) for w in self.store.list_workers()]
-        return self.render(request, access, "workers.html", workers=rows)
+        return self.render(request, access, "workers.html", workers=rows,
+                           live_s=DoctorConfig().live_worker_s)
 
     def health(self, request: Request, access: Access) -> Response:
         report = diagnose(self.store)
