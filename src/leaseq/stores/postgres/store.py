@@ -42,6 +42,8 @@ from leaseq.journal import (
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.ledger import ScheduleLedger
 from leaseq.stores.postgres.listen import Listener
+from leaseq.stores.postgres.operators import PostgresOperatorTools
+from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
@@ -59,7 +61,7 @@ T = TypeVar("T")
 _INSERT_RACES = 64
 
 
-class PostgresStore(ScheduleLedger, SQLStore):
+class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -70,7 +72,8 @@ class PostgresStore(ScheduleLedger, SQLStore):
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal",
-                                    schedules=f"{self._schema}.schedules", **sql_literals())
+                                    schedules=f"{self._schema}.schedules",
+                                    workers=f"{self._schema}.workers", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
@@ -461,15 +464,11 @@ class PostgresStore(ScheduleLedger, SQLStore):
         return [r["id"] for r in rows]
 
 
+
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:
         if "\x00" in (spec.task or "") + (spec.revision or ""):
             raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
-
-
-def _text(value: str | None) -> str | None:
-    """Free text as PostgreSQL can store it: a text column cannot hold NUL."""
-    return value.replace("\x00", "\ufffd") if value else value
 
 
 def _dt(value: datetime | None) -> datetime | None:
