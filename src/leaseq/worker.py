@@ -13,6 +13,7 @@ lease and heartbeat, until its batch committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -140,7 +141,8 @@ class Worker:
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
                               on_settled=self._settle)
         self._completer: Completer | None = None
-        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact)
+        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact,
+                                    on_tick=self._register)
         self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
@@ -486,8 +488,15 @@ class Worker:
         if item.future is not None:
             item.future.cancel()  # cancels an async handler; a running thread runs on
 
+    def _register(self) -> None:
+        """The worker registry's beat (dashboard, ``leaseq doctor``), from the heartbeat."""
+        self.store.register_worker(self.worker_id, [q.name for q in self.queues],
+                                   len(self._snapshot()))
+
     def _shutdown(self) -> None:
         self._heartbeat.stop()
+        with contextlib.suppress(LeaseqError):  # a killed worker is pruned by the sweeper
+            self.store.unregister_worker(self.worker_id)
         for pool in (self._pool, self._finisher):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)

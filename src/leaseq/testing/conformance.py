@@ -39,6 +39,7 @@ from leaseq.testing.suites.giveback import GiveBackSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
 from leaseq.testing.suites.limits import LimitsSuite
+from leaseq.testing.suites.operators import OperatorToolsSuite
 from leaseq.testing.suites.outbox import OutboxSuite
 from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
@@ -65,6 +66,7 @@ ALL_SUITES: tuple[type, ...] = (
     LimitsSuite,
     ScheduleSuite,
     ScheduleLedgerSuite,
+    OperatorToolsSuite,
 )
 
 
@@ -92,6 +94,7 @@ __all__ = [
     "LeaseSuite",
     "LimitsSuite",
     "OperatorSuite",
+    "OperatorToolsSuite",
     "OutboxReoweSuite",
     "OutboxSuite",
     "RetrySuite",

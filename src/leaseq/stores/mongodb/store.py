@@ -51,6 +51,7 @@ from leaseq.stores.mongodb.connection import (
 )
 from leaseq.stores.mongodb.ledger import ScheduleLedger
 from leaseq.stores.mongodb.limited import LimitedClaims
+from leaseq.stores.mongodb.operators import OperatorTools
 from leaseq.stores.mongodb.records import Event
 from leaseq.stores.mongodb.workers import WorkerWrites
 
@@ -70,7 +71,7 @@ _OUTCOMES = {upserts.CREATE: EnqueueOutcome.CREATED, upserts.KEEP: EnqueueOutcom
 _WRITTEN = (EnqueueOutcome.CREATED, EnqueueOutcome.UPDATED, EnqueueOutcome.REVIVED)
 
 
-class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, Store):
+class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Store):
     """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",

@@ -53,6 +53,8 @@ from leaseq.limits import (
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.ledger import ScheduleLedger
 from leaseq.stores.postgres.listen import Listener
+from leaseq.stores.postgres.operators import PostgresOperatorTools
+from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
@@ -70,7 +72,7 @@ T = TypeVar("T")
 _INSERT_RACES = 64
 
 
-class PostgresStore(ScheduleLedger, SQLStore):
+class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -82,7 +84,8 @@ class PostgresStore(ScheduleLedger, SQLStore):
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal",
                                     limits=f"{self._schema}.limits",
-                                    schedules=f"{self._schema}.schedules", **sql_literals())
+                                    schedules=f"{self._schema}.schedules",
+                                    workers=f"{self._schema}.workers", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
@@ -567,7 +570,6 @@ class PostgresStore(ScheduleLedger, SQLStore):
             reason=_text(reason)), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 
-
     # --- limits in the claim -----------------------------------------------------------------
 
     def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
@@ -586,15 +588,11 @@ class PostgresStore(ScheduleLedger, SQLStore):
 
         return self._session.run(work, idempotent=True)
 
+
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:
         if "\x00" in (spec.task or "") + (spec.revision or ""):
             raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
-
-
-def _text(value: str | None) -> str | None:
-    """Free text as PostgreSQL can store it: a text column cannot hold NUL."""
-    return value.replace("\x00", "\ufffd") if value else value
 
 
 def _dt(value: datetime | None) -> datetime | None:

@@ -61,6 +61,7 @@ from leaseq.stores.sql import load_queries
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.stores.sqlite.ledger import ScheduleLedger
+from leaseq.stores.sqlite.operators import SQLiteOperatorTools
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
@@ -72,7 +73,7 @@ WAKEUP_POLL_S = 0.002
 Q = load_queries(__package__, "queries.sql", now=NOW, **sql_literals())
 
 
-class SQLiteStore(ScheduleLedger, SQLStore):
+class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -185,7 +186,7 @@ class SQLiteStore(ScheduleLedger, SQLStore):
             self._conn.executescript(
                 "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
                 "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_limits; "
-                "DROP TABLE IF EXISTS leaseq_schedules;")
+                "DROP TABLE IF EXISTS leaseq_schedules; DROP TABLE IF EXISTS leaseq_workers;")
 
     # --- producers -------------------------------------------------------------------------
 
@@ -586,6 +587,7 @@ class SQLiteStore(ScheduleLedger, SQLStore):
                                       self._rows(conn, "key_backlog", queue=queue)],
                                      limits.key_limit)
             return held_back(ready, by_key, state.recent, state.now, limits)
+
 
 #: The write paths map the rows their statements return as the reads do.
 _job = SQLiteStore._job
