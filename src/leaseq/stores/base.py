@@ -29,6 +29,7 @@ Input has been validated by ``leaseq.queue.Queue`` before a store sees it.
 from __future__ import annotations
 
 import abc
+import asyncio
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -45,6 +46,7 @@ from leaseq.job import (
     Outcome,
     is_terminal,
 )
+from leaseq.stores.watch import FinishWatch
 
 if TYPE_CHECKING:
     from leaseq.queue import Queue
@@ -382,6 +384,50 @@ class Store(abc.ABC):
         it at its delivery limit), so the outbox owes them a publish again. Jobs in any other
         state, already owed, or unknown are left alone. Atomic per job. Returns the ids
         changed (``[]`` when none). Journal: ``publish_owed`` with ``reason``."""
+
+
+    # --- asyncio callers and waiting for a finish (leaseq.aio) -----------------------------
+
+    async def aenqueue_many(self, queue: str, specs: Sequence[JobSpec],
+                            on_conflict: OnConflict = "raise", connection: Any = None
+                            ) -> list[EnqueueResult]:
+        """``enqueue_many`` for asyncio callers. This default runs the blocking call in a
+        worker thread (the SQLite store's way), so the event loop never waits on the
+        database; stores with a native async driver override it and then take that driver's
+        async connection as ``connection=``."""
+        return await asyncio.to_thread(self.enqueue_many, queue, specs, on_conflict,
+                                       connection)
+
+    async def aget(self, queue: str, job_id: str) -> Job | None:
+        """``get`` for asyncio callers (default: in a worker thread)."""
+        return await asyncio.to_thread(self.get, queue, job_id)
+
+    async def acounts(self, queue: str) -> dict[str, int]:
+        """``counts`` for asyncio callers (default: in a worker thread)."""
+        return await asyncio.to_thread(self.counts, queue)
+
+    async def ajournal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        """``journal`` for asyncio callers (default: in a worker thread)."""
+        return await asyncio.to_thread(self.journal, queue, job_id)
+
+    async def arequeue(self, queue: str, job_id: str) -> bool:
+        """The operator's re-drive (``retry``) for asyncio callers (default: in a thread)."""
+        return await asyncio.to_thread(self.retry, queue, job_id)
+
+    async def acancel(self, queue: str, job_id: str) -> bool:
+        """``cancel`` for asyncio callers (default: in a worker thread)."""
+        return await asyncio.to_thread(self.cancel, queue, job_id)
+
+    async def aclose(self) -> None:
+        """Release the connections the async methods opened on the running event loop (none
+        by default). ``close`` still releases the rest."""
+
+    def watch_finish(self, queue: str, job_id: str) -> FinishWatch:
+        """A wake-up source for one job's finish, in place before the caller's first read of
+        the job (so a finish between that read and the wait is never missed). Its waits are
+        hints: the caller reads the job again after each. This default polls every
+        ``FinishWatch.poll_s``; stores with change notifications override it."""
+        return FinishWatch()
 
 
 def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,

@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leaseq.stores.watch import FinishWaiters
+
 log = logging.getLogger("leaseq.postgres")
 
 #: How often the listening thread looks at its stop flag while no notification arrives.
@@ -29,8 +31,11 @@ class Listener:
     """Hears the NOTIFYs of one schema's channel and sets ``event`` for watched queues."""
 
     def __init__(self, conninfo: str, channel: str, event: threading.Event,
-                 connect_kwargs: dict[str, Any] | None = None):
+                 connect_kwargs: dict[str, Any] | None = None,
+                 finishes: FinishWaiters | None = None):
         self._conninfo = conninfo
+        #: Callers waiting on a job's finish (its NOTIFY shares this channel).
+        self.finishes = finishes or FinishWaiters()
         self._channel = channel
         self._event = event
         self._connect_kwargs = connect_kwargs or {}
@@ -79,9 +84,12 @@ class Listener:
                 # Notifications sent while the connection was down are lost: wake the
                 # workers to look for themselves.
                 self._event.set()
+                self.finishes.wake_all()
             self._connects += 1
             self._listening.set()
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=POLL_S):
                     if note.payload in self._watched:
                         self._event.set()
+                    else:
+                        self.finishes.heard(note.payload)

@@ -35,11 +35,13 @@ from leaseq.job import (
     Outcome,
 )
 from leaseq.stores.base import Store
+from leaseq.stores.postgres.aio import AsyncPostgres
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
 from leaseq.stores.sql import load_queries, migrations
+from leaseq.stores.watch import NotifyWatch, finish_key
 
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
@@ -69,6 +71,7 @@ class PostgresStore(Store):
         self.url = self._session.url
         self._session.first_use(self._migrate_in)
         self._listener = Listener(conninfo, options.channel, self._wakeup_event())
+        self._async = AsyncPostgres(self, conninfo)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStore:
@@ -482,6 +485,41 @@ class PostgresStore(Store):
             reason=_text(reason)), retry_commit=True, single=True)
         return [r["id"] for r in rows]
 
+
+    # --- asyncio callers (stores/postgres/aio.py) and waiting for a finish -----------------
+
+    async def aenqueue_many(self, queue: str, specs: Sequence[JobSpec],
+                            on_conflict: OnConflict = "raise", connection: Any = None
+                            ) -> list[EnqueueResult]:
+        """Native async; ``connection=``: the caller's ``psycopg.AsyncConnection``."""
+        _check_text(specs)
+        return await self._async.enqueue_many(queue, specs, on_conflict, connection)
+
+    async def aget(self, queue: str, job_id: str) -> Job | None:
+        return await self._async.get(queue, job_id)
+
+    async def acounts(self, queue: str) -> dict[str, int]:
+        return await self._async.counts(queue)
+
+    async def ajournal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        return await self._async.journal(queue, job_id)
+
+    async def arequeue(self, queue: str, job_id: str) -> bool:
+        return await self._async.operator(queue, job_id, "operator_retry")
+
+    async def acancel(self, queue: str, job_id: str) -> bool:
+        return await self._async.operator(queue, job_id, "operator_cancel")
+
+    async def aclose(self) -> None:
+        await self._async.close()
+
+    def watch_finish(self, queue: str, job_id: str) -> NotifyWatch:
+        """Woken by the finish's NOTIFY (migration 008) on this store's LISTEN connection,
+        which is in place (up to 2 s; then the watch's fallback poll covers) before this
+        returns."""
+        watch = NotifyWatch(self._listener.finishes, finish_key(queue, job_id))
+        self._listener.watch((), ready_timeout_s=2.0)
+        return watch
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:

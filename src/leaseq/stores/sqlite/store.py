@@ -36,6 +36,7 @@ from leaseq.job import (
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
 from leaseq.stores.sqlite import schema
+from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
@@ -500,6 +501,16 @@ class SQLiteStore(Store):
             self._journal_rows(conn, queue, rows, "publish_owed", lambda _: reason)
         return [r["id"] for r in rows]
 
+
+    # --- waiting for a finish --------------------------------------------------------------
+
+    def watch_finish(self, queue: str, job_id: str) -> FinishWatch:
+        """Woken by the database's change counter, read on a connection of the watch's own
+        (so this process's commits count too); an in-memory database, which no second
+        connection can see, is polled."""
+        if self.path == ":memory:":
+            return FinishWatch()
+        return ChangeCounterWatch(self.path)
 
 def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
