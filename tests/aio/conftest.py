@@ -28,6 +28,16 @@ def postgres_url() -> str:
     return url
 
 
+@pytest.fixture
+def pg_store_url() -> Iterator[str]:
+    """A PostgreSQL store URL with a fresh schema, dropped after the test."""
+    base = postgres_url()
+    url = f"{base}{'&' if '?' in base else '?'}schema=aio_{uuid.uuid4().hex[:12]}"
+    yield url
+    with connect(url) as store:
+        store.drop()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":

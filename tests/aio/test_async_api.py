@@ -21,7 +21,8 @@ def test_aenqueue_then_aget_acounts_ajournal(store: Store) -> None:
         # Then it is created once, replayed idempotently, and readable asynchronously
         assert (first.outcome.value, again.outcome.value) == ("created", "unchanged")
         job = await q.aget("j1")
-        assert job is not None and job.status == "pending" and job.payload == {"to": "a@example.com"}
+        assert job is not None and job.status == "pending"
+        assert job.payload == {"to": "a@example.com"}
         assert await q.acounts() == {"pending": 1}
         assert [e.event for e in await q.ajournal("j1")] == ["enqueued"]
         await store.aclose()
