@@ -67,7 +67,7 @@ class PostgresStore(Store):
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal")
         self._columns: dict[str, dict[str, int]] = {}
-        self._session = Session(conninfo, url, options)
+        self._session = self._open_session(conninfo, url, options)
         self.url = self._session.url
         self._session.first_use(self._migrate_in)
         self._listener = Listener(conninfo, options.channel, self._wakeup_event())
@@ -520,6 +520,11 @@ class PostgresStore(Store):
         watch = NotifyWatch(self._listener.finishes, finish_key(queue, job_id))
         self._listener.watch((), ready_timeout_s=2.0)
         return watch
+
+    def _open_session(self, conninfo: str, url: str, options: PostgresOptions) -> Session:
+        """Where this store's transactions run: its own pool (a subclass may borrow a
+        framework's connection instead, as ``django://`` does)."""
+        return Session(conninfo, url, options)
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:
