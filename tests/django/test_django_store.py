@@ -10,11 +10,10 @@ from collections.abc import Iterator
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
+from djangotest_helpers import aliases
 
 from leaseq import App, JobConflict
 from leaseq.stores import connect
-
-from conftest import aliases  # noqa: I001  (this folder's conftest)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"]
                                    if "pg" in aliases() else ["default"])
@@ -102,6 +101,8 @@ def test_async_view_enqueue_joins_the_transaction_on_djangos_thread(app: App,
             await place("gone", True)
         # aenqueue on a django:// store runs on the same thread, in autocommit
         await app.get_task("send_mail").aenqueue("b@example.com", job_id="async")  # type: ignore[union-attr]
+        # Django's sync thread keeps its connections: close them, as a request's end would
+        await sync_to_async(connections.close_all, thread_sensitive=True)()
 
     asyncio.run(view())
     q = app.queue("mail")
