@@ -76,7 +76,7 @@ class AsyncQueueMethods:
         return await self.store.ajournal(self.name, validate.job_id(job_id))
 
     async def arequeue(self, job_id: str) -> bool:
-        """The operator's re-drive of a terminal job (``retry``) for asyncio callers."""
+        """``requeue`` (the operator's re-drive of a terminal job) for asyncio callers."""
         return await self.store.arequeue(self.name, validate.job_id(job_id))
 
     async def acancel(self, job_id: str) -> bool:

@@ -46,10 +46,10 @@ class DjangoSession:
     def close(self) -> None:
         """Nothing to close: the connections are Django's."""
 
-    def run(self, work: Callable[[psycopg.Connection], T], *, retry_commit: bool = False,
-            single: bool = False) -> T:
+    def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
+            autocommit: bool = False) -> T:
         try:
-            if single and not in_atomic(self.alias):
+            if autocommit and not in_atomic(self.alias):
                 return work(raw_connection(self.alias))
             with transaction.atomic(using=self.alias):
                 return work(raw_connection(self.alias))

@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
-from leaseq.job import EnqueueResult, Job, JobSpec, JournalEntry, OnConflict, Outcome
+from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry, OnConflict
 from leaseq.stores.postgres.plan import EnqueuePlan
 
 if TYPE_CHECKING:
@@ -159,7 +159,8 @@ class AsyncPostgres:
         unchanged = {job_id for job_id, same in pairs if job_id is not None and same}
         if len(unchanged) < sum(job_id is not None for job_id, _ in pairs):
             return None
-        return [EnqueueResult(i, Outcome.UNCHANGED if i in unchanged else Outcome.CREATED)
+        return [EnqueueResult(i, EnqueueOutcome.UNCHANGED if i in unchanged
+                              else EnqueueOutcome.CREATED)
                 for i in ids]
 
     async def _enqueue_once(self, conn: psycopg.AsyncConnection, queue: str,
@@ -187,24 +188,21 @@ class AsyncPostgres:
     # --- inspection and operators -----------------------------------------------------------
 
     async def get(self, queue: str, job_id: str) -> Job | None:
-        from leaseq.stores.postgres.store import _job
-
         rows = await self._read("get", queue=queue, id=job_id)
-        return _job(rows[0]) if rows else None
+        return self._store._job(rows[0]) if rows else None
 
     async def counts(self, queue: str) -> dict[str, int]:
         return {r["status"]: int(r["n"]) for r in await self._read("counts", queue=queue)}
 
     async def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
-        from leaseq.stores.postgres.store import _entry
-
-        return [_entry(r) for r in await self._read("journal", queue=queue, id=job_id)]
+        rows = await self._read("journal", queue=queue, id=job_id)
+        return [self._store._entry(r) for r in rows]
 
     async def operator(self, queue: str, job_id: str, name: str) -> bool:
-        """``operator_retry`` or ``operator_cancel`` in one transaction (as the blocking)."""
+        """``operator_requeue`` or ``operator_cancel`` in one transaction (as the blocking)."""
         async with self._conn() as conn, conn.transaction():
             if int((await self._rows(conn, name, queue=queue, id=job_id))[0]["n"]):
-                if name == "operator_retry":
+                if name == "operator_requeue":
                     await self._rows(conn, "notify", channel=self._store.options.channel,
                                      queue=queue)
                 return True

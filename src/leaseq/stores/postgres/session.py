@@ -5,10 +5,10 @@
 failure), ``work`` is run again on a fresh connection, with backoff, for up to ``reconnect_s``;
 then ``StoreUnavailable``. That is safe because the failed transaction was rolled back. The one
 unsafe case is a connection lost *during* COMMIT: the write may or may not have happened. Only
-callers that pass ``retry_commit=True`` (reads, claims, heartbeats: doing them twice is
+callers that pass ``idempotent=True`` (reads, claims, heartbeats: doing them twice is
 harmless) are retried then; the others get ``StoreUnavailable`` saying the outcome is unknown.
 
-``run(work, single=True)`` is for work that is one statement: pool connections are in
+``run(work, autocommit=True)`` is for work that is one statement: pool connections are in
 autocommit, so the statement is its own transaction and costs one round trip instead of three
 (BEGIN, statement, COMMIT). Its send is also its COMMIT, so a connection lost under it leaves
 the outcome unknown, exactly as above, unless the server answered with an error (it aborted the
@@ -80,15 +80,17 @@ class Session:
         if self._pool is not None:
             self._pool.close()
 
-    def run(self, work: Callable[[psycopg.Connection], T], *, retry_commit: bool = False,
-            single: bool = False) -> T:
+    def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
+            autocommit: bool = False) -> T:
         """``work(conn)`` in one transaction, committed; see the module's docstring.
-        ``single``: ``work`` runs one statement, in autocommit."""
+        ``autocommit``: ``work`` runs one statement, which is its own transaction.
+        ``idempotent``: running ``work`` twice is harmless, so it is run again even when the
+        connection was lost during its COMMIT."""
         deadline = time.monotonic() + self._options.reconnect_s
         pause = FIRST_PAUSE_S
         while True:
             try:
-                return self._attempt(work, retry_commit, single, deadline)
+                return self._attempt(work, idempotent, autocommit, deadline)
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
@@ -97,8 +99,8 @@ class Session:
                 time.sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
 
-    def _attempt(self, work: Callable[[psycopg.Connection], T], retry_commit: bool,
-                 single: bool, deadline: float) -> T:
+    def _attempt(self, work: Callable[[psycopg.Connection], T], idempotent: bool,
+                 autocommit: bool, deadline: float) -> T:
         if self._pool is None:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
         try:
@@ -111,26 +113,26 @@ class Session:
             if _dead(conn):
                 self._after_error(conn)
                 raise _Retry(psycopg.OperationalError("the server closed the connection"))
-            if single:
-                return self._statement(conn, work, retry_commit)
-            return self._transaction(conn, work, retry_commit)
+            if autocommit:
+                return self._statement(conn, work, idempotent)
+            return self._transaction(conn, work, idempotent)
         finally:
             self._pool.putconn(conn)
 
     def _statement(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
-                   retry_commit: bool) -> T:
+                   idempotent: bool) -> T:
         try:
             return work(conn)
         except psycopg.OperationalError as exc:
             # An error the server reported (deadlock, shutdown) aborted the statement; a bare
             # lost connection may have cut off the answer to a statement that committed.
-            self._lost(conn, exc, retry_commit or exc.sqlstate is not None)
+            self._lost(conn, exc, idempotent or exc.sqlstate is not None)
         except BaseException:
             self._after_error(conn)
             raise
 
     def _transaction(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
-                     retry_commit: bool) -> T:
+                     idempotent: bool) -> T:
         try:
             conn.execute("BEGIN")
             result = work(conn)
@@ -143,7 +145,7 @@ class Session:
         try:
             conn.execute("COMMIT")
         except psycopg.OperationalError as exc:
-            self._lost(conn, exc, retry_commit)
+            self._lost(conn, exc, idempotent)
         return result
 
     def _lost(self, conn: psycopg.Connection, exc: psycopg.OperationalError,

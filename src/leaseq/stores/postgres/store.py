@@ -25,6 +25,7 @@ from psycopg.rows import dict_row, tuple_row
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
     STALE_REASON,
+    EnqueueOutcome,
     EnqueueResult,
     Job,
     JobSpec,
@@ -32,7 +33,6 @@ from leaseq.job import (
     Lease,
     LeaseLost,
     OnConflict,
-    Outcome,
 )
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.aio import AsyncPostgres
@@ -41,6 +41,7 @@ from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
 from leaseq.stores.sql import load_queries, migrations
+from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.watch import NotifyWatch, finish_key
 
 # The server's clock plus the test-only offset; now() is the start of the transaction.
@@ -55,7 +56,7 @@ FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 _INSERT_RACES = 64
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -105,7 +106,15 @@ class PostgresStore(Store):
 
     def _read(self, name: str, **params: Any) -> list[dict[str, Any]]:
         return self._session.run(lambda conn: self._rows(conn, name, **params),
-                                 retry_commit=True, single=True)
+                                 idempotent=True, autocommit=True)
+
+    @staticmethod
+    def _time(value: Any) -> datetime | None:
+        return _dt(value)
+
+    @staticmethod
+    def _json(value: Any) -> Any:
+        return value  # psycopg decodes json columns itself
 
     def _exec(self, conn: psycopg.Connection, name: str, **params: Any) -> None:
         """Send a statement whose rows are not needed (in a pipeline: without waiting)."""
@@ -114,9 +123,6 @@ class PostgresStore(Store):
 
     def _count(self, conn: psycopg.Connection, name: str, **params: Any) -> int:
         return int(self._rows(conn, name, **params)[0]["n"])
-
-    def _count_read(self, name: str, **params: Any) -> int:
-        return int(self._read(name, **params)[0]["n"])
 
     def _notify(self, conn: psycopg.Connection, queue: str) -> None:
         """Wake listening workers when this transaction commits (never if it rolls back)."""
@@ -147,12 +153,6 @@ class PostgresStore(Store):
                 latest = version
         return latest
 
-    def server_now(self) -> datetime:
-        return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
-
-    def queues(self) -> list[str]:
-        return [r["queue"] for r in self._read("queues")]
-
     def close(self) -> None:
         self._listener.close()
         self._session.close()
@@ -160,7 +160,7 @@ class PostgresStore(Store):
     def drop(self) -> None:
         self._listener.close()
         self._session.run(lambda conn: conn.execute(
-            f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"), single=True)
+            f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"), autocommit=True)
 
     # --- producers -------------------------------------------------------------------------
 
@@ -171,7 +171,7 @@ class PostgresStore(Store):
             # New ids and exact replays: one autocommitted statement. Anything else: the
             # careful path, in a transaction of its own (the fast try wrote nothing then).
             results = self._session.run(lambda conn: self._enqueue_fast(conn, queue, specs),
-                                        single=True)
+                                        autocommit=True)
             if results is not None:
                 return results
             return self._session.run(
@@ -234,8 +234,8 @@ class PostgresStore(Store):
         unchanged = {job_id for job_id, same in rows if job_id is not None and same}
         if len(unchanged) < sum(job_id is not None for job_id, _ in rows):
             return None
-        return [EnqueueResult(i, Outcome.UNCHANGED if i in unchanged else Outcome.CREATED)
-                for i in ids]
+        return [EnqueueResult(i, EnqueueOutcome.UNCHANGED if i in unchanged
+                              else EnqueueOutcome.CREATED) for i in ids]
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
                       on_conflict: OnConflict) -> list[EnqueueResult] | None:
@@ -271,12 +271,12 @@ class PostgresStore(Store):
         # holds its jobs until their lease runs out, then they are claimed again.
         return self._session.run(lambda conn: self._jobs(
             conn, "claim", queue=queue, worker_id=_text(worker_id), limit=limit,
-            lease_s=lease_s), retry_commit=True, single=True)
+            lease_s=lease_s), idempotent=True, autocommit=True)
 
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         jobs = self._session.run(lambda conn: self._jobs(
-            conn, "claim_id", queue=queue, id=job_id, worker_id=_text(worker_id),
-            lease_s=lease_s), retry_commit=True, single=True)
+            conn, "claim_one", queue=queue, id=job_id, worker_id=_text(worker_id),
+            lease_s=lease_s), idempotent=True, autocommit=True)
         return jobs[0] if jobs else None
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
@@ -285,7 +285,7 @@ class PostgresStore(Store):
         _, rows = self._session.run(lambda conn: self._tuples(
             conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
             epochs=[lease.lease_epoch for lease in leases], lease_s=lease_s),
-            retry_commit=True, single=True)
+            idempotent=True, autocommit=True)
         held = set(rows)  # (id, lease_epoch)
         return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
 
@@ -308,7 +308,7 @@ class PostgresStore(Store):
         if then:
             return self._session.run(lambda conn: self._notify_if(conn, queue, *work(conn)))
         return self._session.run(lambda conn: self._wake_after(conn, queue, *work(conn)),
-                                 single=True)
+                                 autocommit=True)
 
     def _notify_if(self, conn: psycopg.Connection, queue: str, job: T, wake: bool) -> T:
         if wake:
@@ -348,7 +348,7 @@ class PostgresStore(Store):
             # same job, and only the current one finished (a finish keeps the epoch).
             by_lease = {(job.id, job.lease_epoch): job for job in _jobs(cols, rows)}
             return self._wake_after(conn, queue, by_lease, any(r[stale] for r in rows))
-        by_lease = self._session.run(work, single=True)
+        by_lease = self._session.run(work, autocommit=True)
         return [by_lease.get((lease.job_id, lease.lease_epoch))
                 or LeaseLost(queue, lease.job_id, lease.lease_epoch) for lease, *_ in items]
 
@@ -389,12 +389,12 @@ class PostgresStore(Store):
             return 0
         return self._session.run(lambda conn: self._count(
             conn, "purge", queue=queue, statuses=list(older_than_s),
-            ages=[float(v) for v in older_than_s.values()]), single=True)
+            ages=[float(v) for v in older_than_s.values()]), autocommit=True)
 
     # --- operators -------------------------------------------------------------------------
 
-    def retry(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_retry")
+    def requeue(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_requeue")
 
     def cancel(self, queue: str, job_id: str) -> bool:
         return self._operator(queue, job_id, "operator_cancel")
@@ -402,7 +402,7 @@ class PostgresStore(Store):
     def _operator(self, queue: str, job_id: str, name: str) -> bool:
         def work(conn: psycopg.Connection) -> bool:
             if self._count(conn, name, queue=queue, id=job_id):
-                if name == "operator_retry":
+                if name == "operator_requeue":
                     self._notify(conn, queue)
                 return True
             if not self._rows(conn, "exists", queue=queue, id=job_id):
@@ -412,55 +412,31 @@ class PostgresStore(Store):
 
     # --- broker outbox --------------------------------------------------------------------
 
-    def outbox_due(self, queue: str, limit: int) -> list[Job]:
-        return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
-
     def republish(self, queue: str, published_before_s: float) -> int:
         # Safe to retry: clearing the mark twice only owes the same publish.
         return self._session.run(lambda conn: self._count(
             conn, "republish", queue=queue, published_before_s=published_before_s),
-            retry_commit=True, single=True)
+            idempotent=True, autocommit=True)
 
     def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
         if not leases:
             return []
         rows = self._session.run(lambda conn: self._rows(
             conn, "mark_published", queue=queue, ids=[lease.job_id for lease in leases],
-            epochs=[lease.lease_epoch for lease in leases]), retry_commit=True, single=True)
+            epochs=[lease.lease_epoch for lease in leases]), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 
-    # --- inspection ------------------------------------------------------------------------
+    # --- journal ---------------------------------------------------------------------------
 
-    def get(self, queue: str, job_id: str) -> Job | None:
-        rows = self._read("get", queue=queue, id=job_id)
-        return _job(rows[0]) if rows else None
 
-    def list(self, queue: str, status: str | None = None, limit: int = 100,
-             after_id: str | None = None) -> list[Job]:
-        rows = self._read("list", queue=queue, status=status, limit=limit, after_id=after_id or "")
-        return [_job(r) for r in rows]
-
-    def counts(self, queue: str) -> dict[str, int]:
-        return {r["status"]: int(r["n"]) for r in self._read("counts", queue=queue)}
-
-    def ready_stats(self, queue: str) -> tuple[int, float]:
-        row = self._read("ready", queue=queue)[0]
-        age = row["age"]
-        return int(row["n"]), max(float(age), 0.0) if age is not None else 0.0
-
-    def in_flight(self, queue: str) -> int:
-        return self._count_read("in_flight", queue=queue)
-
-    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
-        return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
-
-    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
-               lease_epoch: int | None = None, worker_id: str | None = None,
-               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+    def append_journal(self, queue: str, job_id: str, event: str, *,
+                       attempt: int | None = None, lease_epoch: int | None = None,
+                       worker_id: str | None = None, reason: str | None = None,
+                       data: Mapping[str, Any] | None = None) -> None:
         self._session.run(lambda conn: self._exec(
-            conn, "record", queue=queue, id=job_id, event=event, attempt=attempt,
+            conn, "append_journal", queue=queue, id=job_id, event=event, attempt=attempt,
             lease_epoch=lease_epoch, worker_id=_text(worker_id), reason=_text(reason),
-            data=json.dumps(dict(data)) if data else None), single=True)
+            data=json.dumps(dict(data)) if data else None), autocommit=True)
 
     # --- wake-ups --------------------------------------------------------------------------
 
@@ -482,7 +458,7 @@ class PostgresStore(Store):
         # Safe to retry: a commit that went through left nothing published among these ids.
         rows = self._session.run(lambda conn: self._rows(
             conn, "reowe_publish", queue=queue, ids=list(job_ids), event="publish_owed",
-            reason=_text(reason)), retry_commit=True, single=True)
+            reason=_text(reason)), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 
 
@@ -505,7 +481,7 @@ class PostgresStore(Store):
         return await self._async.journal(queue, job_id)
 
     async def arequeue(self, queue: str, job_id: str) -> bool:
-        return await self._async.operator(queue, job_id, "operator_retry")
+        return await self._async.operator(queue, job_id, "operator_requeue")
 
     async def acancel(self, queue: str, job_id: str) -> bool:
         return await self._async.operator(queue, job_id, "operator_cancel")
@@ -541,10 +517,6 @@ def _dt(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
-def _job(row: dict[str, Any]) -> Job:
-    return Job(*(_dt(row[f]) if f in _TIMES else row[f] for f in _FIELDS))
-
-
 #: Job's fields in the order of its constructor; the timestamps among them.
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job) if f.name != "lease_lost")
 _TIMES = frozenset(("lease_until", "created_at", "updated_at", "first_seen_at", "published_at"))
@@ -557,10 +529,3 @@ def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     at = [(cols[f], f in _TIMES) for f in _FIELDS]
     return [Job(*[_dt(row[i]) if t else row[i] for i, t in at]) for row in rows]
 
-
-def _entry(row: dict[str, Any]) -> JournalEntry:
-    return JournalEntry(
-        at=_dt(row["at"]), job_id=row["job_id"], event=row["event"],  # type: ignore[arg-type]
-        attempt=row["attempt"], lease_epoch=row["lease_epoch"], worker_id=row["worker_id"],
-        reason=row["reason"], data=row["data"],
-    )

@@ -21,20 +21,20 @@ from urllib.parse import parse_qsl, urlsplit
 from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
     STALE_REASON,
+    EnqueueOutcome,
     EnqueueResult,
     Failure,
     Job,
     JobSpec,
-    JournalEntry,
     Lease,
     LeaseLost,
     OnConflict,
-    Outcome,
     given_back_too_often,
     snoozed_too_often,
 )
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
+from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
@@ -48,7 +48,7 @@ WAKEUP_POLL_S = 0.002
 Q = load_queries(__package__, "queries.sql", now=NOW)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLStore):
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -130,11 +130,19 @@ class SQLiteStore(Store):
         with self._lock:
             return self._rows(self._conn, name, **params)
 
+    @staticmethod
+    def _time(value: Any) -> datetime | None:
+        return None if value is None else datetime.fromtimestamp(value, UTC)
+
+    @staticmethod
+    def _json(value: Any) -> Any:
+        return None if value is None else json.loads(value)
+
     def _journal(self, conn: sqlite3.Connection, queue: str, job_id: str, event: str,
                  attempt: int | None = None, lease_epoch: int | None = None,
                  worker_id: str | None = None, reason: str | None = None,
                  data: Mapping[str, Any] | None = None) -> None:
-        conn.execute(Q["record"], self._params(
+        conn.execute(Q["append_journal"], self._params(
             queue=queue, id=job_id, event=event, attempt=attempt, lease_epoch=lease_epoch,
             worker_id=worker_id, reason=reason, data=json.dumps(data) if data else None))
 
@@ -143,12 +151,6 @@ class SQLiteStore(Store):
     def migrate(self) -> int:
         with self._lock:
             return schema.migrate(self._conn)
-
-    def server_now(self) -> datetime:
-        return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
-
-    def queues(self) -> list[str]:
-        return [r["queue"] for r in self._read("queues")]
 
     def close(self) -> None:
         with self._lock:
@@ -176,7 +178,7 @@ class SQLiteStore(Store):
         for spec in specs:
             found = self._rows(conn, "find_existing", queue=queue, id=spec.job_id)
             outcome = self._upsert(conn, queue, spec, found[0] if found else None, on_conflict)
-            if outcome is Outcome.CONFLICT and on_conflict == "raise":
+            if outcome is EnqueueOutcome.CONFLICT and on_conflict == "raise":
                 conflicts.append(spec.job_id)
             results.append(EnqueueResult(spec.job_id, outcome))
         if conflicts:
@@ -184,18 +186,18 @@ class SQLiteStore(Store):
         return results
 
     def _upsert(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
-                old: dict[str, Any] | None, on_conflict: OnConflict) -> Outcome:
+                old: dict[str, Any] | None, on_conflict: OnConflict) -> EnqueueOutcome:
         params = self._params(queue=queue, id=spec.job_id, task=spec.task,
                               payload=spec.payload_json, revision=spec.revision,
                               delay_s=spec.delay_s, max_attempts=spec.max_attempts)
         if old is None:
             conn.execute(Q["insert_job"], params)
-            return self._enqueued(conn, queue, spec, Outcome.CREATED)
+            return self._enqueued(conn, queue, spec, EnqueueOutcome.CREATED)
         outcome = decide_upsert(old["status"], old["payload"], old["revision"], spec,
                                 on_conflict)
-        if outcome is Outcome.REVIVED:
+        if outcome is EnqueueOutcome.REVIVED:
             conn.execute(Q["revive_job"], params)
-        elif outcome is Outcome.UPDATED:
+        elif outcome is EnqueueOutcome.UPDATED:
             live = "mark_stale" if old["status"] == "processing" else "update_pending"
             conn.execute(Q[live], params)
         else:
@@ -203,7 +205,7 @@ class SQLiteStore(Store):
         return self._enqueued(conn, queue, spec, outcome)
 
     def _enqueued(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
-                  outcome: Outcome) -> Outcome:
+                  outcome: EnqueueOutcome) -> EnqueueOutcome:
         self._journal(conn, queue, spec.job_id, "enqueued", reason=outcome.value,
                       data={"revision": spec.revision} if spec.revision else None)
         return outcome
@@ -217,9 +219,9 @@ class SQLiteStore(Store):
             self._journal_claims(conn, queue, rows)
         return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))  # type: ignore[arg-type, return-value]
 
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         with self._tx() as conn:
-            rows = self._rows(conn, "claim_id", queue=queue, id=job_id, worker_id=worker_id,
+            rows = self._rows(conn, "claim_one", queue=queue, id=job_id, worker_id=worker_id,
                               lease_s=lease_s)
             self._journal_claims(conn, queue, rows)
         return _job(rows[0]) if rows else None
@@ -235,7 +237,7 @@ class SQLiteStore(Store):
                       event: str, reason: Callable[[dict[str, Any]], str | None]) -> None:
         """One event for each row a statement returned (``id``, ``attempts``, ``lease_epoch``,
         ``worker_id``), in one ``executemany``."""
-        conn.executemany(Q["record"], [self._params(
+        conn.executemany(Q["append_journal"], [self._params(
             queue=queue, id=r["id"], event=event, attempt=r["attempts"],
             lease_epoch=r["lease_epoch"], worker_id=r.get("worker_id"), reason=reason(r),
             data=None) for r in rows])
@@ -393,8 +395,8 @@ class SQLiteStore(Store):
 
     # --- operators -------------------------------------------------------------------------
 
-    def retry(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_retry", "retried")
+    def requeue(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_requeue", "requeued")
 
     def cancel(self, queue: str, job_id: str) -> bool:
         return self._operator(queue, job_id, "operator_cancel", "cancelled")
@@ -443,9 +445,6 @@ class SQLiteStore(Store):
 
     # --- broker outbox --------------------------------------------------------------------
 
-    def outbox_due(self, queue: str, limit: int) -> list[Job]:
-        return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
-
     def republish(self, queue: str, published_before_s: float) -> int:
         with self._tx() as conn:
             return conn.execute(Q["republish"], self._params(
@@ -458,34 +457,13 @@ class SQLiteStore(Store):
             self._journal_rows(conn, queue, rows, "published", lambda _: None)
         return [r["id"] for r in rows]
 
-    # --- inspection ------------------------------------------------------------------------
+    # --- journal ---------------------------------------------------------------------------
 
-    def get(self, queue: str, job_id: str) -> Job | None:
-        rows = self._read("get", queue=queue, id=job_id)
-        return _job(rows[0]) if rows else None
 
-    def list(self, queue: str, status: str | None = None, limit: int = 100,
-             after_id: str | None = None) -> list[Job]:
-        rows = self._read("list", queue=queue, status=status, limit=limit, after_id=after_id or "")
-        return [_job(r) for r in rows]
-
-    def counts(self, queue: str) -> dict[str, int]:
-        return {r["status"]: r["n"] for r in self._read("counts", queue=queue)}
-
-    def ready_stats(self, queue: str) -> tuple[int, float]:
-        row = self._read("ready", queue=queue)[0]
-        age = row["age"]
-        return int(row["n"]), max(float(age), 0.0) if age is not None else 0.0
-
-    def in_flight(self, queue: str) -> int:
-        return int(self._read("in_flight", queue=queue)[0]["n"])
-
-    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
-        return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
-
-    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
-               lease_epoch: int | None = None, worker_id: str | None = None,
-               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+    def append_journal(self, queue: str, job_id: str, event: str, *,
+                       attempt: int | None = None, lease_epoch: int | None = None,
+                       worker_id: str | None = None, reason: str | None = None,
+                       data: Mapping[str, Any] | None = None) -> None:
         with self._tx() as conn:
             self._journal(conn, queue, job_id, event, attempt, lease_epoch, worker_id, reason,
                           data)
@@ -512,28 +490,6 @@ class SQLiteStore(Store):
             return FinishWatch()
         return ChangeCounterWatch(self.path)
 
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
-
-def _job(row: dict[str, Any]) -> Job:
-    return Job(
-        id=row["id"], queue=row["queue"], status=row["status"],
-        payload=json.loads(row["payload"]), task=row["task"], attempts=row["attempts"],
-        max_attempts=row["max_attempts"], snoozes=row["snoozes"], givebacks=row["givebacks"],
-        lease_until=_dt(row["lease_until"]),
-        lease_epoch=row["lease_epoch"], worker_id=row["worker_id"], error=row["error"],
-        failure=row["failure"], revision=row["revision"], stale=bool(row["stale"]),
-        result=None if row["result"] is None else json.loads(row["result"]),
-        result_key=row["result_key"], created_at=_dt(row["created_at"]),
-        updated_at=_dt(row["updated_at"]), first_seen_at=_dt(row["first_seen_at"]),
-        published_at=_dt(row["published_at"]),
-    )
-
-
-def _entry(row: dict[str, Any]) -> JournalEntry:
-    return JournalEntry(
-        at=_dt(row["at"]), job_id=row["job_id"], event=row["event"],  # type: ignore[arg-type]
-        attempt=row["attempt"], lease_epoch=row["lease_epoch"], worker_id=row["worker_id"],
-        reason=row["reason"], data=json.loads(row["data"]) if row["data"] else None,
-    )
+#: The write paths map the rows their statements return as the reads do.
+_job = SQLiteStore._job
