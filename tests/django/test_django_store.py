@@ -4,6 +4,8 @@ caller's transaction, on PostgreSQL and on SQLite (real databases through pytest
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -14,6 +16,7 @@ from djangotest_helpers import aliases
 
 from leaseq import App, JobConflict
 from leaseq.stores import connect
+from leaseq.stores.watch import NOTIFY_FALLBACK_S
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"]
                                    if "pg" in aliases() else ["default"])
@@ -113,8 +116,20 @@ def test_worker_operations_and_wait_run_on_djangos_connection(app: App, alias: s
     q = app.queue("mail")
     q.enqueue("j1", {"to": "x"}, task="send_mail")
     job = q.claim("w1")[0]
-    q.complete(job, {"ok": True})
-    assert q.wait("j1", timeout_s=5).result == {"ok": True}
+
+    def finish() -> None:  # another thread: another Django connection, as a worker's
+        time.sleep(0.3)
+        q.complete(job, {"ok": True})
+        connections.close_all()
+
+    finisher = threading.Thread(target=finish)
+    started = time.monotonic()
+    finisher.start()
+    done = q.wait("j1", timeout_s=10)
+    took = time.monotonic() - started
+    finisher.join()
+    assert done.result == {"ok": True}
+    assert took < 0.3 + NOTIFY_FALLBACK_S * 0.6, took  # woken by NOTIFY / the counter
     assert [e.event for e in q.journal("j1")] == ["enqueued", "claimed", "result_saved"]
 
 
