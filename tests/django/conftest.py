@@ -37,8 +37,14 @@ def pytest_configure(config: pytest.Config) -> None:
                           f"/tmp/leaseq-django-{os.getpid()}-{uuid.uuid4().hex[:6]}.db")
     if _postgres_answers():
         os.environ.setdefault("LEASEQ_DJANGO_PG_NAME", f"leaseq_dj_{uuid.uuid4().hex[:10]}")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "leaseq_test_settings"
     sys.path.insert(0, str(HERE))
+    # settings.configure, not DJANGO_SETTINGS_MODULE: the variable would leak into every
+    # process later tests start (a pytest run in another virtualenv, say).
+    import leaseq_test_settings
+    from django.conf import settings
+
+    settings.configure(**{name: getattr(leaseq_test_settings, name)
+                          for name in dir(leaseq_test_settings) if name.isupper()})
     django.setup()
 
 
