@@ -33,9 +33,8 @@ NOTIFY_FALLBACK_S = 1.0
 
 def finish_key(queue: str, job_id: str) -> str:
     """The payload of a job's finish NOTIFY (``008_finish_notify.sql`` computes the same): a
-    fixed-size digest, since a job id may be longer than a NOTIFY payload may be. The ``=``
-    keeps it apart from enqueue wake-ups, whose payload is a queue name (never starts so)."""
-    return "=" + hashlib.md5(f"{queue}/{job_id}".encode(), usedforsecurity=False).hexdigest()
+    fixed-size digest, since a job id may be longer than a NOTIFY payload may be."""
+    return hashlib.md5(f"{queue}/{job_id}".encode(), usedforsecurity=False).hexdigest()
 
 
 class FinishWatch:

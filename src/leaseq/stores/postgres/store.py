@@ -71,7 +71,8 @@ class PostgresStore(SQLStore):
         self._session = self._open_session(conninfo, url, options)
         self.url = self._session.url
         self._session.first_use(self._migrate_in)
-        self._listener = Listener(conninfo, options.channel, self._wakeup_event())
+        self._listener = Listener(conninfo, options.channel, self._wakeup_event(),
+                                  finish_channel=options.finish_channel)
         self._async = AsyncPostgres(self, conninfo)
 
     @classmethod
@@ -491,10 +492,10 @@ class PostgresStore(SQLStore):
 
     def watch_finish(self, queue: str, job_id: str) -> NotifyWatch:
         """Woken by the finish's NOTIFY (migration 008) on this store's LISTEN connection,
-        which is in place (up to 2 s; then the watch's fallback poll covers) before this
-        returns."""
+        listening to the finish channel (up to 2 s; then the watch's fallback poll covers)
+        before this returns."""
         watch = NotifyWatch(self._listener.finishes, finish_key(queue, job_id))
-        self._listener.watch((), ready_timeout_s=2.0)
+        self._listener.listen_finishes(ready_timeout_s=2.0)
         return watch
 
     def _open_session(self, conninfo: str, url: str, options: PostgresOptions) -> Session:
