@@ -6,31 +6,45 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from django.test import TestCase
 from django_tasks import TaskResultStatus
 from djangotest_app import jobs
-from djangotest_helpers import worker_env
+from djangotest_helpers import aliases, worker_env
 
 from leaseq.contrib.django.testing import run_jobs
+from leaseq.stores import connect
 
 
-def _run_worker_burst() -> None:
+@pytest.fixture(params=aliases())
+def on_alias(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The tests' App (and so the django-tasks backend) on this alias's connection."""
+    alias = request.param
+    before = jobs.app.store
+    jobs.app.use_store(connect(f"django://{alias}"))
+    yield alias
+    jobs.app.store.close()
+    jobs.app.use_store(before)
+
+
+def _run_worker_burst(alias: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "django", "leaseq_worker", "--burst", "--concurrency", "2",
-         "--grace-s", "5"], env=worker_env(), capture_output=True, text=True, timeout=120)
+         "--grace-s", "5"], env={**worker_env(), "LEASEQ_DJANGO_URL": f"django://{alias}"},
+        capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_django_tasks_backend_round_trip_through_a_worker_process() -> None:
+@pytest.mark.django_db(transaction=True, databases=aliases())
+def test_django_tasks_backend_round_trip_through_a_worker_process(on_alias: str) -> None:
     # Given two Django tasks enqueued through the leaseq backend
     ok = jobs.add.enqueue(2, 3)
     bad = jobs.explode.enqueue()
     assert ok.status == TaskResultStatus.READY
     # When a worker process runs them
-    _run_worker_burst()
+    _run_worker_burst(on_alias)
     # Then the results come back through the backend
     ok.refresh()
     assert ok.status == TaskResultStatus.SUCCESSFUL and ok.return_value == 5
@@ -40,10 +54,10 @@ def test_django_tasks_backend_round_trip_through_a_worker_process() -> None:
     assert jobs.add.get_result(ok.id).return_value == 5
 
 
-@pytest.mark.django_db(transaction=True)
-def test_leaseq_tasks_run_in_a_worker_process_with_fresh_connections() -> None:
+@pytest.mark.django_db(transaction=True, databases=aliases())
+def test_leaseq_tasks_run_in_a_worker_process_with_fresh_connections(on_alias: str) -> None:
     jobs.send_mail.enqueue("a@example.com", job_id="m1")
-    _run_worker_burst()
+    _run_worker_burst(on_alias)
     job = jobs.app.queue("mail").wait("m1", timeout_s=10)
     assert job.status == "done" and job.result == {"sent_to": "a@example.com"}
 

@@ -79,10 +79,11 @@ class DjangoPostgresStore(PostgresStore):
         _, parsed = parse_url(f"postgresql:///?{query}" if query else "postgresql:///",
                               **({"time_offset_s": options["time_offset_s"]}
                                  if "time_offset_s" in options else {}))
-        store = cls.__new__(cls)
-        store.alias = alias
-        store.__init__(conninfo, parsed, f"django://{alias}")  # type: ignore[misc]
-        return store
+        return cls(alias, conninfo, parsed)
+
+    def __init__(self, alias: str, conninfo: str, options: PostgresOptions):
+        self.alias = alias  # before the base's __init__, which opens the session
+        super().__init__(conninfo, options, f"django://{alias}")
 
     def _open_session(self, conninfo: str, url: str, options: PostgresOptions
                       ) -> DjangoSession:  # type: ignore[override]
