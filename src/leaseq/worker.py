@@ -65,6 +65,9 @@ class WorkerConfig:
     retention_s: Mapping[str, float] = field(default_factory=dict)
     """Retention purge per terminal status for the sweeps (see ``SweeperConfig``). Defaults to
     keeping everything."""
+    scheduler: bool = True
+    """Run the app's schedules' scheduler in this worker (any number may: each tick is one job
+    whatever the count). Defaults to True; ``leaseq worker --no-scheduler`` opts out."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queues", tuple(self.queues))
@@ -110,6 +113,8 @@ class Worker:
         self.queues = [app.queue(name) for name in names]
         self.store = app.store
         self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
+        if app.schedules and self.config.scheduler:
+            self.metrics.watch_schedules(self.store)
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock)
         self._completer: Completer | None = None
         self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact)
@@ -157,6 +162,7 @@ class Worker:
         stop_server = (self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
                        if self.config.metrics_port is not None else _nothing)
         self._start()
+        stop_scheduler = self._start_scheduler()
         log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
         try:
             self._work(stop_event)
@@ -164,6 +170,7 @@ class Worker:
             try:
                 self._drain()
             finally:
+                stop_scheduler()
                 self._shutdown()
                 stop_server()
                 restore()
@@ -295,6 +302,23 @@ class Worker:
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
         self._completer = self._runner.completer = Completer()
         self._heartbeat.start()
+
+    def _start_scheduler(self) -> Callable[[], None]:
+        """The scheduler in a thread of its own when the app has schedules; returns its stop."""
+        if not self.config.scheduler or not self.app.schedules:
+            return _nothing
+        from leaseq.scheduler.service import Scheduler
+
+        stop = threading.Event()
+        thread = threading.Thread(target=Scheduler(self.app).run, args=(stop,),
+                                  name="leaseq-scheduler", daemon=True)
+        thread.start()
+
+        def stop_it() -> None:
+            stop.set()
+            thread.join(timeout=5)
+
+        return stop_it
 
     def _drain(self) -> None:
         """Let in-flight jobs finish within ``grace_s``, then give the rest back (ready now)

@@ -1,4 +1,5 @@
-"""The eleven scenarios of issue 7, in order: name → ``run(r: Run)``."""
+"""The eleven scenarios of issue 7 and the periodic one of issue 16, in order:
+name → ``run(r: Run)``."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ _MODULES = (
     ("09-secret-canaries", "sc_canaries"),
     ("10-sigterm-drain", "sc_drain"),
     ("11-model-stateful", "sc_model"),
+    ("12-periodic", "sc_periodic"),
 )
 
 
