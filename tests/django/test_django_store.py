@@ -4,6 +4,7 @@ caller's transaction, on PostgreSQL and on SQLite (real databases through pytest
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
@@ -140,3 +141,15 @@ def test_django_urls_are_checked() -> None:
         connect("django://nope")
     with pytest.raises(InvalidURL, match="looks like"):
         connect(f"django://default/{uuid.uuid4().hex}")
+
+
+def test_a_django_url_without_django_settings_says_what_to_do() -> None:
+    import subprocess
+    import sys
+
+    code = ("import leaseq\ntry:\n    leaseq.connect('django://default')\n"
+            "except leaseq.InvalidURL as exc:\n    print(exc)\n")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "django:// needs Django's settings" in out

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from leaseq.errors import InvalidInput, InvalidURL, StoreUnavailable
@@ -41,8 +42,13 @@ def parse_django_url(url: str) -> tuple[str, dict[str, str]]:
     if parts.scheme != "django" or parts.path not in ("", "/"):
         raise InvalidURL(f"a Django store URL looks like django://default; got {url[:200]!r}")
     alias = parts.netloc or DEFAULT_DB_ALIAS
-    if alias not in connections.settings:
-        known = ", ".join(sorted(connections.settings)) or "none"
+    try:
+        configured = connections.settings
+    except ImproperlyConfigured:
+        raise InvalidURL("django:// needs Django's settings: run under manage.py, or set "
+                         "DJANGO_SETTINGS_MODULE and call django.setup() first") from None
+    if alias not in configured:
+        known = ", ".join(sorted(configured)) or "none"
         raise InvalidURL(f"django://{alias}: no such database alias in settings.DATABASES "
                          f"(known: {known})")
     return alias, dict(parse_qsl(parts.query))
@@ -121,6 +127,8 @@ class DjangoSQLiteStore(SQLiteStore):
         # shared lock would even deadlock a thread waiting on SQLite's write lock with one
         # holding it inside atomic().
         self._lock = nullcontext()
+        if not in_atomic(alias):  # inside atomic() (a TestCase): Django's migration made them
+            self.migrate()
 
     @property
     def _conn(self) -> Any:  # the base store's one connection: here, this thread's
