@@ -73,3 +73,8 @@ class RunJobsInsideATestCase(TestCase):
         self.assertEqual(by_id["t2"].status, "pending")  # a retry was scheduled
         self.assertIn("ValueError: nope", by_id["t2"].error)
         self.assertEqual(run_jobs(queues=["mail"]), [])  # the retry is not due yet
+
+    def test_an_async_task_runs_and_sees_the_tests_transaction(self) -> None:
+        jobs.count_jobs_async.enqueue("mail", job_id="a1")
+        [ran] = run_jobs(queues=["mail"])
+        self.assertEqual((ran.status, ran.result), ("done", 1))  # it saw its own job

@@ -29,3 +29,12 @@ def add(a: int, b: int) -> int:
 @task()
 def explode() -> None:
     raise KeyError("no such thing")
+
+
+@app.task(queue="mail")
+async def count_jobs_async(lane: str) -> int:
+    """An async handler reading through Django's thread (as the async ORM would)."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(lambda: sum(app.queue(lane).counts().values()),
+                               thread_sensitive=True)()

@@ -16,10 +16,13 @@ with the worker's own outcome rules (retries, ``Permanent``, invalid payloads)::
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterable
 
-from leaseq.app import App
+from asgiref.sync import async_to_sync
+
+from leaseq.app import App, Task
 from leaseq.job import Job
 from leaseq.metrics import Metrics
 from leaseq.runner import InFlight, Runner
@@ -58,9 +61,21 @@ def _claim_next(app: App, names: list[str]) -> Job | None:
 
 def _run(app: App, runner: Runner, job: Job) -> Job:
     queue = app.queue(job.queue)
-    task = app.get_task(job.task)
+    task = _on_this_thread(app.get_task(job.task))
     lease_s = task.policy.lease_s if task is not None else queue.policy.lease_s
     item = InFlight(job=job, task=task, queue=queue, lease_s=lease_s,
                     heartbeat_every_s=lease_s / 3, next_beat_at=time.monotonic() + lease_s)
     runner.run_sync(item)
     return queue.get(job.id) or job
+
+
+def _on_this_thread(task: Task | None) -> Task | None:
+    """An ``async def`` task as a sync one: ``async_to_sync`` runs it on an event loop of its
+    own and sends its ``sync_to_async(thread_sensitive=True)`` calls (the async ORM's) back to
+    this thread, so it too sees the test's transaction."""
+    if task is None or not task.is_async:
+        return task
+    shim = copy.copy(task)
+    shim.func = async_to_sync(task.func)
+    shim.is_async = False
+    return shim

@@ -34,7 +34,8 @@ class Command(BaseCommand):
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         app = project_app()
-        names = queues or sorted(set(app.queue_names()) | set(backend_queue_names(app)))
+        served = backend_queue_names(app)  # registers the django-tasks runners on the app
+        names = queues or sorted(set(app.queue_names()) | set(served))
         config = WorkerConfig(queues=tuple(names), concurrency=concurrency, burst=burst,
                               grace_s=grace_s)
         worker.run(app, config)
