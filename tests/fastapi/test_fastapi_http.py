@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app"
 ALICE = {"Authorization": "Bearer secret-token-alice"}
 BOB = {"Authorization": "Bearer secret-token-bob"}
 BODY = {"customer_id": 42, "month": "2026-03"}
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def _free_port() -> int:
@@ -83,7 +85,29 @@ def server(url: str) -> Iterator[Server]:
     running.close()
 
 
-def test_accepted_replayed_conflicting_and_invalid_requests(server: Server) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_store_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    """The server on SQLite, and on PostgreSQL (a fresh schema) when the server answers."""
+    if request.param == "sqlite":
+        store_url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    else:
+        psycopg = pytest.importorskip("psycopg", reason="leaseq[postgres] is not installed")
+        base = os.environ.get("LEASEQ_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
+        try:
+            psycopg.connect(base, connect_timeout=3).close()
+        except psycopg.Error:
+            pytest.skip("PostgreSQL not reachable")
+        store_url = f"{base}{'&' if '?' in base else '?'}schema=api_{uuid.uuid4().hex[:12]}"
+    running = Server(store_url)
+    yield running
+    running.close()
+    if request.param == "postgres":
+        with connect(store_url) as store:
+            store.drop()
+
+
+def test_accepted_replayed_conflicting_and_invalid_requests(any_store_server: Server) -> None:
+    server = any_store_server
     first = server.post(BODY, {**ALICE, "Idempotency-Key": "march-42"})
     assert first.status_code == 202
     job_id = first.json()["job_id"]
