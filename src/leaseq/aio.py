@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from leaseq.stores.base import Store
     from leaseq.stores.watch import FinishWatch
 
-_ON_CONFLICT = ("raise", "keep", "replace")
+_ON_CONFLICT = typing.get_args(OnConflict)
 
 
 class AsyncQueueMethods:

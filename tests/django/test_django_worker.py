@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -78,3 +79,25 @@ class RunJobsInsideATestCase(TestCase):
         jobs.count_jobs_async.enqueue("mail", job_id="a1")
         [ran] = run_jobs(queues=["mail"])
         self.assertEqual((ran.status, ran.result), ("done", 1))  # it saw its own job
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_django_worker_refreshes_connections_around_every_job(monkeypatch) -> None:
+    import leaseq.contrib.django.worker as django_worker
+    from leaseq.worker import WorkerConfig
+
+    calls: list[str] = []
+    real = django_worker.close_old_connections
+
+    def counted() -> None:
+        calls.append(threading.current_thread().name)
+        real()
+
+    monkeypatch.setattr(django_worker, "close_old_connections", counted)
+    for n in range(3):
+        jobs.send_mail.enqueue(f"{n}@example.com", job_id=f"c{n}")
+    django_worker.run(jobs.app, WorkerConfig(queues=("mail",), burst=True, concurrency=1),
+                      threading.Event())
+    assert jobs.app.queue("mail").counts() == {"done": 3}
+    assert len(calls) == 6  # before and after each job, on the job's thread
+    assert "MainThread" not in calls
