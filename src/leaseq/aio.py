@@ -3,7 +3,7 @@
 The ``a`` prefix marks the coroutine twin of a method, as in Django and pymongo:
 ``await task.aenqueue(...)``, ``await q.aget(job_id)``. Input is validated exactly as the
 blocking method does (pure Python, no I/O); the store call is awaited. Stores with a native
-async driver use it (PostgreSQL: psycopg's ``AsyncConnectionPool``, and ``connection=`` takes
+async driver use it (PostgreSQL: psycopg's ``AsyncConnection``, and ``connection=`` takes
 the caller's ``psycopg.AsyncConnection``); the others (SQLite) run the blocking call in a
 worker thread, so the event loop is never held by the database either way.
 

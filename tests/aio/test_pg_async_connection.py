@@ -47,3 +47,18 @@ def test_aenqueue_joins_the_callers_async_transaction(pg_store_url: str) -> None
         assert q.get("kept").payload == {"n": 1}  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_event_loop_that_ends_without_aclose_does_not_hang(pg_store_url: str) -> None:
+    # Given loops that use the async API and end without aclose() (a short script's way)
+    store = connect(pg_store_url)
+    q = Queue(store, "mail")
+    try:
+        for n in range(5):
+            asyncio.run(q.aenqueue(f"j{n}", {}))
+            assert asyncio.run(q.aget(f"j{n}")) is not None
+        # Then each asyncio.run returned (the async connections hold no task of their own)
+        assert q.counts() == {"pending": 5}
+    finally:
+        store.close()

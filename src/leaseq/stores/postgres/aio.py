@@ -1,8 +1,9 @@
-"""The PostgreSQL store's asyncio face: psycopg's ``AsyncConnection`` over an
-``AsyncConnectionPool``, the same named SQL as the blocking store.
+"""The PostgreSQL store's asyncio face: psycopg's ``AsyncConnection``, the same named SQL as
+the blocking store.
 
-A pool belongs to the event loop that opened it, so there is one pool per running loop (most
-programs have one); ``aclose()`` closes the running loop's. Enqueue follows the blocking
+A connection belongs to the event loop that opened it, so each running loop has its own
+(``LoopConnections``: at most ``pool_max``, idle ones reused); ``aclose()`` closes the running
+loop's. Enqueue follows the blocking
 store's plan exactly: one autocommitted statement for new ids and exact replays, else the
 careful path (``EnqueuePlan``) under a savepoint, in the caller's transaction with
 ``connection=aconn`` or in one of its own. Unlike the blocking store, a lost connection is
@@ -22,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry, OnConflict
@@ -41,43 +41,77 @@ async def _configure(conn: psycopg.AsyncConnection) -> None:
     await conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
+class LoopConnections:
+    """The async connections of one event loop: at most ``size`` open at once, idle ones
+    reused. Deliberately no background task (as a pool's): a program that ends its loop
+    (``asyncio.run``) without ``aclose()`` must not hang on a task that outlives it."""
+
+    def __init__(self, conninfo: str, size: int):
+        self._conninfo = conninfo
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[psycopg.AsyncConnection] = []
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else await self._connect()
+            try:
+                yield conn
+            finally:
+                await self._give_back(conn)
+
+    async def _connect(self) -> psycopg.AsyncConnection:
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        await _configure(conn)
+        return conn
+
+    async def _give_back(self, conn: psycopg.AsyncConnection) -> None:
+        """Keep a healthy connection, idle (outside any transaction); drop a broken one."""
+        if conn.closed or conn.broken:
+            return
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            try:
+                await conn.rollback()
+            except psycopg.Error:
+                await conn.close()
+                return
+        self._idle.append(conn)
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+
 class AsyncPostgres:
     """The async primitives of one ``PostgresStore``."""
 
     def __init__(self, store: PostgresStore, conninfo: str):
         self._store = store
         self._conninfo = conninfo
-        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
-                                               AsyncConnectionPool] = weakref.WeakKeyDictionary()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                 LoopConnections] = weakref.WeakKeyDictionary()
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    async def _pool(self) -> AsyncConnectionPool:
-        loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            options = self._store.options
-            pool = AsyncConnectionPool(
-                self._conninfo, min_size=1, max_size=options.pool_max, open=False,
-                configure=_configure, kwargs={"autocommit": True},
-                name=f"leaseq-async-{options.schema}", timeout=max(options.reconnect_s, 1.0))
-            self._pools[loop] = pool
-            await pool.open()
-        return pool
-
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        loop = asyncio.get_running_loop()
+        connections = self._by_loop.get(loop)
+        if connections is None:
+            connections = self._by_loop[loop] = LoopConnections(
+                self._conninfo, self._store.options.pool_max)
         try:
-            async with (await self._pool()).connection() as conn:
+            async with connections.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreUnavailable(f"PostgreSQL at {self._store.url}: {first[:300]}") from None
 
     async def close(self) -> None:
-        pool = self._pools.pop(asyncio.get_running_loop(), None)
-        if pool is not None:
-            await pool.close()
+        connections = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if connections is not None:
+            await connections.close()
 
     async def _rows(self, conn: psycopg.AsyncConnection, name: str,
                     **params: Any) -> list[dict[str, Any]]:
