@@ -14,7 +14,7 @@ from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from leaseq.job import Job, Lease, LeaseLost
+from leaseq.job import Completion, Job, Lease, LeaseLost
 from leaseq.queue import Queue
 
 #: Most completions written in one statement. Defaults to 256.
@@ -83,7 +83,7 @@ class Completer:
             try:
                 outcomes = items[0].queue.store.complete_many(
                     items[0].queue.name,
-                    [(i.lease, i.result_json, i.status, i.result_key) for i in items])
+                    [Completion(i.lease, i.result_json, i.status, i.result_key) for i in items])
             except BaseException as exc:  # each waiter decides (retry, give up) on its own
                 _settle(items, exc)
                 continue

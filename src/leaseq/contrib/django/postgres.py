@@ -85,8 +85,8 @@ class DjangoPostgresStore(PostgresStore):
         self.alias = alias  # before the base's __init__, which opens the session
         super().__init__(conninfo, options, f"django://{alias}")
 
-    def _open_session(self, conninfo: str, url: str, options: PostgresOptions
-                      ) -> DjangoSession:  # type: ignore[override]
+    def _open_session(  # type: ignore[override]  # Session's interface, not its class
+            self, conninfo: str, url: str, options: PostgresOptions) -> DjangoSession:
         return DjangoSession(self.alias)
 
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec],

@@ -126,12 +126,12 @@ class DjangoSQLiteStore(SQLiteStore):
         # One connection per thread (Django's), so nothing to serialise in this process; a
         # shared lock would even deadlock a thread waiting on SQLite's write lock with one
         # holding it inside atomic().
-        self._lock = nullcontext()
+        self._lock = nullcontext()  # type: ignore[assignment]
         if not in_atomic(alias):  # inside atomic() (a TestCase): Django's migration made them
             self.migrate()
 
     @property
-    def _conn(self) -> Any:  # the base store's one connection: here, this thread's
+    def _conn(self) -> Any:  # type: ignore[override]  # the base's one connection: this thread's
         return raw_connection(self.alias)
 
     @contextmanager

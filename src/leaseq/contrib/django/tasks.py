@@ -30,8 +30,9 @@ from leaseq.job import Job, Permanent
 from leaseq.job import JobStatus as S
 
 RUNNER_PREFIX = "django_tasks:"
-_STATUSES = {S.PENDING: TaskResultStatus.READY, S.PROCESSING: TaskResultStatus.RUNNING,
-             S.DONE: TaskResultStatus.SUCCESSFUL}
+_STATUSES: dict[str, Any] = {S.PENDING: TaskResultStatus.READY,
+                              S.PROCESSING: TaskResultStatus.RUNNING,
+                              S.DONE: TaskResultStatus.SUCCESSFUL}
 
 
 def run_django_task(path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -102,7 +103,7 @@ class LeaseqBackend(BaseTaskBackend):
 
     def _result(self, task: Task, job: Job, job_id: str) -> TaskResult:
         finished = job.status not in (S.PENDING, S.PROCESSING)
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task, id=job_id, status=_STATUSES.get(job.status, TaskResultStatus.FAILED),
             enqueued_at=job.created_at, started_at=job.updated_at if job.attempts else None,
             last_attempted_at=job.updated_at if job.attempts else None,

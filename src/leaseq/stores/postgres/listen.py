@@ -19,7 +19,7 @@ from psycopg import sql
 
 from leaseq.stores.watch import FinishWaiters
 
-log = logging.getLogger("leaseq.postgres")
+log = logging.getLogger(__name__)
 
 #: How often the listening thread looks at its stop flag while no notification arrives.
 POLL_S = 0.25
