@@ -52,6 +52,7 @@ from leaseq.stores.sqlite import schema
 from leaseq.stores.sqlite.ledger import ScheduleLedger
 from leaseq.stores.sqlite.limited import LimitedClaims
 from leaseq.stores.sqlite.operators import SQLiteOperatorTools
+from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
@@ -502,6 +503,17 @@ class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, LimitedClaims, SQLStore):
             rows = self._rows(conn, "reowe_publish", queue=queue, ids=json.dumps(list(job_ids)))
             self._journal_rows(conn, queue, rows, JournalEvent.PUBLISH_OWED, lambda _: reason)
         return [r["id"] for r in rows]
+
+    # --- waiting for a finish --------------------------------------------------------------
+
+    def watch_finish(self, queue: str, job_id: str) -> FinishWatch:
+        """Woken by the database's change counter, read on a connection of the watch's own
+        (so this process's commits count too); an in-memory database, which no second
+        connection can see, is polled."""
+        if self.path == ":memory:":
+            return FinishWatch()
+        return ChangeCounterWatch(self.path)
+
 
 #: The write paths map the rows their statements return as the reads do.
 _job = SQLiteStore._job
