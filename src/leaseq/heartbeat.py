@@ -15,20 +15,30 @@ from contextlib import ExitStack
 
 from leaseq.errors import LeaseqError
 from leaseq.job import safe_reason
+from leaseq.logfields import job_fields, queue_fields
 from leaseq.redact import Redact, redact, traceback_text
 from leaseq.runner import InFlight
 
-log = logging.getLogger("leaseq.worker")
+log = logging.getLogger(__name__)
 
 #: How soon to try again after the store refused a beat, as a share of the beat interval.
 RETRY_SHARE = 0.25
+#: Seconds between two calls of the ``on_tick`` hook (the worker registry's beat). Defaults
+#: to 10 s: one small upsert per worker, whatever its concurrency or throughput.
+TICK_EVERY_S = 10.0
 
 
 class Heartbeat:
     def __init__(self, in_flight: Callable[[], list[InFlight]],
                  on_lost: Callable[[InFlight], None],
-                 clock: Callable[[], float] = time.monotonic, redact: Redact = redact):
+                 clock: Callable[[], float] = time.monotonic, redact: Redact = redact,
+                 on_tick: Callable[[], None] | None = None, tick_every_s: float = TICK_EVERY_S):
         self.in_flight = in_flight
+        self.on_tick = on_tick
+        """Called from this thread every ``tick_every_s``, busy or idle (the worker registry
+        beat); its errors are logged and never stop the leases' beat."""
+        self.tick_every_s = tick_every_s
+        self._next_tick_at: float | None = None
         self.redact = redact
         """Masks secrets in the errors this thread logs (the app's redactor)."""
         self.on_lost = on_lost
@@ -51,6 +61,7 @@ class Heartbeat:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._tick()
             items = [i for i in self.in_flight() if _beaten(i)]
             due_at = min((i.next_beat_at for i in items), default=None)
             wait_s = 1.0 if due_at is None else due_at - self.clock()
@@ -61,8 +72,19 @@ class Heartbeat:
             try:
                 self.beat(items)
             except Exception as exc:  # never let the heartbeat die: every lease would lapse
-                log.error("heartbeat failed; trying again\n%s", traceback_text(exc, self.redact))
+                log.error("heartbeat failed; trying again\n%s", traceback_text(exc, self.redact),
+                          extra=queue_fields("heartbeat_failed"))
                 self._stop.wait(0.5)
+
+    def _tick(self) -> None:
+        now = self.clock()
+        if self.on_tick is None or (self._next_tick_at is not None and now < self._next_tick_at):
+            return
+        self._next_tick_at = now + self.tick_every_s
+        try:
+            self.on_tick()
+        except Exception as exc:  # the registry is for people; the leases come first
+            log.warning("worker registry beat failed: %s", safe_reason(exc, redact=self.redact))
 
     def beat(self, items: list[InFlight]) -> None:
         """Extend every lease in ``items`` now; one store call per (queue, lease length).
@@ -87,7 +109,8 @@ class Heartbeat:
                 lost = set(queue.heartbeat([i.job for i in live], lease_s=lease_s))
             except LeaseqError as exc:
                 log.warning("heartbeat for queue %s failed: %s", queue.name,
-                            safe_reason(exc, redact=self.redact))
+                            safe_reason(exc, redact=self.redact),
+                            extra=queue_fields("heartbeat_failed", queue.name))
                 for item in live:
                     item.next_beat_at = self.clock() + item.heartbeat_every_s * RETRY_SHARE
                 return
@@ -96,7 +119,7 @@ class Heartbeat:
                 item.next_beat_at = now + item.heartbeat_every_s
                 if item.job.id in lost:
                     log.warning("job %s: lease lost (attempt %d)", item.job.id,
-                                item.job.attempts)
+                                item.job.attempts, extra=job_fields("lease_lost", item.job))
                     self.on_lost(item)
 
 

@@ -13,6 +13,8 @@ lease and heartbeat, until its batch committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import signal
@@ -32,13 +34,14 @@ from leaseq.completer import Completer
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost, safe_reason
+from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
 from leaseq.prefetch import Prefetch
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
 
-log = logging.getLogger("leaseq.worker")
+log = logging.getLogger(__name__)
 
 #: Exit status after a second stop signal: in-flight jobs are left to their leases.
 EXIT_SECOND_SIGNAL = 130
@@ -138,7 +141,8 @@ class Worker:
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
                               on_settled=self._settle)
         self._completer: Completer | None = None
-        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact)
+        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact,
+                                    on_tick=self._register)
         self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
@@ -191,7 +195,8 @@ class Worker:
                        if self.config.metrics_port is not None else _nothing)
         self._start()
         stop_scheduler = self._start_scheduler()
-        log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
+        log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues),
+                 extra=queue_fields("worker_started"))
         try:
             self._work(stop_event)
         finally:
@@ -216,7 +221,8 @@ class Worker:
                 idle_s = self.config.idle_min_s
                 continue
             if self.config.burst and not self._snapshot():
-                log.info("burst: nothing claimable and nothing in flight; stopping")
+                log.info("burst: nothing claimable and nothing in flight; stopping",
+                         extra=queue_fields("burst_done"))
                 return
             self._idle(min(idle_s, max(next_sweep - self.clock(), 0.0)))
             idle_s = min(idle_s * 2, self.config.idle_max_s)
@@ -259,7 +265,8 @@ class Worker:
             try:
                 jobs = queue.claim(self.worker_id, room, lease_s=self._claim_lease_s[queue.name])
             except LeaseqError as exc:
-                log.warning("claim from queue %s failed: %s", queue.name, self._why(exc))
+                log.warning("claim from queue %s failed: %s", queue.name, self._why(exc),
+                            extra=queue_fields("claim_failed", queue.name))
                 continue
             for job in jobs:
                 self._track(queue, job)
@@ -274,7 +281,7 @@ class Worker:
         try:
             results = sweeper.run_once(self.store, self.config.sweeper_config())
         except LeaseqError as exc:
-            log.warning("sweep failed: %s", self._why(exc))
+            log.warning("sweep failed: %s", self._why(exc), extra=queue_fields("sweep_failed"))
             return []
         for result in results:
             self.metrics.reclaimed(result.queue, result.reclaimed + result.expired)
@@ -292,6 +299,7 @@ class Worker:
         """A claimed job: under lease from now on, waiting in ``_ready`` for a slot."""
         task = self.app.get_task(job.task)
         policy = task.policy if task else queue.policy
+        # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
         every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
         now = self.clock()
         first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
@@ -338,9 +346,10 @@ class Worker:
             coro = self._runner.run_async(item, self._finish_off_loop)
             future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
         else:
+            # the pool exists while the worker runs
             future = self._pool.submit(self._runner.run_sync, item)  # type: ignore[union-attr]
         item.future = future
-        future.add_done_callback(lambda f, item=item: self._landed(item, f))
+        future.add_done_callback(functools.partial(self._landed, item))
 
     def _finish_off_loop(self, fn: Callable[..., str], *args: Any) -> asyncio.Future[str]:
         loop = asyncio.get_running_loop()
@@ -353,9 +362,11 @@ class Worker:
             self._running -= 1
         self._prefetch.finished(self.clock() - item.slot_taken_at)
         if future.cancelled() or future.exception() is not None or future.result() != COMPLETING:
-            if not future.cancelled() and future.exception() is not None:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
                 log.error("job %s: worker error\n%s", item.job.id,
-                          traceback_text(future.exception(), self.app.redact))
+                          traceback_text(error, self.app.redact),
+                          extra=job_fields("worker_error", item.job))
             self._settle(item)
         self._start_ready()
         self._wake_loop(item)
@@ -432,7 +443,7 @@ class Worker:
         deadline = self.clock() + self.config.grace_s
         if self._snapshot():
             log.info("stopping: %d job(s) in flight get up to %.1f s to finish",
-                     len(self._snapshot()), self.config.grace_s)
+                     len(self._snapshot()), self.config.grace_s, extra=queue_fields("stopping"))
         with self._lock:  # jobs that never got a slot go back at once, free
             waiting = [item for _, item in self._ready]
             self._ready.clear()
@@ -440,7 +451,8 @@ class Worker:
             self._give_back(item, PREFETCH_REASON)
             self._settle(item)
         if waiting:
-            log.info("stopping: %d prefetched job(s) given back", len(waiting))
+            log.info("stopping: %d prefetched job(s) given back", len(waiting),
+                     extra=queue_fields("stopping"))
         while self._snapshot() and self.clock() < deadline:
             self._wake.wait(min(deadline - self.clock(), 0.1))
             self._wake.clear()
@@ -465,17 +477,26 @@ class Worker:
                                      max_givebacks=policy.max_givebacks)
                 if reason == SHUTDOWN_REASON:
                     log.warning("job %s: %s after the grace period; given back", item.job.id,
-                                "still running" if item.started else "not started")
+                                "still running" if item.started else "not started",
+                                extra=job_fields("given_back", item.job))
             except LeaseLost:
                 pass  # already taken or cancelled: nothing of ours to give back
             except LeaseqError as exc:
                 log.error("job %s: could not give it back (%s); its lease will expire",
-                          item.job.id, self._why(exc))
+                          item.job.id, self._why(exc),
+                          extra=job_fields("give_back_failed", item.job))
         if item.future is not None:
             item.future.cancel()  # cancels an async handler; a running thread runs on
 
+    def _register(self) -> None:
+        """The worker registry's beat (dashboard, ``leaseq doctor``), from the heartbeat."""
+        self.store.register_worker(self.worker_id, [q.name for q in self.queues],
+                                   len(self._snapshot()))
+
     def _shutdown(self) -> None:
         self._heartbeat.stop()
+        with contextlib.suppress(LeaseqError):  # a killed worker is pruned by the sweeper
+            self.store.unregister_worker(self.worker_id)
         for pool in (self._pool, self._finisher):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)

@@ -5,6 +5,7 @@ call is also an index test (see conftest.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from collections.abc import Callable
@@ -15,14 +16,18 @@ from unittest import mock
 import pytest
 from mongo_fakes import FakeDB, Updated
 
+from leaseq.browse import BulkAction, JobFilter
 from leaseq.errors import StoreUnavailable
-from leaseq.job import JobSpec, Lease
+from leaseq.job import Completion, JobSpec, Lease
 from leaseq.ledger import TickAdvance
 from leaseq.queue import Queue
 from leaseq.stores.mongodb import MongoStore
 from leaseq.stores.mongodb.connection import parse_url
 
 Q = "leaseq_q"
+WORKERS = "leaseq__workers"
+HOUR = datetime(2024, 5, 1, 10, tzinfo=UTC)
+LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
 LEASE = Lease("j1", 3)
 
 
@@ -85,7 +90,7 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                  lambda s, db: s.complete("q", LEASE, None).status, "done"),
     "complete_many": (answered("find_one_and_update", doc(status="done")),
                       lambda s, db: [j.status for j in s.complete_many(
-                          "q", [(LEASE, None, "done", None)])], ["done"]),
+                          "q", [Completion(LEASE)])], ["done"]),
     "counts": (answered("aggregate", [{"_id": "pending", "n": 2}]),
                lambda s, db: s.counts("q"), {"pending": 2}),
     "drop": (lambda db: setattr(db, "names", [Q]), lambda s, db: (s.drop(), db.dropped),
@@ -170,6 +175,42 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "deactivate_schedules": (lambda db: (ledger("find", [ledger_doc("old")])(db),
                                          ledger("find_one_and_update", ledger_doc("old"))(db)),
                              lambda s, db: s.deactivate_schedules(["q"], ["new"]), ["old"]),
+
+    "find_jobs": (answered("find", [{"_id": "a", "task": "t"}, {"_id": "b"}], [doc("a")]),
+                  lambda s, db: [j.id for j in s.find_jobs(JobFilter("q", task="t")).jobs],
+                  ["a"]),
+    "snapshot_ids": (answered("find", [{"_id": "a"}], [doc("a")]),
+                     lambda s, db: s.snapshot_ids(JobFilter("q")), ["a"]),
+    "act_on_jobs": (answered("find_one_and_update", doc("a", status="cancelled"), None),
+                    lambda s, db: dataclasses.astuple(
+                        s.act_on_jobs("q", BulkAction.CANCEL, ["a", "b"], "me")),
+                    (["a"], ["b"])),
+    "requeue_edited": (lambda db: (db[Q].answer("find_one", doc(a=1)),
+                                   db[Q].answer("find_one_and_update", doc(status="pending"))),
+                       lambda s, db: s.requeue_edited("q", "j1", '{"b":2}', "me"), True),
+    "journal_hourly": (lambda db: db["leaseq_journal"].answer("aggregate", [
+                           {"_id": {"hour": HOUR, "event": "claimed"}, "n": 3}]),
+                       lambda s, db: [(c.hour, c.event, c.count)
+                                      for c in s.journal_hourly("q", 2)],
+                       [(HOUR, "claimed", 3)]),
+    "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 5),
+                                  db[Q].answer("find", [{"_id": "a", "lease_until": LONG_AGO}])),
+                      lambda s, db: (lambda r: ({k: str(c) for k, c in r.counts.items()},
+                                                str(r.ready), r.oldest_ready_s > 0))(
+                          s.queue_summary("q", cap=5)),
+                      ({"pending": "3", "processing": "0", "done": "5+", "failed": "0",
+                        "cancelled": "0"}, "5+", True)),
+    "table_health": (lambda db: None, lambda s, db: s.table_health(), []),
+    "register_worker": (lambda db: None, lambda s, db: s.register_worker("w", ["q"], 1), None),
+    "unregister_worker": (lambda db: None, lambda s, db: s.unregister_worker("w"), None),
+    "list_workers": (lambda db: db[WORKERS].answer("find", [
+                         {"_id": "w", "queues": ["q"], "in_flight": 1, "started_at": HOUR,
+                          "last_beat_at": HOUR}]),
+                     lambda s, db: [(w.worker_id, w.queues, w.in_flight, w.last_beat_at)
+                                    for w in s.list_workers()],
+                     [("w", ["q"], 1, HOUR)]),
+    "prune_workers": (lambda db: db[WORKERS].answer("delete_many", mock.Mock(deleted_count=2)),
+                      lambda s, db: s.prune_workers(60), 2),
 }
 
 

@@ -34,10 +34,25 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 
+from leaseq.browse import (
+    COUNT_CAP,
+    SNAPSHOT_MAX,
+    BulkAction,
+    BulkResult,
+    HourlyCount,
+    JobFilter,
+    JobPage,
+    QueueSummary,
+    TableHealth,
+    WorkerInfo,
+)
 from leaseq.deprecated import warn_renamed
+from leaseq.errors import InvalidInput
 from leaseq.job import (
+    Completion,
     EnqueueOutcome,
     EnqueueResult,
+    FollowUp,
     Job,
     JobSpec,
     JournalEntry,
@@ -46,6 +61,7 @@ from leaseq.job import (
     OnConflict,
     is_terminal,
 )
+from leaseq.journal import REOWE_REASON
 from leaseq.ledger import ScheduleState, TickAdvance
 
 if TYPE_CHECKING:
@@ -172,26 +188,25 @@ class Store(abc.ABC):
         result_json: str | None,
         status: str = "done",
         result_key: str | None = None,
-        then: Sequence[tuple[str, Sequence[JobSpec]]] = (),
+        then: Sequence[FollowUp] = (),
     ) -> Job:
         """Fenced finish: ``status`` (``done`` or an app terminal one), result saved, lease
-        cleared. ``then``: follow-up jobs ``(queue, specs)`` enqueued in the same transaction
+        cleared. ``then``: follow-up jobs enqueued in the same transaction
         (``on_conflict="keep"``). Stale job → stale give-back instead (no follow-ups). Raises
         ``LeaseLost`` when fenced out (and then writes nothing, follow-ups included). Journal:
         ``result_saved``.
         """
 
-    def complete_many(
-        self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
-    ) -> list[Job | LeaseLost]:
-        """Finish many jobs at once: each item is ``(lease, result_json, status, result_key)``
-        and is fenced on its own, exactly as ``complete`` (stale → give-back). Returns, per item
-        in order, the resulting ``Job`` or the ``LeaseLost`` it met (not raised). Stores
-        override this with one transaction for the batch; this fallback loops."""
+    def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
+        """Finish many jobs at once: each item is fenced on its own, exactly as ``complete``
+        (stale → give-back). Returns, per item in order, the resulting ``Job`` or the
+        ``LeaseLost`` it met (not raised). Stores override this with one transaction for the
+        batch; this fallback loops."""
         out: list[Job | LeaseLost] = []
-        for lease, result_json, status, result_key in items:
+        for item in items:
             try:
-                out.append(self.complete(queue, lease, result_json, status, result_key))
+                out.append(self.complete(queue, item.lease, item.result_json, item.status,
+                                         item.result_key))
             except LeaseLost as exc:
                 out.append(exc)
         return out
@@ -374,7 +389,7 @@ class Store(abc.ABC):
     # --- broker outbox: a message that was dead-lettered unsettled -------------------------
 
     #: The journal's reason for ``reowe_publish`` when the caller gives none.
-    REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
+    REOWE_REASON = REOWE_REASON
 
     @abc.abstractmethod
     def reowe_publish(self, queue: str, job_ids: Sequence[str],
@@ -432,8 +447,89 @@ class Store(abc.ABC):
         ``queues`` whose name is not in ``keep``: schedules gone from the code. Returns their
         names, sorted; ``[]`` when none. Journal: ``schedule_inactive``."""
 
+    # --- operators' tools: the dashboard and doctor (DESIGN.md §8) ---------------------------
+
+    @abc.abstractmethod
+    def find_jobs(self, where: JobFilter, limit: int = 50,
+                  cursor: str | None = None) -> JobPage:
+        """One page of the jobs that match ``where``, by keyset: ``cursor`` is the previous
+        page's ``next_cursor``. Ordered as ``where.order`` says (newest ``updated_at`` first,
+        then id, with a status; else by id). Every page walks an index from the cursor and
+        reads at most ``SCAN_CAP`` rows: filters the index does not bound are checked on those
+        rows, and a walk that stops at the cap returns a short page with ``capped`` set.
+        An empty page with ``next_cursor`` None when nothing is left."""
+
+    def snapshot_ids(self, where: JobFilter, limit: int = SNAPSHOT_MAX) -> list[str]:
+        """The ids of every job matching ``where`` now, up to ``limit`` (a bulk action's
+        snapshot: it acts on these ids, never on whatever matches later). Raises
+        ``InvalidInput`` when more than ``limit`` match. ``[]`` when none."""
+        ids: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = self.find_jobs(where, limit=1000, cursor=cursor)
+            ids.extend(job.id for job in page.jobs)
+            if len(ids) > limit:
+                raise InvalidInput(f"more than {limit} jobs match; narrow the filter")
+            if page.next_cursor is None:
+                return ids
+            cursor = page.next_cursor
+
+    @abc.abstractmethod
+    def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
+                    actor: str) -> BulkResult:
+        """Apply an operator's action to ``job_ids``, in batches of ``BULK_BATCH`` (one
+        transaction each), each job only where the action fits its state now (see
+        ``BulkAction``). Journal per job changed: ``ACTION_EVENTS[action]`` with reason
+        ``"by <actor>"``. Ids gone or in another state are returned as skipped."""
+
+    @abc.abstractmethod
+    def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
+        """Replace a terminal job's payload and put it back to ``pending`` at once, as an
+        operator retry does (attempts, snoozes, givebacks 0, failure cleared). False when the
+        job is live; ``JobNotFound`` when there is none. Journal: ``edited`` then ``requeued``,
+        both with reason ``"by <actor>"`` (never the payload)."""
+
+    @abc.abstractmethod
+    def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
+        """Journal events of ``queue`` counted per hour and event, for the hour now running
+        and the ``hours − 1`` before it (store clock), oldest first; ``[]`` when none."""
+
+    @abc.abstractmethod
+    def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
+        """Jobs of each of ``SUMMARY_STATUSES`` and the ready ones, each counted up to
+        ``cap`` (past it: ``exact`` False, and an estimate where the store has one), with the
+        oldest ready job's age; bounded work however large the queue. Zeros for an empty
+        queue."""
+
+    def table_health(self) -> list[TableHealth]:
+        """Dead-row statistics of the store's tables, where the database keeps them
+        (PostgreSQL: a table bloats when vacuum falls behind its updates). ``[]`` here: a
+        store with nothing to say."""
+        return []
+
+    @abc.abstractmethod
+    def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
+        """Record that a worker is alive now (upsert): its queues, how many jobs it holds,
+        ``last_beat_at`` = now; ``started_at`` is set on the first call only."""
+
+    @abc.abstractmethod
+    def unregister_worker(self, worker_id: str) -> None:
+        """Forget a worker that stopped cleanly; nothing when it is not registered."""
+
+    @abc.abstractmethod
+    def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
+        """Registered workers by id, at most ``limit``, stale ones included (their
+        ``last_beat_at`` tells); ``[]`` when none."""
+
+    @abc.abstractmethod
+    def prune_workers(self, older_than_s: float) -> int:
+        """Forget workers whose last beat is more than ``older_than_s`` seconds old (killed
+        ones never unregister). Returns how many; 0 when none."""
     # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
     # built-in for the annotations above ------------------------------------------------------
+
+    # --- deprecated names (leaseq.deprecated). Keep them last, and add new methods above:
+    # after a method named ``list``, ``list[...]`` in this class body means that method ---------
 
     def list(self, queue: str, status: str | None = None, limit: int = 100,
              after_id: str | None = None) -> list[Job]:

@@ -38,6 +38,7 @@ from leaseq.testing.suites.finish import FinishSuite
 from leaseq.testing.suites.giveback import GiveBackSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
+from leaseq.testing.suites.operators import OperatorToolsSuite
 from leaseq.testing.suites.outbox import OutboxSuite
 from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
@@ -63,6 +64,7 @@ ALL_SUITES: tuple[type, ...] = (
     OutboxReoweSuite,
     ScheduleSuite,
     ScheduleLedgerSuite,
+    OperatorToolsSuite,
 )
 
 
@@ -89,6 +91,7 @@ __all__ = [
     "JournalSuite",
     "LeaseSuite",
     "OperatorSuite",
+    "OperatorToolsSuite",
     "OutboxReoweSuite",
     "OutboxSuite",
     "RetrySuite",

@@ -102,6 +102,17 @@ def check_ttl_status(status: str) -> str:
         raise InvalidURL(f"ttl= status: {exc}") from None
 
 
+class OffsetClock:
+    """``_off``: the test-only offset that every query document adds to the server's $$NOW,
+    read from ``time_offset_s`` at each call (a test moves it while the store is open)."""
+
+    time_offset_s: float
+
+    @property
+    def _off(self) -> float:
+        return self.time_offset_s
+
+
 def guarded(method: F) -> F:
     """Map pymongo's connection errors to ``StoreUnavailable`` (password masked) and a
     transaction on a standalone server to ``UnsupportedOperation``."""
@@ -119,7 +130,7 @@ def guarded(method: F) -> F:
             raise StoreUnavailable(f"MongoDB at {self.url} is unavailable: {text[:500]}. "
                                    "Check the URL, the network and the server.") from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
 
 
 def no_transactions_message(url: str) -> str:

@@ -58,7 +58,7 @@ ins AS (
     FROM new ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, 'enqueued', 'created', data::json FROM new ORDER BY n),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', data::json FROM new ORDER BY n),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s) WHERE EXISTS (SELECT 1 FROM new))
 SELECT id, unchanged FROM u WHERE unchanged IS NOT NULL
@@ -82,7 +82,7 @@ WITH ins AS (
     RETURNING id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, 'enqueued', 'created', %(data)s::json FROM ins),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', %(data)s::json FROM ins),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s) FROM ins)
 SELECT count(*) AS inserted FROM note;
@@ -139,7 +139,7 @@ WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: journal_enqueued
 INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-SELECT %(queue)s, u.id, {now}, 'enqueued', u.reason, u.data::json
+SELECT %(queue)s, u.id, {now}, {event.enqueued}, u.reason, u.data::json
 FROM unnest(%(ids)s::text[], %(reasons)s::text[], %(data)s::text[]) WITH ORDINALITY
      AS u(id, reason, data, n)
 ORDER BY u.n;
@@ -173,8 +173,8 @@ taken AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
-           CASE WHEN lease_epoch > 1 THEN 'redelivered' END
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
@@ -195,8 +195,8 @@ taken AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
-           CASE WHEN lease_epoch > 1 THEN 'redelivered' END
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
     FROM taken)
 SELECT * FROM taken;
 
@@ -213,7 +213,7 @@ held AS (
     RETURNING j.id, j.lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
-    SELECT j.queue, j.id, {now}, 'heartbeat_lost', j.attempts, l.lease_epoch,
+    SELECT j.queue, j.id, {now}, {event.heartbeat_lost}, j.attempts, l.lease_epoch,
            'lease epoch ' || l.lease_epoch || ' lost; job is ' || j.status
            || ' at epoch ' || j.lease_epoch
     FROM l JOIN {jobs} j ON j.queue = %(queue)s AND j.id = l.id
@@ -248,11 +248,11 @@ finished AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'result_saved', attempts, lease_epoch, worker_id, status
+    SELECT queue, id, {now}, {event.result_saved}, attempts, lease_epoch, worker_id, status
     FROM finished)
 SELECT *, true AS was_stale FROM restarted
 UNION ALL
@@ -288,15 +288,15 @@ retried AS (
 log AS (
     INSERT INTO {journal}
         (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text, NULL::json
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            'exhausted: ' || %(reason)s::text, NULL::json
     FROM exhausted
     UNION ALL
-    SELECT queue, id, {now}, 'retry_scheduled', attempts, lease_epoch, worker_id, %(reason)s::text,
+    SELECT queue, id, {now}, {event.retry_scheduled}, attempts, lease_epoch, worker_id, %(reason)s::text,
            %(data)s::json
     FROM retried)
 SELECT *, true AS was_stale FROM restarted
@@ -325,11 +325,11 @@ failed AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            %(failure)s::text || ': ' || %(reason)s::text
     FROM failed)
 SELECT *, true AS was_stale FROM restarted
@@ -367,15 +367,15 @@ snoozed AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            'exhausted: ' || error
     FROM snoozed_out
     UNION ALL
-    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(reason)s::text
+    SELECT queue, id, {now}, {event.snoozed}, attempts, lease_epoch, worker_id, %(reason)s::text
     FROM snoozed)
 SELECT *, true AS was_stale FROM restarted
 UNION ALL
@@ -419,15 +419,15 @@ given AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            'exhausted: ' || error
     FROM exhausted
     UNION ALL
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id, %(reason)s::text
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id, %(reason)s::text
     FROM given)
 SELECT *, true AS was_stale FROM restarted
 UNION ALL
@@ -447,8 +447,8 @@ WITH spent AS (
     RETURNING queue, id, attempts, lease_epoch, worker_id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
-           'expired: lease ran out'
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
+           {reason.expired}
     FROM spent ORDER BY id)
 SELECT count(*) AS n FROM spent;
 
@@ -462,7 +462,8 @@ WITH returned AS (
     RETURNING queue, id, attempts, lease_epoch, worker_id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'reclaimed', attempts, lease_epoch, worker_id, 'lease expired'
+    SELECT queue, id, {now}, {event.reclaimed}, attempts, lease_epoch, worker_id,
+           {reason.lease_expired}
     FROM returned ORDER BY id)
 SELECT count(*) AS n FROM returned;
 
@@ -477,8 +478,8 @@ WITH stuck AS (
     RETURNING queue, id, attempts, lease_epoch, worker_id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
-           'exhausted: attempts spent while pending'
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
+           {reason.spent_while_pending}
     FROM stuck ORDER BY id)
 SELECT count(*) AS n FROM stuck;
 
@@ -492,7 +493,8 @@ WITH changed AS (
     RETURNING queue, id, attempts, lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
-    SELECT queue, id, {now}, 'requeued', attempts, lease_epoch, 'operator' FROM changed)
+    SELECT queue, id, {now}, {event.requeued}, attempts, lease_epoch, {reason.operator}
+    FROM changed)
 SELECT count(*) AS n FROM changed;
 
 -- name: operator_cancel
@@ -503,7 +505,8 @@ WITH changed AS (
     RETURNING queue, id, attempts, lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
-    SELECT queue, id, {now}, 'cancelled', attempts, lease_epoch, 'operator' FROM changed)
+    SELECT queue, id, {now}, {event.cancelled}, attempts, lease_epoch, {reason.operator}
+    FROM changed)
 SELECT count(*) AS n FROM changed;
 
 -- name: exists
@@ -585,7 +588,7 @@ marked AS (
     RETURNING j.queue, j.id, j.attempts, j.lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch)
-    SELECT queue, id, {now}, 'published', attempts, lease_epoch FROM marked ORDER BY id)
+    SELECT queue, id, {now}, {event.published}, attempts, lease_epoch FROM marked ORDER BY id)
 SELECT id FROM marked;
 
 -- Only a job still pending with its publish marked (see the SQLite twin of this query).
@@ -652,3 +655,158 @@ UPDATE {schedules}
 SET active = false, version = version + 1, updated_at = {now}
 WHERE active AND queue = ANY(%(queues)s::text[]) AND NOT name = ANY(%(keep)s::text[])
 RETURNING name, queue;
+
+-- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
+
+-- The browser's index walks. Each returns the sort key, the id and whether the row passes the
+-- filters the index does not bound (task, prefix, error text, the time range; NULL = any);
+-- browse.walk stops them at a row cap. after_k / after_id are the last row seen.
+-- name: walk_status
+SELECT updated_at AS k, id,
+       ((%(task)s::text IS NULL OR task = %(task)s)
+        AND (%(prefix)s::text IS NULL OR left(id, length(%(prefix)s)) = %(prefix)s)
+        AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND status = %(status)s
+  AND updated_at >= %(since)s AND updated_at < %(until)s
+  AND (updated_at, id) < (%(after_k)s::timestamptz, %(after_id)s::text)
+ORDER BY updated_at DESC, id DESC
+LIMIT %(n)s;
+
+-- name: walk_task
+SELECT NULL AS k, id,
+       ((%(prefix)s::text IS NULL OR left(id, length(%(prefix)s)) = %(prefix)s)
+        AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+        AND updated_at >= %(since)s AND updated_at < %(until)s) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND task = %(task)s AND id > %(after_id)s
+ORDER BY id
+LIMIT %(n)s;
+
+-- name: walk_ids
+SELECT NULL AS k, id,
+       ((%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+        AND updated_at >= %(since)s AND updated_at < %(until)s) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND id > %(after_id)s AND id >= %(low)s AND id < %(high)s
+ORDER BY id
+LIMIT %(n)s;
+
+-- name: get_many
+SELECT * FROM {jobs} WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[]);
+
+-- name: bulk_requeue
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+        stale = false, worker_id = NULL, lease_until = {now}, published_at = NULL,
+        updated_at = {now}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: bulk_cancel
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status IN ('pending', 'processing', 'failed')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: bulk_delete
+WITH changed AS (
+    DELETE FROM {jobs}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: requeue_edited
+WITH changed AS (
+    UPDATE {jobs}
+    SET payload = %(payload)s::json, status = 'pending', attempts = 0, snoozes = 0,
+        givebacks = 0, failure = NULL, stale = false, worker_id = NULL, lease_until = {now},
+        published_at = NULL, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, e.event, attempts, lease_epoch, %(reason)s
+    FROM changed, (VALUES (1, {event.edited}), (2, {event.requeued})) AS e(n, event) ORDER BY e.n)
+SELECT id FROM changed;
+
+-- name: journal_hourly
+SELECT date_trunc('hour', at, 'UTC') AS hour, event, count(*) AS n
+FROM {journal}
+WHERE queue = %(queue)s
+  AND at >= date_trunc('hour', {now}, 'UTC') - make_interval(hours => %(hours)s - 1)
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
+-- name: register_worker
+INSERT INTO {workers} (worker_id, queues, in_flight, started_at, last_beat_at)
+VALUES (%(worker_id)s, %(queues)s::json, %(in_flight)s, {now}, {now})
+ON CONFLICT (worker_id) DO UPDATE
+SET queues = excluded.queues, in_flight = excluded.in_flight,
+    last_beat_at = excluded.last_beat_at;
+
+-- name: unregister_worker
+DELETE FROM {workers} WHERE worker_id = %(worker_id)s;
+
+-- name: list_workers
+SELECT * FROM {workers} ORDER BY worker_id LIMIT %(limit)s;
+
+-- name: prune_workers
+WITH gone AS (
+    DELETE FROM {workers} WHERE last_beat_at < {now} - make_interval(secs => %(older_than_s)s)
+    RETURNING 1)
+SELECT count(*) AS n FROM gone;
+
+-- Bounded counts for the overview and doctor: at most "cap" index entries each.
+-- name: count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = %(status)s LIMIT %(cap)s) AS c;
+
+-- The planner's row estimate for one status (run with client-side parameters: EXPLAIN
+-- takes no server-side ones), shown instead of a count past the cap.
+-- name: estimate_status
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = %(status)s;
+
+-- name: ready_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {jobs}
+    WHERE queue = %(queue)s
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    LIMIT %(cap)s) AS c;
+
+-- name: oldest_ready
+SELECT extract(epoch FROM {now} - lease_until)::float8 AS age FROM {jobs}
+WHERE queue = %(queue)s
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+ORDER BY lease_until
+LIMIT 1;
+
+-- Dead rows per table of the store's schema (doctor's bloat check): the statistics views,
+-- no scan of the tables themselves.
+-- name: table_health
+SELECT relname, n_live_tup, n_dead_tup, pg_total_relation_size(relid) AS size_bytes,
+       greatest(last_vacuum, last_autovacuum) AS last_vacuum
+FROM pg_stat_user_tables
+WHERE schemaname = %(schema)s
+ORDER BY relname;
