@@ -5,6 +5,7 @@ call is also an index test (see conftest.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import json
@@ -14,7 +15,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from mongo_fakes import FakeDB, Updated
+from mongo_fakes import FakeAsyncDB, FakeDB, Updated
 
 from leaseq.browse import BulkAction, JobFilter
 from leaseq.errors import StoreUnavailable
@@ -23,6 +24,7 @@ from leaseq.ledger import TickAdvance
 from leaseq.queue import Queue
 from leaseq.stores.mongodb import MongoStore
 from leaseq.stores.mongodb.connection import parse_url
+from leaseq.stores.watch import FINISH_POLL_S
 
 Q = "leaseq_q"
 WORKERS = "leaseq__workers"
@@ -52,6 +54,11 @@ def from_url(store: MongoStore, db: FakeDB) -> None:
         with pytest.raises(StoreUnavailable):
             MongoStore.from_url("mongodb://h/jobs")
         assert client.close.called
+
+
+def with_async(store: MongoStore, db: FakeDB) -> MongoStore:
+    """A store over the same fake with the async client (``from_url`` gives one)."""
+    return MongoStore(db, url=store.url, async_database=FakeAsyncDB(db).opener())
 
 
 def deprecated(call: Callable[[], Any]) -> Any:
@@ -149,6 +156,24 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "snooze": (answered("find_one_and_update", doc(status="pending")),
                lambda s, db: s.snooze("q", LEASE, 5).status, "pending"),
     "wait_for_work": (lambda db: None, lambda s, db: s.wait_for_work(["q"], 0.0), False),
+    # the async API (leaseq.aio; stores/mongodb/aio.py): native reads, writes on a thread
+    "aenqueue_many": (lambda db: None, lambda s, db: [r.outcome.value for r in asyncio.run(
+        s.aenqueue_many("q", [spec("n")]))], ["created"]),
+    "aget": (answered("find_one", doc()),
+             lambda s, db: asyncio.run(with_async(s, db).aget("q", "j1")).lease, LEASE),
+    "acounts": (answered("aggregate", [{"_id": "done", "n": 4}]),
+                lambda s, db: asyncio.run(with_async(s, db).acounts("q")), {"done": 4}),
+    "ajournal": (lambda db: db["leaseq_journal"].answer("find", [
+                     {"job_id": "j1", "event": "claimed", "attempt": 1}]),
+                 lambda s, db: [e.event for e in asyncio.run(
+                     with_async(s, db).ajournal("q", "j1"))], ["claimed"]),
+    "arequeue": (answered("find_one_and_update", doc(status="pending")),
+                 lambda s, db: asyncio.run(s.arequeue("q", "j1")), True),
+    "acancel": (answered("find_one_and_update", doc(status="cancelled")),
+                lambda s, db: asyncio.run(s.acancel("q", "j1")), True),
+    "aclose": (lambda db: None, lambda s, db: asyncio.run(with_async(s, db).aclose()), None),
+    "watch_finish": (lambda db: None,
+                     lambda s, db: s.watch_finish("q", "j1").poll_s, FINISH_POLL_S),
     # the deprecated names (leaseq.deprecated): each warns, then answers as its new name
     "list": (answered("find", [doc("a")]),
              lambda s, db: deprecated(lambda: [j.id for j in s.list("q")]), ["a"]),

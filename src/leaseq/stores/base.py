@@ -29,10 +29,13 @@ Input has been validated by ``leaseq.queue.Queue`` before a store sees it.
 from __future__ import annotations
 
 import abc
+import asyncio
+import builtins
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from leaseq.browse import (
     COUNT_CAP,
@@ -63,9 +66,12 @@ from leaseq.job import (
 )
 from leaseq.journal import REOWE_REASON
 from leaseq.ledger import ScheduleState, TickAdvance
+from leaseq.stores.watch import FinishWatch
 
 if TYPE_CHECKING:
     from leaseq.queue import Queue
+
+T = TypeVar("T")
 
 
 class Store(abc.ABC):
@@ -551,6 +557,59 @@ class Store(abc.ABC):
         """Deprecated: ``append_journal``."""
         warn_renamed("Store.record", "Store.append_journal")
         self.append_journal(queue, job_id, event, **fields)
+
+    # --- asyncio callers and waiting for a finish (leaseq.aio) -----------------------------
+
+    async def aenqueue_many(self, queue: str, specs: Sequence[JobSpec],
+                            on_conflict: OnConflict = "raise", connection: Any = None
+                            ) -> builtins.list[EnqueueResult]:
+        """``enqueue_many`` for asyncio callers. This default runs the blocking call in a
+        worker thread (the SQLite store's way), so the event loop never waits on the
+        database; stores with a native async driver override it and then take that driver's
+        async connection as ``connection=``."""
+        return await self._in_thread(self.enqueue_many, queue, specs, on_conflict, connection)
+
+    async def aget(self, queue: str, job_id: str) -> Job | None:
+        """``get`` for asyncio callers (default: in a worker thread)."""
+        return await self._in_thread(self.get, queue, job_id)
+
+    async def acounts(self, queue: str) -> dict[str, int]:
+        """``counts`` for asyncio callers (default: in a worker thread)."""
+        return await self._in_thread(self.counts, queue)
+
+    async def ajournal(self, queue: str, job_id: str) -> builtins.list[JournalEntry]:
+        """``journal`` for asyncio callers (default: in a worker thread)."""
+        return await self._in_thread(self.journal, queue, job_id)
+
+    async def arequeue(self, queue: str, job_id: str) -> bool:
+        """``requeue`` (the operator's re-drive) for asyncio callers (default: in a thread)."""
+        return await self._in_thread(self.requeue, queue, job_id)
+
+    async def acancel(self, queue: str, job_id: str) -> bool:
+        """``cancel`` for asyncio callers (default: in a worker thread)."""
+        return await self._in_thread(self.cancel, queue, job_id)
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
+        """Run a blocking store call on this store's one async worker thread. One thread, not
+        a pool: the store serialises its calls anyway (SQLite: one connection), and every
+        extra thread contends with the event loop for the GIL."""
+        executor = self.__dict__.get("_leaseq_executor")
+        if executor is None:
+            executor = self.__dict__.setdefault("_leaseq_executor", ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="leaseq-async"))
+        return await asyncio.get_running_loop().run_in_executor(executor, call, *args)
+
+    async def aclose(self) -> None:
+        """Release the connections the async methods opened on the running event loop (none
+        by default). ``close`` still releases the rest."""
+        return None
+
+    def watch_finish(self, queue: str, job_id: str) -> FinishWatch:
+        """A wake-up source for one job's finish, in place before the caller's first read of
+        the job (so a finish between that read and the wait is never missed). Its waits are
+        hints: the caller reads the job again after each. This default polls every
+        ``FinishWatch.poll_s``; stores with change notifications override it."""
+        return FinishWatch()
 
 
 def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,

@@ -32,6 +32,7 @@ whose ``supports_transactions`` is False has ``TransactionSuite`` skipped, with 
 from collections.abc import Iterable
 
 from leaseq.testing.harness import FreshStore, StoreFactory, fresh_store
+from leaseq.testing.suites.async_api import AsyncApiSuite
 from leaseq.testing.suites.claim import ClaimSuite
 from leaseq.testing.suites.enqueue import EnqueueSuite
 from leaseq.testing.suites.finish import FinishSuite
@@ -65,6 +66,7 @@ ALL_SUITES: tuple[type, ...] = (
     ScheduleSuite,
     ScheduleLedgerSuite,
     OperatorToolsSuite,
+    AsyncApiSuite,
 )
 
 

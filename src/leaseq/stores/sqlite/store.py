@@ -50,6 +50,7 @@ from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.stores.sqlite.ledger import ScheduleLedger
 from leaseq.stores.sqlite.operators import SQLiteOperatorTools
+from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
@@ -492,6 +493,16 @@ class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
             self._journal_rows(conn, queue, rows, JournalEvent.PUBLISH_OWED, lambda _: reason)
         return [r["id"] for r in rows]
 
+
+    # --- waiting for a finish --------------------------------------------------------------
+
+    def watch_finish(self, queue: str, job_id: str) -> FinishWatch:
+        """Woken by the database's change counter, read on a connection of the watch's own
+        (so this process's commits count too); an in-memory database, which no second
+        connection can see, is polled."""
+        if self.path == ":memory:":
+            return FinishWatch()
+        return ChangeCounterWatch(self.path)
 
 
 #: The write paths map the rows their statements return as the reads do.
