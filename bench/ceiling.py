@@ -102,7 +102,7 @@ class RawSQLSystem(System):
         where = (self.target.sqlite_path if self.target.kind == "sqlite"
                  else f"{self.target.pg_conninfo} {self.target.pg_schema}")
         argv = python_argv("bench.ceiling", "worker", self.target.kind, str(where),
-                           "--batch", str(spec.concurrency))
+                           "--batch", str(spec.slots))
         return [*argv, "--burst"] if spec.burst else argv
 
 

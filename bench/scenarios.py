@@ -36,7 +36,7 @@ class Plan:
     backlog: tuple[int, ...] = ()  # e.g. (10_000, 1_000_000) with --full
     backlog_window: int = 10_000  # jobs drained per measurement at each backlog size
     repeats: int = 3
-    concurrency: int = 16
+    concurrency: int | None = None  # None: leaseq's worker at its default, the others at 16
     timeout_s: float = 600.0  # one drain may not take longer than this
 
     @classmethod

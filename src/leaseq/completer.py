@@ -1,10 +1,11 @@
 """Group commit for finished jobs: many completions, one fenced statement.
 
-Handler threads hand their result to the completer and wait; one thread takes everything that
-is waiting, writes it with ``Store.complete_many`` (one transaction per queue), and answers each
-waiter with its own outcome. Nothing waits on a timer: a lone job is written at once, and under
-load the batch is simply whatever finished while the previous write ran. A handler's slot is
-freed only after its result is durable, exactly as with a direct ``complete``.
+Handler threads hand their result to the completer (``submit``) and go on to their next job;
+one thread takes everything that is waiting, writes it with ``Store.complete_many`` (one
+transaction per queue), and answers each item with its own outcome through its future. Nothing
+waits on a timer: a lone job is written at once, and under load the batch is simply whatever
+finished while the previous write ran. A job counts as finished only when its batch committed:
+until its future is answered the worker keeps it in flight, under lease and heartbeat.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ class Completer:
         self._thread = threading.Thread(target=self._run, name="leaseq-completer", daemon=True)
         self._thread.start()
 
-    def complete(self, queue: Queue, lease: Lease, result_json: str | None, status: str,
-                 result_key: str | None) -> Job:
-        """Write one completion in the next batch and wait for it. Raises ``LeaseLost`` (the
-        item was fenced out) or the store's error, like ``Queue.complete``."""
+    def submit(self, queue: Queue, lease: Lease, result_json: str | None, status: str,
+               result_key: str | None) -> Future[Job]:
+        """Queue one completion for the next batch without waiting. The future is answered
+        once the batch committed: the finished ``Job``, ``LeaseLost`` (fenced out) or the
+        store's error. After ``close`` it is written at once, in the caller's thread."""
         item = _Item(queue, lease, result_json, status, result_key, Future())
         with self._cond:  # decided under the lock, so an item is written by one side only
             write_here = self._closed
@@ -51,8 +53,11 @@ class Completer:
                 self._waiting.append(item)
                 self._cond.notify()
         if write_here:
-            self._write([item])  # a handler that outlived its worker writes on its own
-        return item.future.result()
+            try:
+                self._write([item])  # a handler that outlived its worker writes on its own
+            except BaseException as exc:
+                _settle([item], exc)
+        return item.future
 
     def close(self) -> None:
         """Write what is waiting, then stop; later completions are written one by one."""
