@@ -14,10 +14,15 @@ autocommit, so the statement is its own transaction and costs one round trip ins
 the outcome unknown, exactly as above, unless the server answered with an error (it aborted the
 statement). Connections that died while idle in the pool (a restart) are found without a round
 trip when checked out (see ``_dead``), so they cost a retry, not an unknown outcome.
+
+Nothing waits without a bound: each try has a client-side deadline (``call_timeout_s``, or the
+caller's shorter ``leaseq.deadline``) after which the ``Watchdog`` cuts its connection, and the
+tries together stop at ``reconnect_s`` or the caller's deadline, whichever comes first.
 """
 
 from __future__ import annotations
 
+import functools
 import select
 import time
 from collections.abc import Callable
@@ -28,8 +33,10 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed
 
+from leaseq import deadline as caller_deadline
 from leaseq.errors import InvalidURL, StoreUnavailable
 from leaseq.stores.postgres.options import PostgresOptions
+from leaseq.stores.postgres.watchdog import Watchdog
 from leaseq.validate import redact_url
 
 T = TypeVar("T")
@@ -56,6 +63,7 @@ class Session:
         self._password = _password(url)
         self._options = options
         self._pool: ConnectionPool | None = None
+        self.watchdog = Watchdog(f"leaseq-pg-watchdog-{options.schema}")
 
     def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
         """Run ``work`` (the migration) over a direct connection, then open the pool.
@@ -73,10 +81,11 @@ class Session:
         options = self._options
         self._pool = ConnectionPool(
             self._conninfo, min_size=options.pool_min, max_size=options.pool_max,
-            configure=_configure, kwargs={"autocommit": True}, open=True,
+            configure=functools.partial(_configure, options=options), kwargs={"autocommit": True}, open=True,
             name=f"leaseq-{options.schema}", timeout=max(options.reconnect_s, 1.0))
 
     def close(self) -> None:
+        self.watchdog.close()
         if self._pool is not None:
             self._pool.close()
 
@@ -85,6 +94,9 @@ class Session:
         """``work(conn)`` in one transaction, committed; see the module's docstring.
         ``single``: ``work`` runs one statement, in autocommit."""
         deadline = time.monotonic() + self._options.reconnect_s
+        callers = caller_deadline.current()
+        if callers is not None:
+            deadline = min(deadline, callers)
         pause = FIRST_PAUSE_S
         while True:
             try:
@@ -93,9 +105,21 @@ class Session:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
                         f"PostgreSQL at {self.url} is unavailable (gave up after "
-                        f"{self._options.reconnect_s:g} s): {self._line(exc.cause)}") from None
+                        f"{self._gave_up_after(callers)}): {self._line(exc.cause)}") from None
                 time.sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _gave_up_after(self, callers: float | None) -> str:
+        if callers is not None and callers < time.monotonic() + self._options.reconnect_s:
+            return "the caller's deadline"
+        return f"{self._options.reconnect_s:g} s"
+
+    def _call_deadline(self) -> float:
+        """When this try's connection is cut: ``call_timeout_s`` from now, or the caller's
+        deadline when that comes first."""
+        at = time.monotonic() + self._options.call_timeout_s
+        callers = caller_deadline.current()
+        return at if callers is None else min(at, callers)
 
     def _attempt(self, work: Callable[[psycopg.Connection], T], retry_commit: bool,
                  single: bool, deadline: float) -> T:
@@ -111,9 +135,10 @@ class Session:
             if _dead(conn):
                 self._after_error(conn)
                 raise _Retry(psycopg.OperationalError("the server closed the connection"))
-            if single:
-                return self._statement(conn, work, retry_commit)
-            return self._transaction(conn, work, retry_commit)
+            with self.watchdog.guard(conn, self._call_deadline()):
+                if single:
+                    return self._statement(conn, work, retry_commit)
+                return self._transaction(conn, work, retry_commit)
         finally:
             self._pool.putconn(conn)
 
@@ -174,8 +199,9 @@ class Session:
         return text[:300]
 
 
-def _configure(conn: psycopg.Connection) -> None:
-    """Timestamps come back in UTC whatever the server's or role's time zone.
+def _configure(conn: psycopg.Connection, options: PostgresOptions) -> None:
+    """Timestamps come back in UTC whatever the server's or role's time zone; a session cut off
+    inside a transaction is ended by the server (``idle_in_transaction_s``).
 
     Prepared statements (the hot ones, and any psycopg prepares after five runs) keep their
     parse but are planned on every run: a generic plan is made once, often while the table is
@@ -184,6 +210,8 @@ def _configure(conn: psycopg.Connection) -> None:
     next ANALYZE. Planning costs ~0.1-0.4 ms per statement, spread over a whole batch."""
     conn.execute("SET TIME ZONE 'UTC'")
     conn.execute("SET plan_cache_mode = force_custom_plan")
+    milliseconds = max(int(options.idle_in_transaction_s * 1000), 1)
+    conn.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
 
 
 def _dead(conn: psycopg.Connection) -> bool:
