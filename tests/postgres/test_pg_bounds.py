@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import with_option
 
+from conftest import with_option
 from leaseq import deadline
 from leaseq.errors import InvalidURL, StoreUnavailable
 from leaseq.stores.postgres import PostgresStore

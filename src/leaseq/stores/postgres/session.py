@@ -81,7 +81,8 @@ class Session:
         options = self._options
         self._pool = ConnectionPool(
             self._conninfo, min_size=options.pool_min, max_size=options.pool_max,
-            configure=functools.partial(_configure, options=options), kwargs={"autocommit": True}, open=True,
+            configure=functools.partial(_configure, options=options),
+            kwargs={"autocommit": True}, open=True,
             name=f"leaseq-{options.schema}", timeout=max(options.reconnect_s, 1.0))
 
     def close(self) -> None:
