@@ -67,6 +67,17 @@ class InFlight:
     """Set (under ``lock``) when the completion went to the completer: the job stays in
     flight until its batch commits, but is neither beaten nor given back any more."""
     future: Future[Any] | None = None
+    confirmed_at: float = float("-inf")
+    """When the request that last confirmed the lease (the claim, or a beat) was sent."""
+    trusted_until: float = float("inf")
+    """The local lease clock (worker's monotonic clock): when the request that last confirmed
+    the lease was sent, plus the lease, minus the worker's margin. Past it the worker abandons
+    the job, whatever the network does, before the store can hand it to another worker."""
+    landed: bool = False
+    """Set (under the worker's lock) when the handler gave its slot back."""
+    abandoned: bool = False
+    """Set (under the worker's lock) when the lease clock ran out and the slot was freed
+    while the handler still ran; its landing then frees nothing."""
 
 
 @dataclass(frozen=True, slots=True)
