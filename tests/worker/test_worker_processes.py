@@ -15,7 +15,6 @@ import pytest
 from worker_helpers import events, running, wait_until
 
 import leaseq
-from leaseq.supervisor import load_app
 
 HERE = Path(__file__).parent
 
@@ -25,7 +24,7 @@ def proc_app(url: str) -> Iterator[leaseq.App]:
     """The worker_tasks app (as the subprocesses load it) on this test's database."""
     sys.path.insert(0, str(HERE))
     try:
-        app = load_app("worker_tasks:app")
+        app = leaseq.App.from_ref("worker_tasks:app")
     finally:
         sys.path.remove(str(HERE))
     app.use_store(leaseq.connect(url))

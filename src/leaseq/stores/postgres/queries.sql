@@ -504,7 +504,7 @@ SELECT count(*) AS n FROM gone;
 -- name: get
 SELECT * FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
 
--- name: list
+-- name: list_jobs
 SELECT * FROM {jobs}
 WHERE queue = %(queue)s AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND id > %(after_id)s::text

@@ -28,7 +28,6 @@ from leaseq.job import (
     EnqueueResult,
     Job,
     JobSpec,
-    JournalEntry,
     Lease,
     LeaseLost,
     OnConflict,
@@ -40,6 +39,7 @@ from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
 from leaseq.stores.sql import load_queries, migrations
+from leaseq.stores.sqlbase import SQLStore
 
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
@@ -53,7 +53,7 @@ FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 _INSERT_RACES = 64
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -104,6 +104,14 @@ class PostgresStore(Store):
         return self._session.run(lambda conn: self._rows(conn, name, **params),
                                  retry_commit=True, single=True)
 
+    @staticmethod
+    def _time(value: Any) -> datetime | None:
+        return _dt(value)
+
+    @staticmethod
+    def _json(value: Any) -> Any:
+        return value  # psycopg decodes json columns itself
+
     def _exec(self, conn: psycopg.Connection, name: str, **params: Any) -> None:
         """Send a statement whose rows are not needed (in a pipeline: without waiting)."""
         params["off"] = float(self.time_offset_s)
@@ -111,9 +119,6 @@ class PostgresStore(Store):
 
     def _count(self, conn: psycopg.Connection, name: str, **params: Any) -> int:
         return int(self._rows(conn, name, **params)[0]["n"])
-
-    def _count_read(self, name: str, **params: Any) -> int:
-        return int(self._read(name, **params)[0]["n"])
 
     def _notify(self, conn: psycopg.Connection, queue: str) -> None:
         """Wake listening workers when this transaction commits (never if it rolls back)."""
@@ -143,12 +148,6 @@ class PostgresStore(Store):
                              "VALUES (%s, %s)", (version, name))
                 latest = version
         return latest
-
-    def server_now(self) -> datetime:
-        return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
-
-    def queues(self) -> list[str]:
-        return [r["queue"] for r in self._read("queues")]
 
     def close(self) -> None:
         self._listener.close()
@@ -409,9 +408,6 @@ class PostgresStore(Store):
 
     # --- broker outbox --------------------------------------------------------------------
 
-    def outbox_due(self, queue: str, limit: int) -> list[Job]:
-        return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
-
     def republish(self, queue: str, published_before_s: float) -> int:
         # Safe to retry: clearing the mark twice only owes the same publish.
         return self._session.run(lambda conn: self._count(
@@ -426,30 +422,7 @@ class PostgresStore(Store):
             epochs=[lease.lease_epoch for lease in leases]), retry_commit=True, single=True)
         return [r["id"] for r in rows]
 
-    # --- inspection ------------------------------------------------------------------------
-
-    def get(self, queue: str, job_id: str) -> Job | None:
-        rows = self._read("get", queue=queue, id=job_id)
-        return _job(rows[0]) if rows else None
-
-    def list(self, queue: str, status: str | None = None, limit: int = 100,
-             after_id: str | None = None) -> list[Job]:
-        rows = self._read("list", queue=queue, status=status, limit=limit, after_id=after_id or "")
-        return [_job(r) for r in rows]
-
-    def counts(self, queue: str) -> dict[str, int]:
-        return {r["status"]: int(r["n"]) for r in self._read("counts", queue=queue)}
-
-    def ready_stats(self, queue: str) -> tuple[int, float]:
-        row = self._read("ready", queue=queue)[0]
-        age = row["age"]
-        return int(row["n"]), max(float(age), 0.0) if age is not None else 0.0
-
-    def in_flight(self, queue: str) -> int:
-        return self._count_read("in_flight", queue=queue)
-
-    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
-        return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
+    # --- journal ---------------------------------------------------------------------------
 
     def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
                lease_epoch: int | None = None, worker_id: str | None = None,
@@ -498,10 +471,6 @@ def _dt(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
-def _job(row: dict[str, Any]) -> Job:
-    return Job(*(_dt(row[f]) if f in _TIMES else row[f] for f in _FIELDS))
-
-
 #: Job's fields in the order of its constructor; the timestamps among them.
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job) if f.name != "lease_lost")
 _TIMES = frozenset(("lease_until", "created_at", "updated_at", "first_seen_at", "published_at"))
@@ -514,10 +483,3 @@ def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     at = [(cols[f], f in _TIMES) for f in _FIELDS]
     return [Job(*[_dt(row[i]) if t else row[i] for i, t in at]) for row in rows]
 
-
-def _entry(row: dict[str, Any]) -> JournalEntry:
-    return JournalEntry(
-        at=_dt(row["at"]), job_id=row["job_id"], event=row["event"],  # type: ignore[arg-type]
-        attempt=row["attempt"], lease_epoch=row["lease_epoch"], worker_id=row["worker_id"],
-        reason=row["reason"], data=row["data"],
-    )

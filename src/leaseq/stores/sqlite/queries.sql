@@ -209,7 +209,7 @@ WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s
 -- name: get
 SELECT * FROM leaseq_jobs WHERE queue = :queue AND id = :id;
 
--- name: list
+-- name: list_jobs
 SELECT * FROM leaseq_jobs
 WHERE queue = :queue AND (:status IS NULL OR status = :status) AND id > :after_id
 ORDER BY id LIMIT :limit;

@@ -25,7 +25,6 @@ from leaseq.job import (
     Failure,
     Job,
     JobSpec,
-    JournalEntry,
     Lease,
     LeaseLost,
     OnConflict,
@@ -35,6 +34,7 @@ from leaseq.job import (
 )
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
+from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.validate import redact_url
 
@@ -47,7 +47,7 @@ WAKEUP_POLL_S = 0.002
 Q = load_queries(__package__, "queries.sql", now=NOW)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLStore):
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -129,6 +129,14 @@ class SQLiteStore(Store):
         with self._lock:
             return self._rows(self._conn, name, **params)
 
+    @staticmethod
+    def _time(value: Any) -> datetime | None:
+        return None if value is None else datetime.fromtimestamp(value, UTC)
+
+    @staticmethod
+    def _json(value: Any) -> Any:
+        return None if value is None else json.loads(value)
+
     def _journal(self, conn: sqlite3.Connection, queue: str, job_id: str, event: str,
                  attempt: int | None = None, lease_epoch: int | None = None,
                  worker_id: str | None = None, reason: str | None = None,
@@ -142,12 +150,6 @@ class SQLiteStore(Store):
     def migrate(self) -> int:
         with self._lock:
             return schema.migrate(self._conn)
-
-    def server_now(self) -> datetime:
-        return _dt(self._read("now")[0]["now"])  # type: ignore[return-value]
-
-    def queues(self) -> list[str]:
-        return [r["queue"] for r in self._read("queues")]
 
     def close(self) -> None:
         with self._lock:
@@ -442,9 +444,6 @@ class SQLiteStore(Store):
 
     # --- broker outbox --------------------------------------------------------------------
 
-    def outbox_due(self, queue: str, limit: int) -> list[Job]:
-        return [_job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
-
     def republish(self, queue: str, published_before_s: float) -> int:
         with self._tx() as conn:
             return conn.execute(Q["republish"], self._params(
@@ -457,30 +456,7 @@ class SQLiteStore(Store):
             self._journal_rows(conn, queue, rows, "published", lambda _: None)
         return [r["id"] for r in rows]
 
-    # --- inspection ------------------------------------------------------------------------
-
-    def get(self, queue: str, job_id: str) -> Job | None:
-        rows = self._read("get", queue=queue, id=job_id)
-        return _job(rows[0]) if rows else None
-
-    def list(self, queue: str, status: str | None = None, limit: int = 100,
-             after_id: str | None = None) -> list[Job]:
-        rows = self._read("list", queue=queue, status=status, limit=limit, after_id=after_id or "")
-        return [_job(r) for r in rows]
-
-    def counts(self, queue: str) -> dict[str, int]:
-        return {r["status"]: r["n"] for r in self._read("counts", queue=queue)}
-
-    def ready_stats(self, queue: str) -> tuple[int, float]:
-        row = self._read("ready", queue=queue)[0]
-        age = row["age"]
-        return int(row["n"]), max(float(age), 0.0) if age is not None else 0.0
-
-    def in_flight(self, queue: str) -> int:
-        return int(self._read("in_flight", queue=queue)[0]["n"])
-
-    def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
-        return [_entry(r) for r in self._read("journal", queue=queue, id=job_id)]
+    # --- journal ---------------------------------------------------------------------------
 
     def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
                lease_epoch: int | None = None, worker_id: str | None = None,
@@ -501,28 +477,6 @@ class SQLiteStore(Store):
         return [r["id"] for r in rows]
 
 
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
-
-def _job(row: dict[str, Any]) -> Job:
-    return Job(
-        id=row["id"], queue=row["queue"], status=row["status"],
-        payload=json.loads(row["payload"]), task=row["task"], attempts=row["attempts"],
-        max_attempts=row["max_attempts"], snoozes=row["snoozes"], givebacks=row["givebacks"],
-        lease_until=_dt(row["lease_until"]),
-        lease_epoch=row["lease_epoch"], worker_id=row["worker_id"], error=row["error"],
-        failure=row["failure"], revision=row["revision"], stale=bool(row["stale"]),
-        result=None if row["result"] is None else json.loads(row["result"]),
-        result_key=row["result_key"], created_at=_dt(row["created_at"]),
-        updated_at=_dt(row["updated_at"]), first_seen_at=_dt(row["first_seen_at"]),
-        published_at=_dt(row["published_at"]),
-    )
-
-
-def _entry(row: dict[str, Any]) -> JournalEntry:
-    return JournalEntry(
-        at=_dt(row["at"]), job_id=row["job_id"], event=row["event"],  # type: ignore[arg-type]
-        attempt=row["attempt"], lease_epoch=row["lease_epoch"], worker_id=row["worker_id"],
-        reason=row["reason"], data=json.loads(row["data"]) if row["data"] else None,
-    )
+#: The write paths map the rows their statements return as the reads do.
+_job = SQLiteStore._job
