@@ -2,21 +2,28 @@
 
 Handler threads hand their result to the completer (``submit``) and go on to their next job;
 one thread takes everything that is waiting, writes it with ``Store.complete_many`` (one
-transaction per queue), and answers each item with its own outcome through its future. Nothing
+transaction per queue), and answers each item with its own outcome through its callback. Nothing
 waits on a timer: a lone job is written at once, and under load the batch is simply whatever
 finished while the previous write ran. A job counts as finished only when its batch committed:
-until its future is answered the worker keeps it in flight, under lease and heartbeat.
+until it is answered the worker keeps it in flight, under lease and heartbeat.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from leaseq.job import Job, Lease, LeaseLost
+from leaseq.job import Job, Lease
 from leaseq.queue import Queue
+
+log = logging.getLogger("leaseq.worker")
+
+#: What a completion is answered with: the finished ``Job``, the ``LeaseLost`` it met (fenced
+#: out), or the store's error.
+Answer = Callable[["Job | BaseException"], None]
 
 #: Most completions written in one statement. Defaults to 256.
 MAX_BATCH = 256
@@ -29,7 +36,8 @@ class _Item:
     result_json: str | None
     status: str
     result_key: str | None
-    future: Future[Job]
+    answer: Answer
+    answered: bool = False
 
 
 class Completer:
@@ -42,11 +50,12 @@ class Completer:
         self._thread.start()
 
     def submit(self, queue: Queue, lease: Lease, result_json: str | None, status: str,
-               result_key: str | None) -> Future[Job]:
-        """Queue one completion for the next batch without waiting. The future is answered
-        once the batch committed: the finished ``Job``, ``LeaseLost`` (fenced out) or the
-        store's error. After ``close`` it is written at once, in the caller's thread."""
-        item = _Item(queue, lease, result_json, status, result_key, Future())
+               result_key: str | None, answer: Answer) -> None:
+        """Queue one completion for the next batch without waiting. ``answer`` is called once,
+        after the batch committed (on the completer's thread): with the finished ``Job``,
+        ``LeaseLost`` (fenced out) or the store's error. After ``close`` the completion is
+        written at once, in the caller's thread."""
+        item = _Item(queue, lease, result_json, status, result_key, answer)
         with self._cond:  # decided under the lock, so an item is written by one side only
             write_here = self._closed
             if not write_here:
@@ -57,7 +66,6 @@ class Completer:
                 self._write([item])  # a handler that outlived its worker writes on its own
             except BaseException as exc:
                 _settle([item], exc)
-        return item.future
 
     def close(self) -> None:
         """Write what is waiting, then stop; later completions are written one by one."""
@@ -93,16 +101,20 @@ class Completer:
                 _settle(items, exc)
                 continue
             for item, outcome in zip(items, outcomes, strict=True):
-                if item.future.done():
-                    continue
-                if isinstance(outcome, LeaseLost):
-                    item.future.set_exception(outcome)
-                else:
-                    item.future.set_result(outcome)
+                _answer(item, outcome)
+
+
+def _answer(item: _Item, outcome: Job | BaseException) -> None:
+    if item.answered:
+        return
+    item.answered = True
+    try:
+        item.answer(outcome)
+    except Exception:  # one waiter's failure must not leave the others of its batch unanswered
+        log.exception("job %s: handling its completion failed", item.lease.job_id)
 
 
 def _settle(items: list[_Item], exc: BaseException) -> None:
     """Fail the waiters not yet answered (an earlier write may already have answered some)."""
     for item in items:
-        if not item.future.done():
-            item.future.set_exception(exc)
+        _answer(item, exc)

@@ -177,16 +177,18 @@ class Runner:
                 finally:
                     item.finished = True
         if handed is not None:
-            # Outside the item's lock: a future already answered runs its callback here.
-            handed.add_done_callback(lambda f: self._completed(item, ran, f))
+            # Outside the item's lock: after ``close`` the completer answers in this thread.
+            self.completer.submit(item.queue, item.job.lease, *handed,  # type: ignore[union-attr]
+                                  lambda answer: self._completed(item, ran, answer))
             return COMPLETING
         self._record(item, outcome, ran)
         return outcome
 
-    def _hand_over(self, item: InFlight, ran: Ran) -> Future[Job] | None:
-        """Queue a plain completion for the next group commit; None when this outcome needs
-        its own write (no completer, an error, follow-up jobs, a result leaseq cannot store:
-        the direct path then quarantines it with the reason)."""
+    def _hand_over(self, item: InFlight, ran: Ran) -> tuple[str | None, str, str | None] | None:
+        """A plain completion for the next group commit: its (result_json, status,
+        result_key); None when this outcome needs its own write (no completer, an error,
+        follow-up jobs, a result leaseq cannot store: the direct path then quarantines it
+        with the reason)."""
         if self.completer is None or ran.error is not None or item.job.lease_lost:
             return None
         done = ran.value if isinstance(ran.value, Finish) else Finish(result=ran.value)
@@ -201,18 +203,16 @@ class Runner:
         # Set under the item's lock, like ``finished``: the heartbeat leaves the job alone from
         # here (a beat after the commit would report it lost) and a give-back cannot take it.
         item.completing = True
-        return self.completer.submit(item.queue, item.job.lease, result_json, status,
-                                     result_key)
+        return result_json, status, result_key
 
-    def _completed(self, item: InFlight, ran: Ran, future: Future[Job]) -> None:
+    def _completed(self, item: InFlight, ran: Ran, answer: Job | BaseException) -> None:
         """The completer answered (its thread): record the outcome and settle the item. A
         write the store could not take is tried again on its own, off the completer."""
-        error = future.exception()
-        if error is not None and not isinstance(error, LeaseLost):
+        if isinstance(answer, BaseException) and not isinstance(answer, LeaseLost):
             self.fallback(lambda: self._complete_directly(item, ran))
             return
-        if error is None:
-            outcome = _label("complete", future.result())
+        if isinstance(answer, Job):
+            outcome = _label("complete", answer)
         else:
             self.lease_lost(item)
             log.warning("job %s: lease lost before its outcome was saved; result discarded",

@@ -286,6 +286,8 @@ class Worker:
                 continue
             for job in jobs:
                 self._track(queue, job, sent_at)
+            if jobs:
+                self._heartbeat.wake()  # their first beats may be due before its next one
             self._start_ready()
             claimed += len(jobs)
         return claimed
@@ -322,7 +324,6 @@ class Worker:
         with self._lock:
             self._in_flight[(queue.name, job.id)] = item
             self._ready.append((now + self.config.prefetch_wait_s, item))
-        self._heartbeat.wake()
 
     def _start_ready(self) -> None:
         """Start waiting jobs while slots are free (called by the loop after a claim, and by
@@ -383,7 +384,7 @@ class Worker:
                           traceback_text(future.exception(), self.app.redact))
             self._settle(item)
         self._start_ready()
-        self._wake.set()
+        self._wake_loop(item)
 
     def _settle(self, item: InFlight) -> None:
         """The job's outcome is written (or given up): it leaves this worker's lease."""
@@ -393,8 +394,17 @@ class Worker:
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
-        self._wake.set()
-        self.store.notify_local(item.queue.name)  # room again: claim now
+        self._wake_loop(item)
+
+    def _wake_loop(self, item: InFlight) -> None:
+        """Room again: wake the loop to claim, unless more than half the prefetch limit still
+        waits for a slot (``_wants_claim`` would not claim then). Waking it for every job
+        would cost more than the claims it saves."""
+        with self._lock:
+            waiting = len(self._ready)
+        if waiting <= self._prefetch.limit // 2:
+            self._wake.set()
+            self.store.notify_local(item.queue.name)
 
     # --- the local lease clock ---------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import select
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -63,6 +64,8 @@ class Session:
         self._password = _password(url)
         self._options = options
         self._pool: ConnectionPool | None = None
+        self._generic_pool: ConnectionPool | None = None
+        self._generic_lock = threading.Lock()
         self.watchdog = Watchdog(f"leaseq-pg-watchdog-{options.schema}")
 
     def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
@@ -87,13 +90,18 @@ class Session:
 
     def close(self) -> None:
         self.watchdog.close()
-        if self._pool is not None:
-            self._pool.close()
+        with self._generic_lock:
+            pools, self._generic_pool = [self._pool, self._generic_pool], None
+        for pool in pools:
+            if pool is not None:
+                pool.close()
 
     def run(self, work: Callable[[psycopg.Connection], T], *, retry_commit: bool = False,
-            single: bool = False) -> T:
+            single: bool = False, generic_plans: bool = False) -> T:
         """``work(conn)`` in one transaction, committed; see the module's docstring.
-        ``single``: ``work`` runs one statement, in autocommit."""
+        ``single``: ``work`` runs one statement, in autocommit. ``generic_plans``: on a
+        connection of the second pool, whose prepared statements are planned once (see
+        ``_configure``): only for statements that scan nothing."""
         deadline = time.monotonic() + self._options.reconnect_s
         callers = caller_deadline.current()
         if callers is not None:
@@ -101,7 +109,7 @@ class Session:
         pause = FIRST_PAUSE_S
         while True:
             try:
-                return self._attempt(work, retry_commit, single, deadline)
+                return self._attempt(work, retry_commit, single, deadline, generic_plans)
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
@@ -123,11 +131,12 @@ class Session:
         return at if callers is None else min(at, callers)
 
     def _attempt(self, work: Callable[[psycopg.Connection], T], retry_commit: bool,
-                 single: bool, deadline: float) -> T:
-        if self._pool is None:
+                 single: bool, deadline: float, generic_plans: bool) -> T:
+        pool = self._generic() if generic_plans else self._pool
+        if pool is None:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
         try:
-            conn = self._pool.getconn(timeout=max(deadline - time.monotonic(), 0.05))
+            conn = pool.getconn(timeout=max(deadline - time.monotonic(), 0.05))
         except PoolClosed:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is closed") from None
         except psycopg.OperationalError as exc:  # PoolTimeout: no connection came back in time
@@ -141,7 +150,20 @@ class Session:
                     return self._statement(conn, work, retry_commit)
                 return self._transaction(conn, work, retry_commit)
         finally:
-            self._pool.putconn(conn)
+            pool.putconn(conn)
+
+    def _generic(self) -> ConnectionPool | None:
+        """The second pool, opened on first use (most processes never enqueue one by one)."""
+        with self._generic_lock:
+            if self._generic_pool is None and self._pool is not None:
+                options = self._options
+                self._generic_pool = ConnectionPool(
+                    self._conninfo, min_size=1, max_size=options.pool_max,
+                    configure=functools.partial(_configure_session, options=options),
+                    kwargs={"autocommit": True}, open=True,
+                    name=f"leaseq-{options.schema}-generic",
+                    timeout=max(options.reconnect_s, 1.0))
+            return self._generic_pool
 
     def _statement(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
                    retry_commit: bool) -> T:
@@ -186,8 +208,9 @@ class Session:
         if conn.broken or conn.closed:
             # After a server restart every idle connection in the pool is dead too: test them
             # now rather than fail once per connection.
-            if self._pool is not None:
-                self._pool.check()
+            for pool in (self._pool, self._generic_pool):
+                if pool is not None:
+                    pool.check()
             return
         with suppress(psycopg.Error):
             conn.rollback()
@@ -209,8 +232,12 @@ def _configure(conn: psycopg.Connection, options: PostgresOptions) -> None:
     young (an idle worker's empty claims), and a sequential scan chosen on a few rows would
     then be kept while the queue grows — measured: a claim 60x slower until autovacuum's
     next ANALYZE. Planning costs ~0.1-0.4 ms per statement, spread over a whole batch."""
-    conn.execute("SET TIME ZONE 'UTC'")
+    _configure_session(conn, options)
     conn.execute("SET plan_cache_mode = force_custom_plan")
+
+
+def _configure_session(conn: psycopg.Connection, options: PostgresOptions) -> None:
+    conn.execute("SET TIME ZONE 'UTC'")
     milliseconds = max(int(options.idle_in_transaction_s * 1000), 1)
     conn.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
 
