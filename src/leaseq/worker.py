@@ -321,6 +321,11 @@ class Worker:
         first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
         item = InFlight(job, task, queue, policy.lease_s, every_s, now + first_beat_s)
         self._heartbeat.trust(item, sent_at, self._claim_lease_s[queue.name])
+        if item.trusted_until <= now:
+            # The claim's answer came back after its lease clock ran out (a slow or cut-off
+            # network): another worker may hold the job soon, so it never starts here.
+            self._abandon(item)
+            return
         with self._lock:
             self._in_flight[(queue.name, job.id)] = item
             self._ready.append((now + self.config.prefetch_wait_s, item))
@@ -424,8 +429,9 @@ class Worker:
         finally:
             item.lock.release()
         silent_s = self.clock() - item.confirmed_at
-        log.warning("job %s: lease not confirmed for %.1f s; abandoned (attempt %d)",
-                    item.job.id, silent_s, item.job.attempts,
+        log.warning("job %s: lease not confirmed for %.1f s; abandoned%s (attempt %d)",
+                    item.job.id, silent_s, "" if item.started else " before it started",
+                    item.job.attempts,
                     extra={"action": "lease_abandoned", "job_id": item.job.id,
                            "queue": item.queue.name})
         if item.future is not None:

@@ -167,3 +167,34 @@ def test_job_check_raises_once_the_lease_is_lost() -> None:
     job.lease_lost = True
     with pytest.raises(LeaseLost):
         job.check()
+
+
+def test_a_claim_answered_after_its_lease_clock_ran_out_never_starts(url: str) -> None:
+    # Given a store whose first claim answers 1.2 s late (the lease clock allows 1 s)
+    app = _app(url)
+    runs: list[int] = []
+
+    @app.task(queue="work")
+    def once(job: leaseq.Job) -> str:
+        runs.append(job.attempts)
+        return "ran"
+
+    claim = app.store.claim
+    slow = threading.Event()
+
+    def late_claim(*args: Any, **kwargs: Any) -> Any:
+        jobs = claim(*args, **kwargs)
+        if jobs and not slow.is_set():
+            slow.set()
+            time.sleep(LEASE_S - 0.5 + 0.2)
+        return jobs
+
+    app.store.claim = late_claim  # type: ignore[method-assign]
+    job_id = once.enqueue().job_id
+    q = app.queue("work")
+    with running(app, concurrency=1, lease_margin_s=0.5, sweep_every_s=0.2) as worker:
+        # Then the late job is abandoned unstarted, journaled, and runs once, as attempt 2
+        wait_until(lambda: q.get(job_id).status == "done", 10, "the job ran after its lease")
+        wait_until(lambda: worker.abandoned_pending() == 0, 5, "the abandonment journaled")
+    assert runs == [2]
+    assert [e.attempt for e in q.journal(job_id) if e.event == ABANDONED_EVENT] == [1]
