@@ -28,7 +28,7 @@ from typing import Any
 from leaseq.job import Lease, LeaseLost
 from leaseq.testing.chaos import Run, Skip, all_terminal, settle, wait_until
 from leaseq.testing.chaos.cluster import Cluster
-from leaseq.testing.chaos.netns import NetworkNamespace
+from leaseq.testing.chaos.netns import NetworkNamespace, skip_or_fail
 from leaseq.testing.chaos.run import WorkerProc
 
 #: Store bounds the workers get (their URL): a call's tries stop after RECONNECT_S, one try
@@ -84,12 +84,7 @@ def _scenario(r: Run, kind: str) -> None:
     if r.store_kind != "postgres":
         raise Skip("a partition needs a networked store: PostgreSQL only")
     lease_s = float(r.size(3, 6))
-    ns = NetworkNamespace.create()
-    r.on_cleanup(ns.delete)
-    if kind == "hole":
-        ns.black_hole(on=True)  # fail early (skip) when nftables is missing
-        ns.black_hole(on=False)
-    cluster = Cluster.start(r, listen=("127.0.0.1", ns.host_ip), trust=(f"{ns.inner_ip}/32",))
+    ns, cluster = _network(r, kind)
     bounds = {"schema": "chaos", "reconnect_s": RECONNECT_S, "call_timeout_s": CALL_TIMEOUT_S}
     q = r.open(cluster.url("127.0.0.1", **bounds)).queue("chaos")
     ledger = r.ledger()
@@ -118,6 +113,21 @@ def _scenario(r: Run, kind: str) -> None:
     probe_a = _probe(r, "A")
     a.stop()
     _measure(r, q, ids + tail, ledger, a, probe_a, lease_s, kind)
+
+
+def _network(r: Run, kind: str) -> tuple[NetworkNamespace, Cluster]:
+    """The namespace and the cluster on its veth; under ``CI=true`` not having them fails."""
+    ns = NetworkNamespace.create()
+    r.on_cleanup(ns.delete)
+    if kind == "hole":
+        ns.black_hole(on=True)  # find out now (skip) when nftables is missing
+        ns.black_hole(on=False)
+    try:
+        cluster = Cluster.start(r, listen=("127.0.0.1", ns.host_ip),
+                                trust=(f"{ns.inner_ip}/32",))
+    except Skip as exc:
+        raise skip_or_fail(str(exc)) from None
+    return ns, cluster
 
 
 def _worker(r: Run, name: str, url: str, lease_s: float,
