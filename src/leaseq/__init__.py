@@ -1,6 +1,7 @@
 """leaseq: a durable job queue in which the job's database record is the job's state."""
 
 from leaseq.app import App, Finish
+from leaseq.deprecated import module_getattr
 from leaseq.errors import (
     InvalidInput,
     InvalidJobId,
@@ -15,6 +16,7 @@ from leaseq.errors import (
     UnsupportedOperation,
 )
 from leaseq.job import (
+    EnqueueOutcome,
     EnqueueResult,
     Failure,
     Job,
@@ -23,7 +25,6 @@ from leaseq.job import (
     JournalEntry,
     Lease,
     LeaseLost,
-    Outcome,
     Permanent,
     Retry,
     Snooze,
@@ -35,8 +36,11 @@ from leaseq.stores.base import Store
 
 __version__ = "0.1.0"
 
+__getattr__ = module_getattr(__name__, {"Outcome": "EnqueueOutcome"}, globals())
+
 __all__ = [
     "App",
+    "EnqueueOutcome",
     "EnqueueResult",
     "Failure",
     "Finish",
@@ -55,7 +59,6 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseqError",
-    "Outcome",
     "Permanent",
     "Queue",
     "QueuePolicy",

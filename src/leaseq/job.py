@@ -9,6 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from leaseq.deprecated import module_getattr
 from leaseq.errors import LeaseqError
 from leaseq.redact import Redact, redact, redact_tail
 
@@ -40,7 +41,7 @@ class Failure(StrEnum):
     INVALID = "invalid"  # payload does not fit the task, or the task is unknown
 
 
-class Outcome(StrEnum):
+class EnqueueOutcome(StrEnum):
     """What enqueue did with one job."""
 
     CREATED = "created"
@@ -56,7 +57,7 @@ OnConflict = Literal["raise", "keep", "replace"]
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
     job_id: str
-    outcome: Outcome
+    outcome: EnqueueOutcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +237,7 @@ EVENTS = (
     "given_back",
     "quarantined",
     "reclaimed",
-    "retried",
+    "requeued",
     "cancelled",
     "published",
     "received",
@@ -266,3 +267,7 @@ def safe_reason(exc: BaseException | str, limit: int = 500, redact: Redact = red
     if isinstance(exc, str):
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+#: ``Outcome`` was renamed ``EnqueueOutcome`` (it clashed with the chaos harness's outcome).
+__getattr__ = module_getattr(__name__, {"Outcome": "EnqueueOutcome"}, globals())

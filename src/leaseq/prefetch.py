@@ -1,42 +1,48 @@
 """How far ahead of its free slots a worker may claim, so that one claim takes a big batch.
 
 A prefetched job is under lease and counted in flight, but waits for a slot. That is only worth
-it when a slot will free soon, so the allowance is what the worker's handlers have just shown
-they get through: as many jobs as finished within the last ``wait_s`` (at most ``limit``).
-Handlers that finish thousands of jobs a second earn the whole ``limit``; long handlers earn
-nothing, and the worker claims only its free slots. This is what keeps prefetch out of the
-trap of a prefetching broker, where one busy worker sits on jobs that another could start now.
+it when a slot will free soon, so the allowance is what the worker's own handlers have just
+shown: with ``concurrency`` slots held ``held_s`` each on average, about ``concurrency ·
+wait_s / held_s`` jobs start within ``wait_s``; the allowance is half that (bursty finishes,
+a slower job among fast ones), at most ``limit``. Handlers of microseconds earn the whole
+``limit``; a handler that holds its slot longer than ``wait_s / 2`` earns nothing, and the
+worker claims only its free slots. This keeps prefetch out of the trap of a prefetching
+broker, where one busy worker sits on jobs that another could start now.
 
 The backstop is the worker's: a prefetched job that has not started within ``wait_s`` is given
-back at once (free, not counted as a give-back), and ``reset`` then forgets the history, so the
-worker claims only free slots until its handlers finish jobs again.
+back at once (free, not counted as a give-back), and ``reset`` forgets the history, so the
+worker claims only free slots until its handlers have shown their pace again.
 """
 
 from __future__ import annotations
 
-from collections import deque
+#: Weight of the newest slot hold in the running average.
+SMOOTHING = 0.1
 
 
 class Prefetch:
-    def __init__(self, limit: int, wait_s: float):
+    def __init__(self, limit: int, wait_s: float, concurrency: int):
         self.limit = limit
         """Most jobs claimed ahead of free slots; 0 turns prefetch off."""
         self.wait_s = wait_s
-        """How long a prefetched job may wait for a slot; also the window of the history."""
-        self._finished_at: deque[float] = deque(maxlen=max(limit, 1))
+        """How long a prefetched job may wait for a slot."""
+        self.concurrency = concurrency
+        self._held_s: float | None = None
 
-    def finished(self, now: float) -> None:
-        """A handler finished a job (thread-safe: a deque append)."""
-        if self.limit:
-            self._finished_at.append(now)
+    def finished(self, held_s: float) -> None:
+        """A handler gave its slot back after ``held_s``. Called from many threads: a lost
+        update of the average only weighs one sample less."""
+        held = self._held_s
+        self._held_s = held_s if held is None else held + SMOOTHING * (held_s - held)
 
-    def allowance(self, now: float) -> int:
-        """Jobs that may be claimed beyond the free slots now. Call from one thread only."""
-        history = self._finished_at
-        while history and history[0] < now - self.wait_s:
-            history.popleft()
-        return min(len(history), self.limit)
+    def allowance(self) -> int:
+        """Jobs that may be claimed beyond the free slots now."""
+        held = self._held_s
+        if not self.limit or held is None:
+            return 0
+        starts = self.concurrency * self.wait_s / max(held, 1e-6)
+        return min(int(starts / 2), self.limit)
 
     def reset(self) -> None:
         """A prefetched job waited too long: claim only free slots until jobs finish again."""
-        self._finished_at.clear()
+        self._held_s = None

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leaseq import validate
+from leaseq.deprecated import warn_renamed
 from leaseq.errors import InvalidInput
 from leaseq.job import (
     EnqueueResult,
@@ -134,9 +135,10 @@ class Queue:
             raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
         return self.store.claim(self.name, worker_id, limit, self._lease_s(lease_s))
 
-    def claim_id(self, job_id: str, worker_id: str, *, lease_s: float | None = None) -> Job | None:
+    def claim_one(self, job_id: str, worker_id: str, *,
+                  lease_s: float | None = None) -> Job | None:
         """Claim this one job if it is ready now, else None (used by broker delivery)."""
-        return self.store.claim_id(self.name, validate.job_id(job_id), worker_id,
+        return self.store.claim_one(self.name, validate.job_id(job_id), worker_id,
                                    self._lease_s(lease_s))
 
     def heartbeat(
@@ -244,8 +246,10 @@ class Queue:
             validate.delay_s(age, f"retention for {status}")
         return self.store.purge(self.name, rules) if rules else 0
 
-    def retry(self, job_id: str) -> bool:
-        return self.store.retry(self.name, validate.job_id(job_id))
+    def requeue(self, job_id: str) -> bool:
+        """The operator's re-drive: a terminal job back to pending, attempts 0, ready now.
+        False when the job is live; ``JobNotFound`` when there is none."""
+        return self.store.requeue(self.name, validate.job_id(job_id))
 
     def cancel(self, job_id: str) -> bool:
         return self.store.cancel(self.name, validate.job_id(job_id))
@@ -269,9 +273,9 @@ class Queue:
     def get(self, job_id: str) -> Job | None:
         return self.store.get(self.name, validate.job_id(job_id))
 
-    def list(self, status: str | None = None, limit: int = 100, after_id: str | None = None
-             ) -> list[Job]:
-        return self.store.list(self.name, status, limit, after_id)
+    def list_jobs(self, status: str | None = None, limit: int = 100,
+                  after_id: str | None = None) -> list[Job]:
+        return self.store.list_jobs(self.name, status, limit, after_id)
 
     def iter_jobs(self, status: str | None = None, *, page_size: int = 500) -> Iterator[Job]:
         """Every job of the queue (or of one ``status``) in id order, read ``page_size`` at a
@@ -281,7 +285,7 @@ class Queue:
         if page_size < 1:
             raise InvalidInput(f"page_size must be at least 1, got {page_size}")
         after: str | None = None
-        while page := self.list(status, page_size, after):
+        while page := self.list_jobs(status, page_size, after):
             yield from page
             if len(page) < page_size:
                 return
@@ -314,6 +318,26 @@ class Queue:
         if value <= 0:
             raise InvalidInput("lease_s must be > 0")
         return value
+
+    # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
+    # built-in for the annotations above ------------------------------------------------------
+
+    def list(self, status: str | None = None, limit: int = 100,
+             after_id: str | None = None) -> list[Job]:
+        """Deprecated: ``list_jobs``."""
+        warn_renamed("Queue.list", "Queue.list_jobs")
+        return self.list_jobs(status, limit, after_id)
+
+    def retry(self, job_id: str) -> bool:
+        """Deprecated: ``requeue`` (easy to confuse with ``retry_later`` and ``leaseq.Retry``)."""
+        warn_renamed("Queue.retry", "Queue.requeue")
+        return self.requeue(job_id)
+
+    def claim_id(self, job_id: str, worker_id: str, *,
+                 lease_s: float | None = None) -> Job | None:
+        """Deprecated: ``claim_one``."""
+        warn_renamed("Queue.claim_id", "Queue.claim_one")
+        return self.claim_one(job_id, worker_id, lease_s=lease_s)
 
 
 def _bound(value: int, name: str) -> int:

@@ -63,6 +63,8 @@ class InFlight:
     started: bool = False
     """Set (under ``lock``) just before the handler is called: a give-back at shutdown is free
     for a job whose handler never started, and counted for one that did."""
+    slot_taken_at: float = 0.0
+    """When the job got a slot (worker clock): how long handlers hold one paces prefetch."""
     completing: bool = False
     """Set (under ``lock``) when the completion went to the completer: the job stays in
     flight until its batch commits, but is neither beaten nor given back any more."""

@@ -70,9 +70,9 @@ class WorkerConfig:
     """How often the worker runs the sweeper (reclaim, retention purge). Defaults to 30 s."""
     prefetch: int = 32
     """Most jobs claimed ahead of free slots, so one claim statement takes a big batch. A
-    worker only claims ahead as many jobs as its handlers finished within the last
-    ``prefetch_wait_s`` (long handlers: none), and never for a queue with claim limits.
-    0 turns it off. Defaults to 32."""
+    worker only claims ahead as many jobs as its handlers' pace will start well within
+    ``prefetch_wait_s`` (handlers that take longer than half of it: none), and never for a
+    queue with claim limits. 0 turns it off. Defaults to 32."""
     prefetch_wait_s: float = 0.25
     """How long a prefetched job may wait for a slot; one that waited longer is given back at
     once (free) for another worker to start. Defaults to 0.25 s."""
@@ -171,7 +171,8 @@ class Worker:
         """Claimed jobs waiting for a slot, oldest first, with the time they must start by."""
         self._running = 0
         """Slots taken: handlers started or about to start (sync and async together)."""
-        self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s)
+        self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
+                                  self.config.concurrency)
         self._stop = threading.Event()
         self._signals = 0  # set from signal handlers, which must not take locks
         self._wake = threading.Event()
@@ -257,7 +258,7 @@ class Worker:
         jobs already claimed keep the slots busy meanwhile, so the claim's batch grows)."""
         with self._lock:
             waiting = len(self._ready)
-        return self._room() > 0 and waiting <= self._prefetch.allowance(self.clock()) // 2
+        return self._room() > 0 and waiting <= self._prefetch.allowance() // 2
 
     def _idle(self, timeout_s: float) -> None:
         timeout_s = min(timeout_s, self._until_overdue())
@@ -269,8 +270,8 @@ class Worker:
             self._wake.clear()
 
     def _claim_round(self) -> int:
-        """Claim up to the free slots, one claim call per queue, starting with a different
-        queue each round so that one busy queue cannot starve the others."""
+        """Claim up to the room (free slots plus prefetch), one claim call per queue, starting
+        with a different queue each round so that one busy queue cannot starve the others."""
         order = self.queues[self._rotation:] + self.queues[:self._rotation]
         self._rotation = (self._rotation + 1) % len(self.queues)
         claimed = 0
@@ -361,6 +362,7 @@ class Worker:
             return max(self._ready[0][0] - self.clock(), 0.0) if self._ready else float("inf")
 
     def _launch(self, item: InFlight) -> None:
+        item.slot_taken_at = self.clock()
         future: Future[Any]
         task = item.task
         if task is not None and task.is_async:
@@ -382,7 +384,7 @@ class Worker:
             item.landed = True
             if not item.abandoned:  # an abandoned job's slot was freed already
                 self._running -= 1
-        self._prefetch.finished(self.clock())
+        self._prefetch.finished(self.clock() - item.slot_taken_at)
         if future.cancelled() or future.exception() is not None or future.result() != COMPLETING:
             if not future.cancelled() and future.exception() is not None:
                 log.error("job %s: worker error\n%s", item.job.id,
@@ -466,7 +468,7 @@ class Worker:
             job = item.job
             try:
                 with within(JOURNAL_RETRY_S):
-                    self.store.record(item.queue.name, job.id, ABANDONED_EVENT,
+                    self.store.append_journal(item.queue.name, job.id, ABANDONED_EVENT,
                                       attempt=job.attempts, lease_epoch=job.lease_epoch,
                                       worker_id=self.worker_id,
                                       reason=f"lease not confirmed for {silent_s:.1f} s",
@@ -494,7 +496,7 @@ class Worker:
         """Jobs the next claim may take: the free slots, plus the prefetch allowance, minus
         the jobs already waiting; and never more leases than twice slots plus prefetch (jobs
         whose completion is still being written hold theirs)."""
-        allowance = self._prefetch.allowance(self.clock()) if prefetch else 0
+        allowance = self._prefetch.allowance() if prefetch else 0
         concurrency = self.config.concurrency
         with self._lock:
             room = concurrency + allowance - self._running - len(self._ready)

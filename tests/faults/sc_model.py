@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from leaseq import JobConflict, LeaseLost
-from leaseq.job import Job, Outcome
+from leaseq.job import EnqueueOutcome, Job
 from leaseq.stores.base import Store
 from leaseq.testing.chaos import Run
 
@@ -88,10 +88,10 @@ def machine(store: Store, tally: Tally) -> type[RuleBasedStateMachine]:
                 assert m is not None and m.payload != payload
                 return
             if m is None:
-                assert result.outcome == Outcome.CREATED
+                assert result.outcome == EnqueueOutcome.CREATED
                 self.jobs[job_id] = M(until=self.t + delay, payload=payload)
             else:
-                assert m.payload == payload and result.outcome == Outcome.UNCHANGED
+                assert m.payload == payload and result.outcome == EnqueueOutcome.UNCHANGED
 
         @rule(worker=st.sampled_from(WORKERS), limit=st.integers(1, 4))
         def claim(self, worker: str, limit: int) -> None:
@@ -180,12 +180,12 @@ def machine(store: Store, tally: Tally) -> type[RuleBasedStateMachine]:
             self.crashed.add(worker)
 
         @rule(job_id=st.sampled_from(IDS))
-        def operator_retry(self, job_id: str) -> None:
+        def operator_requeue(self, job_id: str) -> None:
             m = self.jobs.get(job_id)
             if m is None:
                 return
             terminal = m.status not in ("pending", "processing")
-            assert self.q.retry(job_id) == terminal
+            assert self.q.requeue(job_id) == terminal
             if terminal:
                 m.status, m.attempts, m.failure, m.until = "pending", 0, None, self.t
 

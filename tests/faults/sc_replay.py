@@ -8,7 +8,7 @@ import random
 import threading
 
 from leaseq import JobConflict, StoreUnavailable
-from leaseq.job import Outcome
+from leaseq.job import EnqueueOutcome
 from leaseq.testing.chaos import Run, jobs_by_id
 
 THREADS = 16
@@ -20,7 +20,7 @@ def run(r: Run) -> None:
     store = r.open()
     q = store.queue("chaos")
     payload = {k: {"key": k, "body": f"v1-{k}"} for k in (f"key-{i:05d}" for i in range(keys))}
-    outcomes: dict[Outcome, int] = {}
+    outcomes: dict[EnqueueOutcome, int] = {}
     created: dict[str, int] = {}
     errors: list[str] = []
     transient: list[str] = []
@@ -54,7 +54,7 @@ def run(r: Run) -> None:
                 with lock:
                     for res in results:
                         outcomes[res.outcome] = outcomes.get(res.outcome, 0) + 1
-                        if res.outcome is Outcome.CREATED:
+                        if res.outcome is EnqueueOutcome.CREATED:
                             created[res.job_id] = created.get(res.job_id, 0) + 1
         except Exception as exc:  # reported as a violation, not a crash of the thread
             errors.append(f"producer {index}: {type(exc).__name__}: {exc}"[:300])
@@ -77,7 +77,7 @@ def run(r: Run) -> None:
     r.check("created exactly once per key", sorted(created.values()) == [1] * keys,
             f"{sum(created.values())} created for {keys} keys")
     r.check("every other enqueue unchanged",
-            outcomes.get(Outcome.UNCHANGED, 0) == THREADS * keys * rounds - keys,
+            outcomes.get(EnqueueOutcome.UNCHANGED, 0) == THREADS * keys * rounds - keys,
             str(outcomes))
     r.check("payloads stored exactly", all(jobs[k].payload == payload[k] for k in payload))
     # The same key with another payload: a conflict, in a batch it rolls the batch back.
@@ -94,5 +94,6 @@ def run(r: Run) -> None:
             for k in some]
     r.check("another payload for a key → JobConflict naming it", conflicts == len(some),
             f"{conflicts} of {len(some)}")
-    r.check("on_conflict='keep' → conflict outcome", set(keep) == {Outcome.CONFLICT}, str(keep))
+    r.check("on_conflict='keep' → conflict outcome", set(keep) == {EnqueueOutcome.CONFLICT},
+            str(keep))
     r.check("a conflicting batch wrote nothing", jobs_by_id(q) == before)

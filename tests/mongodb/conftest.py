@@ -10,16 +10,15 @@ from collections.abc import Iterator
 import pytest
 from mongo_fakes import MADE, FakeDB, queries
 
-from leaseq.stores.mongodb import MongoStore
-from leaseq.stores.mongodb import indexes as ix
+from leaseq.stores.mongodb import MongoStore, indexes
 
 
 def assert_indexed(db: FakeDB) -> None:
-    job = [keys for keys, _ in ix.job_indexes({})]
-    journal = [keys for keys, _ in ix.journal_indexes()]
+    job = [keys for keys, _ in indexes.job_indexes({})]
+    journal = [keys for keys, _ in indexes.journal_indexes()]
     for collection, query, sort in queries(db):
-        indexes = journal if collection.endswith("journal") else job
-        missing = ix.unserved(query, sort, indexes)
+        served_by = journal if collection.endswith("journal") else job
+        missing = indexes.unserved(query, sort, served_by)
         assert not missing, f"no index serves {query} sorted by {sort} on {collection}"
 
 

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from leaseq.job import JobSpec
-from leaseq.stores.mongodb import documents as D
-from leaseq.stores.mongodb import upserts as U
+from leaseq.stores.mongodb import documents, upserts
 
 NOW = {"$dateAdd": {"startDate": "$$NOW", "unit": "millisecond", "amount": 0}}
 
@@ -41,20 +40,22 @@ def plus(ms: int) -> dict[str, Any]:
 def test_now_is_the_server_clock_shifted_by_the_offset_in_milliseconds():
     # Given an offset of 1.5 s and a lease of 900 s
     # Then both become one $dateAdd from $$NOW, in whole milliseconds
-    assert D.now(0) == NOW
-    assert D.now(1.5, 900) == plus(901_500)
-    assert isinstance(D.now(0.0004)["$dateAdd"]["amount"], int)
+    assert documents.now(0) == NOW
+    assert documents.now(1.5, 900) == plus(901_500)
+    assert isinstance(documents.now(0.0004)["$dateAdd"]["amount"], int)
 
 
 def test_no_builder_reads_the_worker_clock():
     # Every timestamp in every pipeline is rooted in $$NOW (no datetime values are sent)
-    pipelines = [D.claim("w", 30, 0), D.extend(30, 0), D.snooze(1, 200, 0), D.fail("e", "x", 0),
-                 D.give_back(True, 3, 0), D.give_back(False, 3, 0), D.stale_give_back(0),
-                 D.exhaust_pending(0),
-                 D.retry_later("e", 5, 0), D.complete("done", None, None, 0),
-                 D.expire_spent(0), D.return_expired(0), D.operator_retry(0),
-                 D.operator_cancel(0), D.mark_published(0),
-                 U.upsert({"a": 1}, None, None, 5, 0, "raise", 0)]
+    pipelines = [documents.claim("w", 30, 0), documents.extend(30, 0),
+                 documents.snooze(1, 200, 0), documents.fail("e", "x", 0),
+                 documents.give_back(True, 3, 0), documents.give_back(False, 3, 0),
+                 documents.stale_give_back(0), documents.exhaust_pending(0),
+                 documents.retry_later("e", 5, 0), documents.complete("done", None, None, 0),
+                 documents.expire_spent(0), documents.return_expired(0),
+                 documents.operator_requeue(0), documents.operator_cancel(0),
+                 documents.mark_published(0),
+                 upserts.upsert({"a": 1}, None, None, 5, 0, "raise", 0)]
     for pipeline in pipelines:
         dates = [n for n in walk(pipeline) if isinstance(n, dict) and "$dateAdd" in n]
         assert dates, pipeline
@@ -71,7 +72,7 @@ LEFT = {"$lt": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}
 
 def test_claim_filter_is_a_rooted_or_of_the_three_branches_of_the_issue():
     # A rooted $or, every condition inside each branch: one index scan per branch
-    query = D.claimable(0)
+    query = documents.claimable(0)
     assert list(query) == ["$or"]
     fresh, due, expired = query["$or"]
     assert fresh == {"status": "pending", "lease_until": None, "$expr": LEFT}
@@ -85,7 +86,7 @@ def test_claim_filter_is_a_rooted_or_of_the_three_branches_of_the_issue():
 
 
 def test_claim_is_a_pipeline_update_with_server_lease_and_counters():
-    pipeline = D.claim("host:1:abcd1234", 900, 2)
+    pipeline = documents.claim("host:1:abcd1234", 900, 2)
     assert isinstance(pipeline, list) and len(pipeline) == 1 and list(pipeline[0]) == ["$set"]
     fields = pipeline[0]["$set"]
     assert fields["status"] == "processing"
@@ -103,15 +104,15 @@ def test_claim_is_a_pipeline_update_with_server_lease_and_counters():
 
 
 def test_claim_sort_is_stable_not_before_then_id():
-    assert D.CLAIM_SORT == [("lease_until", 1), ("_id", 1)]
+    assert documents.CLAIM_SORT == [("lease_until", 1), ("_id", 1)]
 
 
-def test_claim_id_is_the_claim_filter_for_one_id():
-    assert D.claimable_id("job-1", 0) == {"_id": "job-1", **D.claimable(0)}
+def test_claim_one_is_the_claim_filter_for_one_id():
+    assert documents.claimable_id("job-1", 0) == {"_id": "job-1", **documents.claimable(0)}
 
 
 def test_no_set_on_insert_anywhere():
-    every = [D.claim("w", 1, 0), U.upsert({"a": 1}, "t", "r", 5, 3, "replace", 0)]
+    every = [documents.claim("w", 1, 0), upserts.upsert({"a": 1}, "t", "r", 5, 3, "replace", 0)]
     assert not any("$setOnInsert" in keys_in(p) for p in every)
 
 
@@ -119,29 +120,29 @@ def test_no_set_on_insert_anywhere():
 
 
 def test_fence_is_id_epoch_and_processing():
-    assert D.fenced("j", 7) == {"_id": "j", "lease_epoch": 7, "status": "processing"}
-    assert D.fenced("j", 7, stale=False)["stale"] == {"$ne": True}
-    assert D.fenced("j", 7, stale=True)["stale"] is True
+    assert documents.fenced("j", 7) == {"_id": "j", "lease_epoch": 7, "status": "processing"}
+    assert documents.fenced("j", 7, stale=False)["stale"] == {"$ne": True}
+    assert documents.fenced("j", 7, stale=True)["stale"] is True
 
 
 def test_heartbeat_filter_fences_each_lease_by_its_own_epoch():
-    query = D.held([("a", 1), ("b", 4)])
+    query = documents.held([("a", 1), ("b", 4)])
     assert query == {"_id": {"$in": ["a", "b"]}, "status": "processing",
                      "$or": [{"_id": "a", "lease_epoch": 1}, {"_id": "b", "lease_epoch": 4}]}
-    assert D.extend(60, 0) == [{"$set": {"lease_until": plus(60_000)}}]
+    assert documents.extend(60, 0) == [{"$set": {"lease_until": plus(60_000)}}]
 
 
 def test_finishes_clear_the_lease_and_keep_caller_values_literal():
-    done = D.complete("done", '{"$x":1}', "$key", 0)[0]["$set"]
+    done = documents.complete("done", '{"$x":1}', "$key", 0)[0]["$set"]
     assert done["result"] == {"$literal": '{"$x":1}'} and done["result_key"] == {"$literal": "$key"}
     assert done["lease_until"] is None and done["status"] == {"$literal": "done"}
-    failed = D.fail("$boom", "permanent", 0)[0]["$set"]
+    failed = documents.fail("$boom", "permanent", 0)[0]["$set"]
     assert failed == {"status": "failed", "failure": {"$literal": "permanent"},
                       "error": {"$literal": "$boom"}, "lease_until": None, "updated_at": NOW}
 
 
 def test_retry_later_turns_into_exhausted_when_attempts_are_spent():
-    fields = D.retry_later("err", 30, 0)[0]["$set"]
+    fields = documents.retry_later("err", 30, 0)[0]["$set"]
     spent = {"$gte": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5]}]}
     assert fields["status"] == {"$cond": [spent, "failed", "pending"]}
     assert fields["failure"] == {"$cond": [spent, "exhausted", None]}
@@ -155,7 +156,7 @@ SPENT = {"$gte": [{"$ifNull": ["$attempts", 0]}, {"$ifNull": ["$max_attempts", 5
 
 
 def test_snooze_gives_the_attempt_back_and_counts_itself_up_to_the_bound():
-    fields = D.snooze(5, 200, 0)[0]["$set"]
+    fields = documents.snooze(5, 200, 0)[0]["$set"]
     counted = {"$add": [{"$ifNull": ["$snoozes", 0]}, 1]}
     over = {"$gt": [counted, 200]}
     assert fields["snoozes"] == counted
@@ -170,13 +171,13 @@ def test_snooze_gives_the_attempt_back_and_counts_itself_up_to_the_bound():
 
 
 def test_a_give_back_of_a_job_that_never_started_is_free_and_uncounted():
-    fields = D.give_back(False, 3, 0)[0]["$set"]
+    fields = documents.give_back(False, 3, 0)[0]["$set"]
     assert fields["attempts"] == REFUNDED and "givebacks" not in fields
     assert fields["status"] == "pending" and fields["lease_until"] == NOW
 
 
 def test_a_give_back_of_a_running_job_is_free_up_to_the_bound_then_spends_the_attempt():
-    fields = D.give_back(True, 3, 0)[0]["$set"]
+    fields = documents.give_back(True, 3, 0)[0]["$set"]
     given = {"$ifNull": ["$givebacks", 0]}
     free = {"$lt": [given, 3]}
     out = {"$and": [{"$not": [free]}, SPENT]}
@@ -189,20 +190,21 @@ def test_a_give_back_of_a_running_job_is_free_up_to_the_bound_then_spends_the_at
 
 
 def test_a_stale_give_back_starts_the_job_afresh():
-    fields = D.stale_give_back(0)[0]["$set"]
+    fields = documents.stale_give_back(0)[0]["$set"]
     assert (fields["attempts"], fields["snoozes"], fields["givebacks"]) == (0, 0, 0)
     assert fields["status"] == "pending" and fields["lease_until"] == NOW
 
 
-@pytest.mark.parametrize("pipeline", [D.return_expired(0), D.operator_retry(0),
-                                      D.give_back(False, 3, 0), D.stale_give_back(0)])
+@pytest.mark.parametrize("pipeline", [
+    documents.return_expired(0), documents.operator_requeue(0), documents.give_back(False, 3, 0),
+    documents.stale_give_back(0)])
 def test_every_transition_to_pending_clears_published_at(pipeline):
     assert pipeline[0]["$set"]["status"] == "pending"
     assert pipeline[0]["$set"]["published_at"] is None
 
 
-@pytest.mark.parametrize("pipeline", [D.snooze(0, 200, 0), D.give_back(True, 3, 0),
-                                      D.retry_later("e", 0, 0)])
+@pytest.mark.parametrize("pipeline", [documents.snooze(0, 200, 0), documents.give_back(True, 3, 0),
+                                      documents.retry_later("e", 0, 0)])
 def test_a_conditional_transition_to_pending_clears_published_at(pipeline):
     fields = pipeline[0]["$set"]
     condition = fields["status"]["$cond"][0]
@@ -214,32 +216,34 @@ def test_a_conditional_transition_to_pending_clears_published_at(pipeline):
 
 
 def test_reclaim_step_one_takes_only_spent_expired_jobs_that_are_not_stale():
-    assert D.expired(0, spent_=True) == {
+    assert documents.expired(0, spent_=True) == {
         "status": "processing", "lease_until": {"$type": "date"},
         "$expr": {"$and": [{"$lt": ["$lease_until", NOW]},
                            {"$and": [SPENT, {"$not": [STALE]}]}]}}
-    assert D.expired(0, spent_=False)["$expr"]["$and"][1] == {"$or": [STALE, {"$not": [SPENT]}]}
-    fields = D.expire_spent(0)[0]["$set"]
+    unspent = documents.expired(0, spent_=False)["$expr"]["$and"][1]
+    assert unspent == {"$or": [STALE, {"$not": [SPENT]}]}
+    fields = documents.expire_spent(0)[0]["$set"]
     assert fields["status"] == "failed" and fields["failure"] == "expired"
     assert fields["lease_until"] is None
 
 
 def test_reclaim_step_two_resets_the_attempts_of_a_stale_job_only():
-    back = D.return_expired(0)[0]["$set"]
+    back = documents.return_expired(0)[0]["$set"]
     assert back["status"] == "pending" and back["lease_until"] == NOW
     assert back["attempts"] == {"$cond": [STALE, 0, {"$ifNull": ["$attempts", 0]}]}
     assert back["givebacks"] == {"$cond": [STALE, 0, {"$ifNull": ["$givebacks", 0]}]}
 
 
 def test_reclaim_step_three_quarantines_pending_jobs_with_attempts_spent():
-    assert D.pending_spent() == {"status": "pending", "attempts": {"$gte": 1}, "$expr": SPENT}
-    fields = D.exhaust_pending(0)[0]["$set"]
+    assert documents.pending_spent() == {"status": "pending", "attempts": {"$gte": 1},
+                                         "$expr": SPENT}
+    fields = documents.exhaust_pending(0)[0]["$set"]
     assert (fields["status"], fields["failure"], fields["lease_until"]) == (
         "failed", "exhausted", None)
 
 
 def test_in_flight_is_processing_with_a_live_lease():
-    assert D.in_flight(0) == {"status": "processing", "lease_until": {"$type": "date"},
+    assert documents.in_flight(0) == {"status": "processing", "lease_until": {"$type": "date"},
                               "$expr": {"$gt": ["$lease_until", NOW]}}
 
 
@@ -247,7 +251,7 @@ def test_in_flight_is_processing_with_a_live_lease():
 
 
 def test_indexes_claim_index_and_ttl_only_with_a_partial_filter():
-    specs = D.job_indexes({"tombstone": 2_592_000, "done": 86_400})
+    specs = documents.job_indexes({"tombstone": 2_592_000, "done": 86_400})
     assert specs[0] == ([("status", 1), ("lease_until", 1), ("_id", 1)],
                         {"name": "status_1_lease_until_1__id_1"})
     ttl = [(keys, opts) for keys, opts in specs if "expireAfterSeconds" in opts]
@@ -255,7 +259,7 @@ def test_indexes_claim_index_and_ttl_only_with_a_partial_filter():
     for keys, opts in ttl:
         assert keys == [("updated_at", 1)]
         assert opts["partialFilterExpression"] == {"status": opts["name"].split("_", 2)[2]}
-    assert D.job_indexes({}) == specs[:-2]  # no TTL asked: no TTL index at all
+    assert documents.job_indexes({}) == specs[:-2]  # no TTL asked: no TTL index at all
 
 
 # --- upsert --------------------------------------------------------------------------------
@@ -268,12 +272,13 @@ def branches(pipeline: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_upsert_keeps_the_record_puts_the_payload_beside_it_then_the_branch_fields():
-    pipeline = U.upsert({"file": "$a.mp4"}, "sync", "md5-1", 7, 10, "raise", 0)
+    pipeline = upserts.upsert({"file": "$a.mp4"}, "sync", "md5-1", 7, 10, "raise", 0)
     assert len(pipeline) == 1 and list(pipeline[0]) == ["$replaceWith"]
     found = branches(pipeline)
     assert set(found) == {"create", "revive", "update", "stale"}
     record, payload, fields = found["create"]
-    assert record["$arrayToObject"]["$filter"]["cond"] == {"$in": ["$$this.k", D.RECORD_FIELDS]}
+    assert record["$arrayToObject"]["$filter"]["cond"] == {
+        "$in": ["$$this.k", documents.RECORD_FIELDS]}
     assert payload == {"$literal": {"file": "$a.mp4"}}
     assert fields["first_seen_at"] == {"$ifNull": ["$first_seen_at", NOW]}
     assert fields["lease_until"] == plus(10_000) and fields["attempts"] == 0
@@ -281,7 +286,7 @@ def test_upsert_keeps_the_record_puts_the_payload_beside_it_then_the_branch_fiel
 
 
 def test_upsert_branch_fields_follow_the_protocol():
-    found = branches(U.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0))
+    found = branches(upserts.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0))
     revive = found["revive"][2]
     assert revive["status"] == "pending" and revive["attempts"] == 0
     assert revive["failure"] is None and revive["result"] is None
@@ -296,20 +301,21 @@ def test_upsert_branch_fields_follow_the_protocol():
 
 
 def test_upsert_decision_is_computed_from_the_stored_document():
-    op = U.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0)[0]["$replaceWith"]["$let"]["vars"]["op"]
+    pipeline = upserts.upsert({"a": 1}, None, "r2", 5, 0, "raise", 0)
+    op = pipeline[0]["$replaceWith"]["$let"]["vars"]["op"]
     first, changed = op["$switch"]["branches"]
     assert first == {"case": {"$eq": [{"$type": "$status"}, "missing"]}, "then": "create"}
     assert changed["case"] == {"$ne": ["$revision", {"$literal": "r2"}]}
     assert op["$switch"]["default"] == "keep"
     # without a revision only "replace" may change the stored job
-    raise_op = U.upsert_op({"a": 1}, None, "raise")
+    raise_op = upserts.upsert_op({"a": 1}, None, "raise")
     assert raise_op["$switch"]["branches"][1]["case"] is False
-    replace_op = U.upsert_op({"a": 1}, None, "replace")
+    replace_op = upserts.upsert_op({"a": 1}, None, "replace")
     assert "$not" in replace_op["$switch"]["branches"][1]["case"]
 
 
 def test_same_payload_compares_top_level_keys_in_any_order():
-    expr = U.same_payload({"b": 2, "a": [1]})
+    expr = upserts.same_payload({"b": 2, "a": [1]})
     size, *fields = expr["$and"]
     assert size["$eq"][1] == 2
     assert {f["$eq"][0]["$getField"]["field"]["$literal"] for f in fields} == {"a", "b"}
@@ -328,13 +334,13 @@ def test_same_payload_compares_top_level_keys_in_any_order():
     ({"_id": "j", "status": "done", "a": 1, "extra": 0}, None, "raise", "conflict"),
 ])
 def test_upsert_outcome_mirrors_the_server_decision(before, revision, on_conflict, expected):
-    assert U.upsert_outcome(before, {"a": 1}, revision, on_conflict) == expected
+    assert upserts.upsert_outcome(before, {"a": 1}, revision, on_conflict) == expected
 
 
 def test_payload_equality_is_bson_like():
-    assert U.bson_equal_payload({"a": 1, "b": 2}, {"b": 2, "a": 1.0})
-    assert not U.bson_equal_payload({"a": True}, {"a": 1})
-    assert not U.bson_equal_payload({"a": {"x": 1, "y": 2}}, {"a": {"y": 2, "x": 1}})
+    assert upserts.bson_equal_payload({"a": 1, "b": 2}, {"b": 2, "a": 1.0})
+    assert not upserts.bson_equal_payload({"a": True}, {"a": 1})
+    assert not upserts.bson_equal_payload({"a": {"x": 1, "y": 2}}, {"a": {"y": 2, "x": 1}})
 
 
 def spec(job_id: str, payload: dict[str, Any], revision: str | None = None) -> JobSpec:
@@ -346,39 +352,39 @@ def test_batch_conflicts_sees_earlier_specs_of_the_same_batch():
     stored = {"old": {"_id": "old", "status": "pending", "a": 1}}
     specs = [spec("old", {"a": 1}), spec("new", {"a": 1}), spec("new", {"a": 2}),
              spec("old", {"a": 3}, revision="r"), spec("old", {"a": 3})]
-    assert U.batch_conflicts(stored, specs) == ["new"]
+    assert upserts.batch_conflicts(stored, specs) == ["new"]
 
 
 def test_payload_of_is_every_field_that_is_not_the_record():
     doc = {"_id": "x", "status": "done", "attempts": 1, "name": "a.mp4", "md5": "ff"}
-    assert D.payload_of(doc) == {"name": "a.mp4", "md5": "ff"}
+    assert documents.payload_of(doc) == {"name": "a.mp4", "md5": "ff"}
 
 
 def test_journal_entry_is_stamped_by_the_server():
-    pipeline = D.journal_entry("q", "j", "claimed", {"attempt": 1, "reason": "$r"}, 0)
+    pipeline = documents.journal_entry("q", "j", "claimed", {"attempt": 1, "reason": "$r"}, 0)
     fields = pipeline[0]["$set"]
     assert fields["at"] == NOW and fields["reason"] == {"$literal": "$r"}
 
 
 def test_mark_published_only_touches_due_unpublished_pending_jobs_at_their_epoch() -> None:
-    doc = D.unpublished([("a", 0), ("b", 3)], 0.0)
+    doc = documents.unpublished([("a", 0), ("b", 3)], 0.0)
     assert doc["_id"] == {"$in": ["a", "b"]}
     assert (doc["status"], doc["published_at"]) == ("pending", None)
     at_epoch, due = doc["$and"]
     assert at_epoch == {"$or": [{"_id": "a", "lease_epoch": 0},
                                 {"_id": "a", "lease_epoch": {"$exists": False}},
                                 {"_id": "b", "lease_epoch": 3}]}
-    assert due == {"$or": D.outbox_due(0.0)["$or"]}
+    assert due == {"$or": documents.outbox_due(0.0)["$or"]}
 
 
 def test_purge_reads_only_dated_documents_of_the_status():
-    assert D.purgeable("done", 60, 0) == {
+    assert documents.purgeable("done", 60, 0) == {
         "status": "done", "updated_at": {"$type": "date"},
         "$expr": {"$lt": ["$updated_at", plus(-60_000)]}}
 
 
 def test_republish_clears_the_mark_of_pending_jobs_published_long_ago() -> None:
-    doc = D.published_before(300.0, 0.0)
+    doc = documents.published_before(300.0, 0.0)
     assert (doc["status"], doc["published_at"]) == ("pending", {"$type": "date"})
-    assert doc["$expr"] == {"$lt": ["$published_at", D.now(0.0, -300.0)]}
-    assert D.unpublish() == [{"$set": {"published_at": None}}]
+    assert doc["$expr"] == {"$lt": ["$published_at", documents.now(0.0, -300.0)]}
+    assert documents.unpublish() == [{"$set": {"published_at": None}}]

@@ -11,8 +11,7 @@ from typing import Any
 
 from pipeline_model import matches
 
-from leaseq.stores.mongodb import documents as D
-from leaseq.stores.mongodb import indexes as ix
+from leaseq.stores.mongodb import documents, indexes
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "keda" / "scaledobject-mongodb.yaml"
 
@@ -28,7 +27,7 @@ def example_query() -> dict[str, Any]:
 
 def at_server_now(node: Any) -> Any:
     """The store's ``now(0)`` written as KEDA can send it: plain ``$$NOW``."""
-    if node == D.now(0):
+    if node == documents.now(0):
         return "$$NOW"
     if isinstance(node, dict):
         return {k: at_server_now(v) for k, v in node.items()}
@@ -49,14 +48,14 @@ def field_refs(node: Any, inside_ifnull: bool = False) -> list[tuple[str, bool]]
 
 def test_the_ready_branches_are_the_claims_own():
     fresh, due, _ = example_query()["$or"]
-    store_fresh, store_due, _ = at_server_now(D.claimable(0))["$or"]
+    store_fresh, store_due, _ = at_server_now(documents.claimable(0))["$or"]
     assert (fresh, due) == (store_fresh, store_due)
 
 
 def test_processing_counts_while_its_lease_lives_or_once_it_is_claimable_again():
     *_, running = example_query()["$or"]
-    *_, expired = at_server_now(D.claimable(0))["$or"]
-    live = at_server_now(D.in_flight(0))
+    *_, expired = at_server_now(documents.claimable(0))["$or"]
+    live = at_server_now(documents.in_flight(0))
     assert running["status"] == expired["status"] == live["status"] == "processing"
     claimable = expired["$expr"]["$and"][1]["$or"]
     assert running["$expr"] == {"$or": [live["$expr"], *claimable]}
@@ -68,8 +67,8 @@ def test_attempts_are_read_with_their_defaults_everywhere():
 
 
 def test_the_example_query_is_served_by_the_stores_index():
-    jobs = [keys for keys, _ in ix.job_indexes({})]
-    assert ix.unserved(example_query(), [], jobs) == []
+    jobs = [keys for keys, _ in indexes.job_indexes({})]
+    assert indexes.unserved(example_query(), [], jobs) == []
 
 
 def test_the_example_counts_ready_and_in_flight_jobs_of_any_shape():
@@ -87,6 +86,6 @@ def test_the_example_counts_ready_and_in_flight_jobs_of_any_shape():
     counted = [matches(example_query(), {"_id": i, **d}, now) for i, d in enumerate(docs)]
     assert counted == [True, True, False, True, False, True, False]
     for i, doc in enumerate(docs):
-        store_counts = (matches(D.claimable(0), {"_id": i, **doc}, now)
-                        or matches(D.in_flight(0), {"_id": i, **doc}, now))
+        store_counts = (matches(documents.claimable(0), {"_id": i, **doc}, now)
+                        or matches(documents.in_flight(0), {"_id": i, **doc}, now))
         assert counted[i] == store_counts

@@ -47,6 +47,11 @@ def from_url(store: MongoStore, db: FakeDB) -> None:
         assert client.close.called
 
 
+def deprecated(call: Callable[[], Any]) -> Any:
+    with pytest.deprecated_call():
+        return call()
+
+
 def answered(method: str, *values: Any) -> Callable[[FakeDB], None]:
     return lambda db: db[Q].answer(method, *values)
 
@@ -58,8 +63,8 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "claim": (lambda db: (db[Q].answer("find", [{"_id": "j1"}]),
                           db[Q].answer("find_one_and_update", doc())),
               lambda s, db: [j.id for j in s.claim("q", "w", 4, 60)], ["j1"]),
-    "claim_id": (answered("find_one_and_update", doc()),
-                 lambda s, db: s.claim_id("q", "j1", "w", 60).lease, LEASE),
+    "claim_one": (answered("find_one_and_update", doc()),
+                   lambda s, db: s.claim_one("q", "j1", "w", 60).lease, LEASE),
     "close": (lambda db: None, lambda s, db: s.close(), None),
     "complete": (answered("find_one_and_update", doc(status="done")),
                  lambda s, db: s.complete("q", LEASE, None).status, "done"),
@@ -85,8 +90,8 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "journal": (lambda db: db["leaseq_journal"].answer("find", [
                     {"job_id": "j1", "event": "claimed", "attempt": 1}]),
                 lambda s, db: [e.event for e in s.journal("q", "j1")], ["claimed"]),
-    "list": (answered("find", [doc("a"), doc("b")]),
-             lambda s, db: [j.id for j in s.list("q", "processing", limit=1)], ["a"]),
+    "list_jobs": (answered("find", [doc("a"), doc("b")]),
+             lambda s, db: [j.id for j in s.list_jobs("q", "processing", limit=1)], ["a"]),
     "mark_published": (lambda db: (db[Q].answer("find", [doc("j1", status="pending")]),
                                    db[Q].answer("update_many", Updated(1))),
                        lambda s, db: s.mark_published("q", [LEASE]), ["j1"]),
@@ -109,22 +114,31 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "ready": (answered("aggregate", [{"n": 7, "age_ms": 1}]), lambda s, db: s.ready("q"), 7),
     "ready_stats": (answered("aggregate", []), lambda s, db: s.ready_stats("q"), (0, 0.0)),
     "reclaim_expired": (lambda db: None, lambda s, db: s.reclaim_expired("q"), (0, 0)),
-    "record": (lambda db: None,
-               lambda s, db: s.record("q", "j1", "ack_sent", reason="acked", data={"n": 1}),
-               None),
+    "append_journal": (lambda db: None, lambda s, db: s.append_journal(
+        "q", "j1", "ack_sent", reason="acked", data={"n": 1}), None),
     "republish": (answered("update_many", Updated(3, 3)),
                   lambda s, db: s.republish("q", 600), 3),
     "reowe_publish": (lambda db: (db[Q].answer("find", [doc(status="pending")]),
                                   db[Q].answer("update_many", Updated(1, 1))),
                       lambda s, db: s.reowe_publish("q", ["j1"]), ["j1"]),
-    "retry": (answered("find_one_and_update", doc(status="pending")),
-              lambda s, db: s.retry("q", "j1"), True),
+    "requeue": (answered("find_one_and_update", doc(status="pending")),
+                lambda s, db: s.requeue("q", "j1"), True),
     "retry_later": (answered("find_one_and_update", doc(status="pending")),
                     lambda s, db: s.retry_later("q", LEASE, "e", "e", 9).status, "pending"),
     "server_now": (lambda db: None, lambda s, db: s.server_now().year, 2024),
     "snooze": (answered("find_one_and_update", doc(status="pending")),
                lambda s, db: s.snooze("q", LEASE, 5).status, "pending"),
     "wait_for_work": (lambda db: None, lambda s, db: s.wait_for_work(["q"], 0.0), False),
+    # the deprecated names (leaseq.deprecated): each warns, then answers as its new name
+    "list": (answered("find", [doc("a")]),
+             lambda s, db: deprecated(lambda: [j.id for j in s.list("q")]), ["a"]),
+    "retry": (answered("find_one_and_update", doc(status="pending")),
+              lambda s, db: deprecated(lambda: s.retry("q", "j1")), True),
+    "claim_id": (answered("find_one_and_update", doc()),
+                 lambda s, db: deprecated(lambda: s.claim_id("q", "j1", "w", 60).lease), LEASE),
+    "record": (lambda db: None,
+               lambda s, db: deprecated(lambda: s.record("q", "j1", "ack_sent", reason="x")),
+               None),
 }
 
 

@@ -21,10 +21,8 @@ from leaseq.errors import (
     StoreUnavailable,
     UnsupportedOperation,
 )
-from leaseq.job import JobSpec, Lease, LeaseLost, Outcome
-from leaseq.stores.mongodb import MongoStore, records
-from leaseq.stores.mongodb import documents as D
-from leaseq.stores.mongodb import upserts as U
+from leaseq.job import EnqueueOutcome, JobSpec, Lease, LeaseLost
+from leaseq.stores.mongodb import MongoStore, documents, records, upserts
 
 Q = "leaseq_q"
 T0 = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -60,7 +58,7 @@ def test_indexes_are_made_once_per_queue_on_first_use(db, store):
     store.get("q", "b")
     # Then its indexes and its partial TTL index were created once
     created = [a[0] for a, _ in db.of(Q, "create_index")]
-    assert created == [keys for keys, _ in D.job_indexes({"tombstone": 1})]
+    assert created == [keys for keys, _ in documents.job_indexes({"tombstone": 1})]
     assert created[0] == [("status", 1), ("lease_until", 1), ("_id", 1)]
     ttl = db.of(Q, "create_index")[-1][1]
     assert ttl["partialFilterExpression"] == {"status": "tombstone"}
@@ -108,13 +106,13 @@ def test_claim_reads_the_candidates_once_then_claims_each_by_id(db, store):
     jobs = store.claim("q", "w", 5, 900)
     # Then one indexed read in claim order found them (no scan per job)
     (read_args, read_kwargs), = db.of(Q, "find")
-    assert read_args == (D.claimable(0), {"_id": 1})
-    assert read_kwargs == {"sort": D.CLAIM_SORT, "limit": 5}
+    assert read_args == (documents.claimable(0), {"_id": 1})
+    assert read_kwargs == {"sort": documents.CLAIM_SORT, "limit": 5}
     # And each was claimed by its id with the whole claimable guard
     calls = db.of(Q, "find_one_and_update")
     assert [j.id for j in jobs] == ["a", "b"]
-    assert [c[0] for c in calls] == [(D.claimable_id("a", 0), D.claim("w", 900, 0)),
-                                     (D.claimable_id("b", 0), D.claim("w", 900, 0))]
+    assert [c[0] for c in calls] == [(documents.claimable_id("a", 0), documents.claim("w", 900, 0)),
+                                     (documents.claimable_id("b", 0), documents.claim("w", 900, 0))]
     assert calls[0][1]["return_document"] == ReturnDocument.AFTER
     # And both claims are journalled in one round trip, the second as a redelivery
     assert journal_events(db) == [("a", "claimed"), ("b", "claimed")]
@@ -144,7 +142,7 @@ def test_claim_reads_again_when_other_workers_took_every_candidate(db, store):
 def test_redelivered_follows_the_epoch_not_the_refunded_attempts(db, store):
     # Given a job given back twice: attempts back to 1, but its third claim (epoch 3)
     db[Q].answer("find_one_and_update", doc("a", attempts=1, lease_epoch=3))
-    store.claim_id("q", "a", "w", 60)
+    store.claim_one("q", "a", "w", 60)
     op = db.of("leaseq_journal", "bulk_write")[0][0][0][0]
     assert op._doc[0]["$set"]["reason"] == {"$literal": "redelivered"}
 
@@ -154,9 +152,9 @@ def test_claim_that_finds_nothing_writes_no_journal(db, store):
     assert db.of("leaseq_journal", "bulk_write") == []
 
 
-def test_claim_id_filters_on_the_id(db, store):
-    assert store.claim_id("q", "x", "w", 60) is None
-    assert db.of(Q, "find_one_and_update")[0][0][0] == D.claimable_id("x", 0)
+def test_claim_one_filters_on_the_id(db, store):
+    assert store.claim_one("q", "x", "w", 60) is None
+    assert db.of(Q, "find_one_and_update")[0][0][0] == documents.claimable_id("x", 0)
 
 
 # --- heartbeat -----------------------------------------------------------------------------
@@ -167,7 +165,7 @@ def test_heartbeat_with_every_lease_held_is_one_statement(db, store):
     assert store.heartbeat_many("q", [Lease("a", 1), Lease("b", 2)], 60) == []
     assert db.sequence(Q) == ["update_many"]
     args, _ = db.of(Q, "update_many")[0]
-    assert args == (D.held([("a", 1), ("b", 2)]), D.extend(60, 0))
+    assert args == (documents.held([("a", 1), ("b", 2)]), documents.extend(60, 0))
 
 
 def test_heartbeat_names_the_lost_leases_in_order_and_journals_existing_ones(db, store):
@@ -187,7 +185,8 @@ def test_complete_writes_the_fenced_finish(db, store):
     db[Q].answer("find_one_and_update", doc(status="done", result='{"n":1}'))
     job = store.complete("q", Lease("j1", 3), '{"n":1}')
     args, kwargs = db.of(Q, "find_one_and_update")[0]
-    assert args == (D.fenced("j1", 3, stale=False), D.complete("done", '{"n":1}', None, 0))
+    assert args == (documents.fenced("j1", 3, stale=False),
+                    documents.complete("done", '{"n":1}', None, 0))
     assert kwargs["return_document"] == ReturnDocument.AFTER
     assert job.status == "done" and job.result == {"n": 1}
     assert journal_events(db) == [("j1", "result_saved")]
@@ -211,11 +210,11 @@ def test_a_stale_job_is_given_back_afresh_instead_of_finished(db, store, finish)
     job = FINISHES[finish](store)
     # Then the second, stale-only statement gave it back: attempts and counters reset
     second = db.of(Q, "find_one_and_update")[1][0]
-    assert second == (D.fenced("j1", 3, stale=True), D.stale_give_back(0))
+    assert second == (documents.fenced("j1", 3, stale=True), documents.stale_give_back(0))
     assert job.status == "pending"
     assert journal_events(db) == [("j1", "given_back")]
     fields = db.of("leaseq_journal", "bulk_write")[0][0][0][0]._doc[0]["$set"]
-    assert fields["reason"] == {"$literal": D.STALE_REASON}
+    assert fields["reason"] == {"$literal": documents.STALE_REASON}
 
 
 def test_a_lost_lease_raises_and_writes_nothing_else(db, store):
@@ -245,7 +244,7 @@ def test_snooze_is_fenced_and_counted_against_the_bound(db, store):
     with pytest.raises(LeaseLost):
         store.snooze("q", Lease("j1", 3), 5, max_snoozes=7)
     first = db.of(Q, "find_one_and_update")[0][0]
-    assert first == (D.fenced("j1", 3, stale=False), D.snooze(5, 7, 0))
+    assert first == (documents.fenced("j1", 3, stale=False), documents.snooze(5, 7, 0))
 
 
 def test_a_snooze_past_the_bound_is_quarantined_with_its_count(db, store):
@@ -270,7 +269,7 @@ def test_give_back_is_fenced_and_journalled(db, store, started):
     db[Q].answer("find_one_and_update", doc(status="pending", attempts=0, givebacks=int(started)))
     job = store.give_back("q", Lease("j1", 3), started, "worker shutting down", max_givebacks=2)
     first = db.of(Q, "find_one_and_update")[0][0]
-    assert first == (D.fenced("j1", 3, stale=False), D.give_back(started, 2, 0))
+    assert first == (documents.fenced("j1", 3, stale=False), documents.give_back(started, 2, 0))
     assert job.status == "pending"
     assert journal_events(db) == [("j1", "given_back")]
     fields = db.of("leaseq_journal", "bulk_write")[0][0][0][0]._doc[0]["$set"]
@@ -302,11 +301,12 @@ def test_reclaim_buries_spent_jobs_before_returning_the_others_then_fails_spent_
     db[Q].answer("update_many", Updated(1), Updated(1), Updated(1))
     assert store.reclaim_expired("q") == (2, 1)
     first, second, third = (a for a, _ in db.of(Q, "update_many"))
-    assert first == ({**D.expired(0, spent_=True), "_id": {"$in": ["spent"]}},
-                     D.expire_spent(0))
-    assert second == ({**D.expired(0, spent_=False), "_id": {"$in": ["live"]}},
-                      D.return_expired(0))
-    assert third == ({**D.pending_spent(), "_id": {"$in": ["old"]}}, D.exhaust_pending(0))
+    assert first == ({**documents.expired(0, spent_=True), "_id": {"$in": ["spent"]}},
+                     documents.expire_spent(0))
+    assert second == ({**documents.expired(0, spent_=False), "_id": {"$in": ["live"]}},
+                      documents.return_expired(0))
+    assert third == ({**documents.pending_spent(), "_id": {"$in": ["old"]}},
+                     documents.exhaust_pending(0))
     assert journal_events(db) == [("spent", "quarantined"), ("live", "reclaimed"),
                                   ("old", "quarantined")]
     reasons = [op._doc[0]["$set"]["reason"]["$literal"]
@@ -336,7 +336,7 @@ def test_mark_published_counts_what_it_marked(db, store):
     db[Q].answer("find", [doc("a", status="pending")])
     db[Q].answer("update_many", Updated(1))
     assert store.mark_published("q", [Lease("a", 0), Lease("b", 3)]) == ["a"]
-    assert db.of(Q, "update_many")[0][0][1] == D.mark_published(0)
+    assert db.of(Q, "update_many")[0][0][1] == documents.mark_published(0)
 
 
 def test_purge_deletes_jobs_and_their_journal(db, store):
@@ -350,15 +350,15 @@ def test_purge_deletes_jobs_and_their_journal(db, store):
 # --- operators -----------------------------------------------------------------------------
 
 
-def test_operator_retry_of_a_missing_job_raises(store):
+def test_operator_requeue_of_a_missing_job_raises(store):
     with pytest.raises(JobNotFound):
-        store.retry("q", "nope")
+        store.requeue("q", "nope")
 
 
 def test_operator_cancel_of_a_done_job_is_false(db, store):
     db[Q].answer("find_one", {"_id": "x"})
     assert store.cancel("q", "x") is False
-    assert db.of(Q, "find_one_and_update")[0][0][0] == D.cancellable("x")
+    assert db.of(Q, "find_one_and_update")[0][0][0] == documents.cancellable("x")
 
 
 # --- enqueue -------------------------------------------------------------------------------
@@ -368,10 +368,10 @@ def test_enqueue_outcomes_come_from_the_pre_image(db, store):
     db[Q].answer("find", [])
     db[Q].answer("find_one_and_update", None, {"_id": "a", "status": "pending", "x": 1})
     results = store.enqueue_many("q", [spec("a", {"x": 1}), spec("a", {"x": 1})])
-    assert [r.outcome for r in results] == [Outcome.CREATED, Outcome.UNCHANGED]
+    assert [r.outcome for r in results] == [EnqueueOutcome.CREATED, EnqueueOutcome.UNCHANGED]
     args, kwargs = db.of(Q, "find_one_and_update")[0]
     assert args[0] == {"_id": "a"}
-    assert args[1] == U.upsert({"x": 1}, None, None, 5, 0.0, "raise", 0)
+    assert args[1] == upserts.upsert({"x": 1}, None, None, 5, 0.0, "raise", 0)
     assert kwargs["upsert"] is True and kwargs["return_document"] == ReturnDocument.BEFORE
     assert journal_events(db) == [("a", "enqueued")]
 
@@ -389,7 +389,7 @@ def test_a_conflicting_batch_writes_nothing_without_transactions(db, store):
 def test_keep_reports_a_conflict_and_the_pipeline_does_not_write_it(db, store):
     db[Q].answer("find_one_and_update", {"_id": "b", "status": "done", "x": 1})
     results = store.enqueue_many("q", [spec("b", {"x": 2})], on_conflict="keep")
-    assert results[0].outcome is Outcome.CONFLICT
+    assert results[0].outcome is EnqueueOutcome.CONFLICT
     op = db.of(Q, "find_one_and_update")[0][0][1][0]["$replaceWith"]["$let"]["vars"]["op"]
     assert op["$switch"]["branches"][1]["case"] is False
 
@@ -448,7 +448,7 @@ def test_ready_stats_reads_the_ready_count_and_oldest_age_in_one_aggregation(db,
     # Then they come back (issue 11, 7: a set named _ready hid this method: TypeError)
     assert store.ready_stats("q") == (3, 90.0)
     (args, _), = db.of(Q, "aggregate")
-    assert args == (D.ready(0),)
+    assert args == (documents.ready(0),)
 
 
 def test_ready_and_oldest_age_derive_from_ready_stats(db, store):
@@ -461,7 +461,7 @@ def test_in_flight_counts_processing_jobs_with_a_live_lease(db, store):
     db[Q].answer("count_documents", 4)
     assert store.in_flight("q") == 4
     (args, _), = db.of(Q, "count_documents")
-    assert args == (D.in_flight(0),)
+    assert args == (documents.in_flight(0),)
 
 
 @pytest.mark.skipif(not records.COUNTERS, reason="Job has no snoozes / givebacks fields yet")

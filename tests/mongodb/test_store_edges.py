@@ -14,10 +14,8 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import ConfigurationError, DuplicateKeyError, OperationFailure
 
 from leaseq.errors import InvalidInput, InvalidURL, JobConflict
-from leaseq.job import JobSpec, Outcome
-from leaseq.stores.mongodb import MongoStore
-from leaseq.stores.mongodb import connection as C
-from leaseq.stores.mongodb import upserts as U
+from leaseq.job import EnqueueOutcome, JobSpec
+from leaseq.stores.mongodb import MongoStore, connection, upserts
 
 Q = "leaseq_q"
 
@@ -59,7 +57,7 @@ def test_a_racing_upsert_of_a_new_id_is_tried_once_more(db, store):
     # Given a concurrent producer that inserted the same new id between our read and write
     db[Q].answer("find_one_and_update", DuplicateKeyError("E11000"), None)
     assert store.enqueue_many("q", [spec("a", {"x": 1})], on_conflict="keep")[0].outcome is (
-        Outcome.CREATED)
+        EnqueueOutcome.CREATED)
     db[Q].answer("find_one_and_update", DuplicateKeyError("E11000"), DuplicateKeyError("E11000"))
     with pytest.raises(DuplicateKeyError):
         store.enqueue_many("q", [spec("b", {"x": 1})], on_conflict="keep")
@@ -74,23 +72,23 @@ def test_a_purge_round_that_deletes_nothing_stops(db, store):
 
 
 def test_nested_payloads_compare_as_bson_does():
-    assert U.bson_equal_payload({"a": [1, {"b": 2}]}, {"a": [1.0, {"b": 2}]})
-    assert not U.bson_equal_payload({"a": [1, 2]}, {"a": [1]})
-    assert not U.bson_equal_payload({"a": "1"}, {"a": 1})
+    assert upserts.bson_equal_payload({"a": [1, {"b": 2}]}, {"a": [1.0, {"b": 2}]})
+    assert not upserts.bson_equal_payload({"a": [1, 2]}, {"a": [1]})
+    assert not upserts.bson_equal_payload({"a": "1"}, {"a": 1})
 
 
 @pytest.mark.parametrize("url", ["mongodb://h/db?prefix=a%20b", "mongodb://h/a.b",
                                  "mongodb://[::1/db"])
 def test_bad_urls_are_refused_with_the_reason(url):
     with pytest.raises(InvalidURL):
-        C.parse_url(url)
+        connection.parse_url(url)
 
 
 def test_a_client_pymongo_refuses_is_an_invalid_url_with_the_password_masked():
     refused = ConfigurationError("bad option for u:pw9@h")
-    with mock.patch.object(C, "MongoClient", side_effect=refused), \
+    with mock.patch.object(connection, "MongoClient", side_effect=refused), \
             pytest.raises(InvalidURL) as raised:
-        C.open_client("mongodb://u:pw9@h/db")
+        connection.open_client("mongodb://u:pw9@h/db")
     assert "pw9" not in str(raised.value)
 
 
@@ -101,5 +99,5 @@ def test_other_operation_failures_pass_through_the_guard(db, store):
 
 
 def test_secrets_of_a_url_without_a_password_or_unparseable():
-    assert C.secrets_of("mongodb://user@h/db") == ()
-    assert C.secrets_of("mongodb://[::1/db") == ()
+    assert connection.secrets_of("mongodb://user@h/db") == ()
+    assert connection.secrets_of("mongodb://[::1/db") == ()

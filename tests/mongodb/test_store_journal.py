@@ -12,8 +12,7 @@ from pymongo.errors import AutoReconnect
 
 from leaseq.errors import StoreUnavailable
 from leaseq.job import Lease
-from leaseq.stores.mongodb import MongoStore
-from leaseq.stores.mongodb import documents as D
+from leaseq.stores.mongodb import MongoStore, documents
 
 Q, JOURNAL = "leaseq_q", "leaseq_journal"
 
@@ -53,7 +52,7 @@ def test_on_a_replica_set_a_failed_journal_write_aborts_the_claim(replica):
     replica[Q].answer("find_one_and_update", doc("a"))
     # When the job is claimed
     with pytest.raises(StoreUnavailable):
-        store.claim_id("q", "a", "w", 60)
+        store.claim_one("q", "a", "w", 60)
     # Then the transaction holding the claim was aborted (the claim never committed)
     assert replica.client.transactions == ["start", "abort", "end_session"]
 
@@ -70,8 +69,8 @@ def test_on_a_standalone_server_a_failed_journal_write_gives_the_claims_back(db,
     # Then both jobs were given back at once, fenced by their new epochs, attempts refunded,
     # instead of waiting out the lease the worker never saw and losing an attempt
     undo = [a for a, _ in db.of(Q, "find_one_and_update")][2:]
-    assert undo == [(D.fenced("a", 4, stale=False), D.give_back(False, 0, 0)),
-                    (D.fenced("b", 1, stale=False), D.give_back(False, 0, 0))]
+    assert undo == [(documents.fenced("a", 4, stale=False), documents.give_back(False, 0, 0)),
+                    (documents.fenced("b", 1, stale=False), documents.give_back(False, 0, 0))]
 
 
 def journal_events(db: FakeDB) -> list[tuple[str, str]]:
@@ -88,7 +87,7 @@ def test_on_a_standalone_server_a_failure_mid_batch_gives_back_the_claims_made(d
         store.claim("q", "w", 2, 60)
     # Then the first job, claimed but never handed over, was given back and journalled so
     undo = [a for a, _ in db.of(Q, "find_one_and_update")][2]
-    assert undo == (D.fenced("a", 2, stale=False), D.give_back(False, 0, 0))
+    assert undo == (documents.fenced("a", 2, stale=False), documents.give_back(False, 0, 0))
     assert journal_events(db) == [("a", "given_back")]
 
 
@@ -113,7 +112,7 @@ def test_a_give_back_that_fails_too_still_raises_the_journal_error(db, store):
     db[JOURNAL].answer("bulk_write", AutoReconnect("down"))
     # Then the caller sees the store is unavailable (the lease runs out; reclaim returns it)
     with pytest.raises(StoreUnavailable):
-        store.claim_id("q", "a", "w", 60)
+        store.claim_one("q", "a", "w", 60)
     assert len(db.of(Q, "find_one_and_update")) == 2
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from mongo_fakes import FakeDB, Updated
 
-from leaseq.stores.mongodb import MongoStore
-from leaseq.stores.mongodb import documents as D
+from leaseq.stores.mongodb import MongoStore, documents
 
 Q = "leaseq_q"
 
@@ -22,8 +21,8 @@ def test_reowe_publish_unpublishes_the_pending_published_and_journals_them() -> 
     # Then that one is unpublished by the builders' documents and journaled with the reason
     assert changed == ["a"]
     query, update = db.of(Q, "update_many")[0][0]
-    assert query == {**D.published(["a", "b"]), "_id": {"$in": ["a"]}}
-    assert update == D.unpublish()
+    assert query == {**documents.published(["a", "b"]), "_id": {"$in": ["a"]}}
+    assert update == documents.unpublish()
     (ops,) = [args[0] for args, _ in db.of("leaseq_journal", "bulk_write")]
     fields = ops[0]._doc[0]["$set"]
     assert fields["event"]["$literal"] == "publish_owed"
@@ -33,5 +32,5 @@ def test_reowe_publish_unpublishes_the_pending_published_and_journals_them() -> 
 
 
 def test_published_selects_pending_jobs_with_a_publish_date() -> None:
-    assert D.published(("a",)) == {"_id": {"$in": ["a"]}, "status": "pending",
+    assert documents.published(("a",)) == {"_id": {"$in": ["a"]}, "status": "pending",
                                    "published_at": {"$type": "date"}}

@@ -58,7 +58,7 @@ def test_a_call_that_never_answers_is_cut_at_call_timeout(schema_url: str) -> No
         started = time.monotonic()
         # When a read waits on a server that does not answer for 20 s
         with pytest.raises(StoreUnavailable, match="unavailable"):
-            store._session.run(_sleep(20), retry_commit=True, single=True)
+            store._session.run(_sleep(20), idempotent=True, autocommit=True)
         # Then it gave up within its bounds, not after 20 s, and the cut was the watchdog's
         assert time.monotonic() - started < 2.5
         assert store._session.watchdog.cuts >= 2
@@ -74,7 +74,7 @@ def test_a_callers_deadline_is_shorter_than_the_stores_bounds(schema_url: str) -
         store.migrate()
         started = time.monotonic()
         with deadline.within(0.4), pytest.raises(StoreUnavailable, match="caller's deadline"):
-            store._session.run(_sleep(20), retry_commit=True, single=True)
+            store._session.run(_sleep(20), idempotent=True, autocommit=True)
         assert time.monotonic() - started < 1.5
     finally:
         store.close()
@@ -88,7 +88,7 @@ def test_a_write_cut_by_its_deadline_has_an_unknown_outcome_and_is_not_retried(
         started = time.monotonic()
         # When a write (not safe to repeat) is cut while the server works on it
         with pytest.raises(StoreUnavailable, match="outcome is unknown"):
-            store._session.run(_sleep(20), single=True)
+            store._session.run(_sleep(20), autocommit=True)
         # Then it is reported at once as unknown, never repeated for 5 s nor assumed done
         assert time.monotonic() - started < 1.5
     finally:
@@ -100,7 +100,7 @@ def test_the_watchdog_leaves_calls_that_finish_in_time_alone(schema_url: str) ->
     try:
         store.migrate()
         for _ in range(20):
-            store._session.run(_sleep(0), retry_commit=True, single=True)
+            store._session.run(_sleep(0), idempotent=True, autocommit=True)
         assert store._session.watchdog.cuts == 0
     finally:
         store.close()

@@ -28,6 +28,6 @@ def test_hot_statements_never_run_a_generic_plan(store: PostgresStore) -> None:
     # Then every statement the store prepared was planned for the rows it met, each run
     rows = store._session.run(lambda conn: conn.execute(
         "SELECT generic_plans, custom_plans FROM pg_prepared_statements").fetchall(),
-        single=True)
+        autocommit=True)
     assert rows, "the hot statements are prepared"
     assert all(generic == 0 for generic, _ in rows)

@@ -102,7 +102,7 @@ def test_fenced_out_completion_writes_no_follow_up(store: PostgresStore) -> None
     # Given a job whose lease was taken over by another worker
     q = store.queue("resize")
     q.enqueue("img-2", {"src": "b.png"})
-    old = q.claim_id("img-2", "w1", lease_s=60)
+    old = q.claim_one("img-2", "w1", lease_s=60)
     store.time_offset_s += 61
     (new,) = q.claim("w2")
     assert new.lease_epoch == old.lease_epoch + 1

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from leaseq.errors import JobConflict, JobNotFound, LeaseqError
 from leaseq.job import (
     EVENTS,
+    EnqueueOutcome,
     Failure,
     Job,
     JobStatus,
     Lease,
     LeaseLost,
-    Outcome,
     Permanent,
     Retry,
     Snooze,
@@ -45,14 +45,14 @@ def test_statuses_and_terminality() -> None:
 
 def test_failure_kinds_and_outcomes() -> None:
     assert {f.value for f in Failure} == {"permanent", "exhausted", "expired", "invalid"}
-    assert {o.value for o in Outcome} == {"created", "unchanged", "updated", "revived",
-                                          "conflict"}
-    assert Outcome.CREATED == "created"  # StrEnum: compares with the stored text
+    assert {o.value for o in EnqueueOutcome} == {"created", "unchanged", "updated", "revived",
+                                                 "conflict"}
+    assert EnqueueOutcome.CREATED == "created"  # StrEnum: compares with the stored text
 
 
 def test_journal_events_are_the_designed_ones() -> None:
     for event in ("enqueued", "claimed", "heartbeat_lost", "result_saved", "retry_scheduled",
-                  "snoozed", "given_back", "quarantined", "reclaimed", "retried", "cancelled",
+                  "snoozed", "given_back", "quarantined", "reclaimed", "requeued", "cancelled",
                   "published", "ack_sent"):
         assert event in EVENTS
 

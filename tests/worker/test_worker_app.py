@@ -21,7 +21,8 @@ def test_enqueue_by_keyword_is_idempotent_by_job_id(app: leaseq.App) -> None:
     again = make_thumbnail.enqueue(path="a.png", job_id="file:1")
 
     # Then one job exists, with the task's name and the payload as given
-    assert (first.outcome, again.outcome) == (leaseq.Outcome.CREATED, leaseq.Outcome.UNCHANGED)
+    assert (first.outcome, again.outcome) == (leaseq.EnqueueOutcome.CREATED,
+                                              leaseq.EnqueueOutcome.UNCHANGED)
     job = app.queue("work").get("file:1")
     assert job is not None and job.task == "make_thumbnail" and job.payload == {"path": "a.png"}
 

@@ -34,7 +34,7 @@ class Partition:
         self.cut = threading.Event()
         self.hang = hang
         self.longest_s = 0.0
-        for name in ("heartbeat_many", "record"):
+        for name in ("heartbeat_many", "append_journal"):
             setattr(store, name, self._guard(getattr(store, name)))
 
     def _guard(self, call: Any) -> Any:

@@ -97,8 +97,8 @@ def test_in_flight_gauge_counts_running_work(app: leaseq.App) -> None:
     for job_id in ("running", "expired", "ready"):
         ok.enqueue(job_id=job_id)
     q = app.queue("work")
-    q.claim_id("running", "w", lease_s=600)
-    q.claim_id("expired", "w", lease_s=1)
+    q.claim_one("running", "w", lease_s=600)
+    q.claim_one("expired", "w", lease_s=1)
     app.store.time_offset_s = 5  # the store's clock moves past the short lease
     metrics = Metrics()
     metrics.watch_store(app.store, lambda: ["work"], refresh_s=0)

@@ -167,7 +167,7 @@ def requeue(job_id: str | None, url: str | None, queue: str | None, all_failed: 
     with open_store(url) as store:
         if job_id:
             q = find_queue(store, job_id, queue)
-            if not q.retry(job_id):
+            if not q.requeue(job_id):
                 raise Failed(f"job {job_id!r} is still pending or processing; "
                              "nothing to requeue")
             click.echo(f"requeued: job {job_id} in queue {q.name} is pending again")
@@ -180,7 +180,7 @@ def requeue(job_id: str | None, url: str | None, queue: str | None, all_failed: 
 def _requeue_failed(queue: Queue) -> int:
     # The ids first: requeuing while paging through "failed" would move the page under us.
     ids = [job.id for job in queue.iter_jobs("failed")]
-    return sum(queue.retry(job_id) for job_id in ids)
+    return sum(queue.requeue(job_id) for job_id in ids)
 
 
 # The operator's re-drive was called ``retry``, easy to confuse with ``retry_later`` and

@@ -3,7 +3,7 @@
 Per delivery, in this order (the order is the guarantee):
 
 1. journal ``received`` (redelivered flag, delivery count);
-2. ``claim_id`` that job. Not claimable (terminal, not due, held by a live lease, unknown)
+2. ``claim_one`` that job. Not claimable (terminal, not due, held by a live lease, unknown)
    → ack, no effect;
 3. run it with the same ``execute`` the polling worker uses; it writes the outcome durably;
 4. only then settle the delivery on the channel it came on: ``nack(requeue=False)`` when the job
@@ -196,12 +196,12 @@ class Consumer:
             return None, True, "not a leaseq message for this queue"
         queue = self.queues[d.queue]
         job_id = decoded[1]
-        queue.store.record(queue.name, job_id, "received", worker_id=self.worker_id,
+        queue.store.append_journal(queue.name, job_id, "received", worker_id=self.worker_id,
                            reason=(f"redelivered (delivery count {d.delivery_count})"
                                    if d.redelivered else "first delivery"),
                            data={"redelivered": d.redelivered,
                                  "delivery_count": d.delivery_count})
-        job = queue.claim_id(job_id, self.worker_id)
+        job = queue.claim_one(job_id, self.worker_id)
         if job is None:
             current = queue.get(job_id)
             return current, False, f"not claimable: {_why_not(current)}"
@@ -252,7 +252,7 @@ class Consumer:
         if job is None:
             return
         try:
-            self.queues[d.queue].store.record(
+            self.queues[d.queue].store.append_journal(
                 d.queue, job.id, "ack_sent", attempt=job.attempts, lease_epoch=job.lease_epoch,
                 worker_id=self.worker_id, reason=("nack requeue=false; " if nack else "ack; ")
                 + reason, data={"redelivered": d.redelivered, "nack": nack})

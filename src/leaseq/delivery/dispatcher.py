@@ -234,7 +234,7 @@ class Dispatcher:
             job = queue.get(sent.id)
             if job is None:
                 continue  # purged meanwhile: no story left to tell
-            queue.store.record(queue.name, sent.id, "published", attempt=sent.attempts,
+            queue.store.append_journal(queue.name, sent.id, "published", attempt=sent.attempts,
                                lease_epoch=sent.lease_epoch,
                                reason=f"confirmed after the job moved on (now {job.status}, "
                                       f"epoch {job.lease_epoch})")

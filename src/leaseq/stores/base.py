@@ -34,7 +34,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 
+from leaseq.deprecated import warn_renamed
 from leaseq.job import (
+    EnqueueOutcome,
     EnqueueResult,
     Job,
     JobSpec,
@@ -42,7 +44,6 @@ from leaseq.job import (
     Lease,
     LeaseLost,
     OnConflict,
-    Outcome,
     is_terminal,
 )
 
@@ -150,7 +151,7 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         """Claim this one job if it is claimable now (broker delivery); else None, no write."""
 
     @abc.abstractmethod
@@ -255,11 +256,11 @@ class Store(abc.ABC):
     # --- operators -------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def retry(self, queue: str, job_id: str) -> bool:
-        """Operator retry of a terminal job (failed, cancelled, done, app terminal): back to
-        ``pending``, attempts, snoozes and givebacks 0, failure cleared, ready now. False when
-        the job is live (pending / processing); ``JobNotFound`` when there is no such job.
-        Journal: ``retried``.
+    def requeue(self, queue: str, job_id: str) -> bool:
+        """The operator's re-drive of a terminal job (failed, cancelled, done, app terminal):
+        back to ``pending``, attempts, snoozes and givebacks 0, failure cleared, ready now.
+        False when the job is live (pending / processing); ``JobNotFound`` when there is no
+        such job. Journal: ``requeued`` (rows written before 0.2 say ``retried``).
         """
 
     @abc.abstractmethod
@@ -276,7 +277,7 @@ class Store(abc.ABC):
         """The job, or None."""
 
     @abc.abstractmethod
-    def list(
+    def list_jobs(
         self, queue: str, status: str | None = None, limit: int = 100, after_id: str | None = None
     ) -> list[Job]:
         """Jobs ordered by id (after ``after_id``, for paging), optionally of one status."""
@@ -307,7 +308,7 @@ class Store(abc.ABC):
         """The job's events, oldest first; ``[]`` when none."""
 
     @abc.abstractmethod
-    def record(
+    def append_journal(
         self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
         lease_epoch: int | None = None, worker_id: str | None = None,
         reason: str | None = None, data: Mapping[str, Any] | None = None,
@@ -383,15 +384,39 @@ class Store(abc.ABC):
         state, already owed, or unknown are left alone. Atomic per job. Returns the ids
         changed (``[]`` when none). Journal: ``publish_owed`` with ``reason``."""
 
+    # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
+    # built-in for the annotations above ------------------------------------------------------
+
+    def list(self, queue: str, status: str | None = None, limit: int = 100,
+             after_id: str | None = None) -> list[Job]:
+        """Deprecated: ``list_jobs``."""
+        warn_renamed("Store.list", "Store.list_jobs")
+        return self.list_jobs(queue, status, limit, after_id)
+
+    def retry(self, queue: str, job_id: str) -> bool:
+        """Deprecated: ``requeue``."""
+        warn_renamed("Store.retry", "Store.requeue")
+        return self.requeue(queue, job_id)
+
+    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+        """Deprecated: ``claim_one``."""
+        warn_renamed("Store.claim_id", "Store.claim_one")
+        return self.claim_one(queue, job_id, worker_id, lease_s)
+
+    def record(self, queue: str, job_id: str, event: str, **fields: Any) -> None:
+        """Deprecated: ``append_journal``."""
+        warn_renamed("Store.record", "Store.append_journal")
+        self.append_journal(queue, job_id, event, **fields)
+
 
 def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,
-                  on_conflict: OnConflict) -> Outcome:
+                  on_conflict: OnConflict) -> EnqueueOutcome:
     """What an enqueue does to an existing job (DESIGN.md §3); shared by the SQL stores."""
     if spec.revision is not None:
         if spec.revision == revision:
-            return Outcome.UNCHANGED
+            return EnqueueOutcome.UNCHANGED
     elif payload_json == spec.payload_json:
-        return Outcome.UNCHANGED
+        return EnqueueOutcome.UNCHANGED
     elif on_conflict != "replace":
-        return Outcome.CONFLICT
-    return Outcome.REVIVED if is_terminal(status) else Outcome.UPDATED
+        return EnqueueOutcome.CONFLICT
+    return EnqueueOutcome.REVIVED if is_terminal(status) else EnqueueOutcome.UPDATED

@@ -103,6 +103,3 @@ class SQLStore(Store):
 
     def outbox_due(self, queue: str, limit: int) -> list[Job]:
         return [self._job(r) for r in self._read("outbox_due", queue=queue, limit=limit)]
-
-    # Last in the class: a method named ``list`` hides the built-in from what follows it.
-    list = list_jobs

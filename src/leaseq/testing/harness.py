@@ -205,7 +205,7 @@ def given_claimed(q: Queue, job_id: str = "j1", worker_id: str = W1,
                   lease_s: float = LONG_LEASE_S, **spec: Any) -> Job:
     """One job enqueued and claimed by ``worker_id``."""
     q.enqueue(job_id, {"name": job_id}, **spec)
-    job = q.claim_id(job_id, worker_id, lease_s=lease_s)
+    job = q.claim_one(job_id, worker_id, lease_s=lease_s)
     assert job is not None, f"job {job_id} was not claimable right after enqueue"
     return job
 

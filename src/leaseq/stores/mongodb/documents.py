@@ -201,7 +201,7 @@ def unpublished(leases: Sequence[tuple[str, int]], offset_s: float) -> Doc:
             "published_at": None, "$and": [{"$or": at_epoch}, {"$or": due["$or"]}]}
 
 
-def operator_retryable(job_id: str) -> Doc:
+def operator_requeueable(job_id: str) -> Doc:
     return {"_id": job_id, "status": {"$nin": [PENDING, PROCESSING]}}
 
 
@@ -384,7 +384,7 @@ def exhaust_pending(offset_s: float) -> list[Doc]:
     }}]
 
 
-def operator_retry(offset_s: float) -> list[Doc]:
+def operator_requeue(offset_s: float) -> list[Doc]:
     return [{"$set": {"status": PENDING, "attempts": 0, "snoozes": 0, "givebacks": 0,
                       "failure": None, "stale": False, "worker_id": None,
                       "lease_until": now(offset_s), "published_at": None,

@@ -31,18 +31,16 @@ from leaseq.errors import (
     UnsupportedOperation,
 )
 from leaseq.job import (
+    EnqueueOutcome,
     EnqueueResult,
     Job,
     JobSpec,
     JournalEntry,
     Lease,
     OnConflict,
-    Outcome,
 )
 from leaseq.stores.base import Store
-from leaseq.stores.mongodb import documents as D
-from leaseq.stores.mongodb import records
-from leaseq.stores.mongodb import upserts as U
+from leaseq.stores.mongodb import documents, records, upserts
 from leaseq.stores.mongodb.connection import (
     check_ttl_status,
     guarded,
@@ -57,8 +55,11 @@ SCHEMA_VERSION = 1
 #: Index option conflicts: an equivalent index already exists under another name or options
 #: (an adopted collection's own TTL index, say). The operator's index is kept.
 _INDEX_EXISTS = (85, 86)
-_OUTCOMES = {U.CREATE: Outcome.CREATED, U.KEEP: Outcome.UNCHANGED, U.REVIVE: Outcome.REVIVED,
-             U.UPDATE: Outcome.UPDATED, U.STALE: Outcome.UPDATED, "conflict": Outcome.CONFLICT}
+_OUTCOMES = {upserts.CREATE: EnqueueOutcome.CREATED, upserts.KEEP: EnqueueOutcome.UNCHANGED,
+             upserts.REVIVE: EnqueueOutcome.REVIVED, upserts.UPDATE: EnqueueOutcome.UPDATED,
+             upserts.STALE: EnqueueOutcome.UPDATED, "conflict": EnqueueOutcome.CONFLICT}
+#: The outcomes that wrote the job, and so journal ``enqueued``.
+_WRITTEN = (EnqueueOutcome.CREATED, EnqueueOutcome.UPDATED, EnqueueOutcome.REVIVED)
 
 
 class MongoStore(WorkerWrites, Store):
@@ -118,7 +119,7 @@ class MongoStore(WorkerWrites, Store):
         coll = self._collections.get(name)
         if coll is None:
             coll = self._primary(name)
-            self._create_indexes(coll, D.job_indexes(self._ttl_s))
+            self._create_indexes(coll, documents.job_indexes(self._ttl_s))
             self._collections[name] = coll
         return coll
 
@@ -142,7 +143,7 @@ class MongoStore(WorkerWrites, Store):
         if not events:
             return
         ops = [UpdateOne({"_id": ObjectId()},
-                         D.journal_entry(q, job_id, event, fields, self._off), upsert=True)
+                         documents.journal_entry(q, job_id, event, fields, self._off), upsert=True)
                for q, job_id, event, fields in events]
         self._journal.bulk_write(ops, ordered=True, session=session)
 
@@ -156,7 +157,7 @@ class MongoStore(WorkerWrites, Store):
 
     @guarded
     def migrate(self) -> int:
-        self._create_indexes(self._journal, D.journal_indexes())
+        self._create_indexes(self._journal, documents.journal_indexes())
         for queue in self.queues():
             self._coll(queue)
         return SCHEMA_VERSION
@@ -217,9 +218,9 @@ class MongoStore(WorkerWrites, Store):
         for spec in specs:
             outcome = self._upsert(self._coll(queue), spec, on_conflict, session)
             results.append(EnqueueResult(spec.job_id, outcome))
-            if outcome is Outcome.CONFLICT and on_conflict == "raise":
+            if outcome is EnqueueOutcome.CONFLICT and on_conflict == "raise":
                 conflicts.append(spec.job_id)
-            elif outcome in (Outcome.CREATED, Outcome.UPDATED, Outcome.REVIVED):
+            elif outcome in _WRITTEN:
                 data = {"revision": spec.revision} if spec.revision else None
                 events.append((queue, spec.job_id, "enqueued",
                                {"reason": outcome.value, "data": data}))
@@ -228,10 +229,10 @@ class MongoStore(WorkerWrites, Store):
             raise JobConflict(queue, conflicts)
         return results
 
-    def _upsert(self, coll: Any, spec: JobSpec, on_conflict: str, session: Any) -> Outcome:
+    def _upsert(self, coll: Any, spec: JobSpec, on_conflict: str, session: Any) -> EnqueueOutcome:
         payload = json.loads(spec.payload_json)  # canonical key order, the same on every replay
-        pipeline = U.upsert(payload, spec.task, spec.revision, spec.max_attempts, spec.delay_s,
-                            on_conflict, self._off)
+        pipeline = upserts.upsert(payload, spec.task, spec.revision, spec.max_attempts,
+                                  spec.delay_s, on_conflict, self._off)
         for tries_left in (1, 0):
             try:
                 before = coll.find_one_and_update({"_id": spec.job_id}, pipeline, upsert=True,
@@ -240,7 +241,7 @@ class MongoStore(WorkerWrites, Store):
             except DuplicateKeyError:  # a concurrent upsert inserted the same new id first
                 if not tries_left:
                     raise
-        return _OUTCOMES[U.upsert_outcome(before, payload, spec.revision, on_conflict)]
+        return _OUTCOMES[upserts.upsert_outcome(before, payload, spec.revision, on_conflict)]
 
     def _refuse_conflicts(self, queue: str, specs: Sequence[JobSpec]) -> None:
         """Without transactions, ``raise`` must find its conflicts before the first write.
@@ -250,7 +251,7 @@ class MongoStore(WorkerWrites, Store):
         """
         ids = list({spec.job_id for spec in specs})
         stored = self._coll(queue).find({"_id": {"$in": ids}})
-        conflicts = U.batch_conflicts({d["_id"]: d for d in stored}, specs)
+        conflicts = upserts.batch_conflicts({d["_id"]: d for d in stored}, specs)
         if conflicts:
             raise JobConflict(queue, conflicts)
 
@@ -261,11 +262,12 @@ class MongoStore(WorkerWrites, Store):
         """Three steps in this order (DESIGN.md §3): bury the expired spent jobs before any
         can become pending; return the other expired ones; then quarantine any pending job
         whose attempts are spent (older data), which no claim would ever take."""
-        spent = self._move(queue, D.expired(self._off, spent_=True),
-                           D.expire_spent(self._off), D.FAILED)
-        returned = self._move(queue, D.expired(self._off, spent_=False),
-                              D.return_expired(self._off), D.PENDING)
-        exhausted = self._move(queue, D.pending_spent(), D.exhaust_pending(self._off), D.FAILED)
+        spent = self._move(queue, documents.expired(self._off, spent_=True),
+                           documents.expire_spent(self._off), documents.FAILED)
+        returned = self._move(queue, documents.expired(self._off, spent_=False),
+                              documents.return_expired(self._off), documents.PENDING)
+        exhausted = self._move(queue, documents.pending_spent(),
+                               documents.exhaust_pending(self._off), documents.FAILED)
         self._log([(queue, d["_id"], "quarantined", records.moved(d, "expired: lease ran out"))
                    for d in spent])
         self._log([(queue, d["_id"], "reclaimed", records.moved(d, records.reclaim_reason(d)))
@@ -283,13 +285,13 @@ class MongoStore(WorkerWrites, Store):
         epoch they were read with (a claim in between would have raised the epoch).
         """
         coll = self._coll(queue)
-        found = list(coll.find(query, D.FENCE_PROJECTION))
+        found = list(coll.find(query, documents.FENCE_PROJECTION))
         if not found:
             return []
         ids = [d["_id"] for d in found]
         if coll.update_many({**query, "_id": {"$in": ids}}, update).matched_count == len(found):
             return found
-        now = {d["_id"]: d for d in coll.find({"_id": {"$in": ids}}, D.FENCE_PROJECTION)}
+        now = {d["_id"]: d for d in coll.find({"_id": {"$in": ids}}, documents.FENCE_PROJECTION)}
         return [d for d in found if (n := now.get(d["_id"])) is not None
                 and n.get("status") == status and n.get("lease_epoch") == d.get("lease_epoch")]
 
@@ -297,7 +299,7 @@ class MongoStore(WorkerWrites, Store):
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
         coll, deleted = self._coll(queue), 0
         for status, age in older_than_s.items():
-            query = D.purgeable(status, age, self._off)
+            query = documents.purgeable(status, age, self._off)
             while ids := [d["_id"] for d in coll.find(query, {"_id": 1}, limit=1000)]:
                 gone = coll.delete_many({**query, "_id": {"$in": ids}}).deleted_count
                 left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
@@ -311,14 +313,14 @@ class MongoStore(WorkerWrites, Store):
     # --- operators -------------------------------------------------------------------------
 
     @guarded
-    def retry(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, D.operator_retryable(job_id),
-                              D.operator_retry(self._off), "retried")
+    def requeue(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, documents.operator_requeueable(job_id),
+                              documents.operator_requeue(self._off), "requeued")
 
     @guarded
     def cancel(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, D.cancellable(job_id),
-                              D.operator_cancel(self._off), "cancelled")
+        return self._operator(queue, job_id, documents.cancellable(job_id),
+                              documents.operator_cancel(self._off), "cancelled")
 
     def _operator(self, queue: str, job_id: str, query: dict[str, Any],
                   update: list[dict[str, Any]], event: str) -> bool:
@@ -337,19 +339,20 @@ class MongoStore(WorkerWrites, Store):
 
     @guarded
     def outbox_due(self, queue: str, limit: int) -> list[Job]:
-        cursor = self._coll(queue).find(D.outbox_due(self._off), sort=D.CLAIM_SORT, limit=limit)
+        cursor = self._coll(queue).find(documents.outbox_due(self._off),
+                                        sort=documents.CLAIM_SORT, limit=limit)
         return [records.job(queue, d) for d in cursor]
 
     @guarded
     def republish(self, queue: str, published_before_s: float) -> int:
-        query = D.published_before(published_before_s, self._off)
-        return self._coll(queue).update_many(query, D.unpublish()).modified_count
+        query = documents.published_before(published_before_s, self._off)
+        return self._coll(queue).update_many(query, documents.unpublish()).modified_count
 
     @guarded
     def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
         pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
-        marked = self._move(queue, D.unpublished(pairs, self._off), D.mark_published(self._off),
-                            D.PENDING)
+        marked = self._move(queue, documents.unpublished(pairs, self._off),
+                            documents.mark_published(self._off), documents.PENDING)
         self._log([(queue, d["_id"], "published", records.moved(d, None)) for d in marked])
         return [d["_id"] for d in marked]
 
@@ -361,17 +364,18 @@ class MongoStore(WorkerWrites, Store):
         return None if doc is None else records.job(queue, doc)
 
     @guarded
-    def list(self, queue: str, status: str | None = None, limit: int = 100,
-             after_id: str | None = None) -> list[Job]:
-        cursor = self._coll(queue).find(D.listing(status, after_id), sort=D.ID_SORT, limit=limit)
+    def list_jobs(self, queue: str, status: str | None = None, limit: int = 100,
+                  after_id: str | None = None) -> list[Job]:
+        cursor = self._coll(queue).find(documents.listing(status, after_id),
+                                        sort=documents.ID_SORT, limit=limit)
         return [records.job(queue, d) for d in cursor]
 
     @guarded
     def counts(self, queue: str) -> dict[str, int]:
-        return {r["_id"]: r["n"] for r in self._coll(queue).aggregate(D.counts())}
+        return {r["_id"]: r["n"] for r in self._coll(queue).aggregate(documents.counts())}
 
     def _ready(self, queue: str) -> dict[str, Any]:
-        rows = list(self._coll(queue).aggregate(D.ready(self._off)))
+        rows = list(self._coll(queue).aggregate(documents.ready(self._off)))
         return rows[0] if rows else {"n": 0, "age_ms": None}
 
     @guarded
@@ -383,17 +387,19 @@ class MongoStore(WorkerWrites, Store):
     @guarded
     def in_flight(self, queue: str) -> int:
         """Processing jobs whose lease is live: work being done now (0 when none)."""
-        return self._coll(queue).count_documents(D.in_flight(self._off))
+        return self._coll(queue).count_documents(documents.in_flight(self._off))
 
     @guarded
     def journal(self, queue: str, job_id: str) -> list[JournalEntry]:
-        cursor = self._journal.find(D.journal_of(queue, job_id), sort=D.JOURNAL_SORT)
+        cursor = self._journal.find(documents.journal_of(queue, job_id),
+                                    sort=documents.JOURNAL_SORT)
         return [records.entry(d) for d in cursor]
 
     @guarded
-    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
-               lease_epoch: int | None = None, worker_id: str | None = None,
-               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+    def append_journal(self, queue: str, job_id: str, event: str, *,
+                       attempt: int | None = None, lease_epoch: int | None = None,
+                       worker_id: str | None = None, reason: str | None = None,
+                       data: Mapping[str, Any] | None = None) -> None:
         self._log([(queue, job_id, event, {
             "attempt": attempt, "lease_epoch": lease_epoch, "worker_id": worker_id,
             "reason": reason, "data": dict(data) if data else None})])
@@ -405,6 +411,7 @@ class MongoStore(WorkerWrites, Store):
                       reason: str = Store.REOWE_REASON) -> list[str]:
         if not job_ids:
             return []
-        owed = self._move(queue, D.published(job_ids), D.unpublish(), D.PENDING)
+        owed = self._move(queue, documents.published(job_ids), documents.unpublish(),
+                          documents.PENDING)
         self._log([(queue, d["_id"], "publish_owed", records.moved(d, reason)) for d in owed])
         return [d["_id"] for d in owed]

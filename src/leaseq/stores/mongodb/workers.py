@@ -16,8 +16,7 @@ from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
 from leaseq.job import Job, JobSpec, Lease, LeaseLost
-from leaseq.stores.mongodb import documents as D
-from leaseq.stores.mongodb import records
+from leaseq.stores.mongodb import documents, records
 from leaseq.stores.mongodb.connection import guarded
 
 AFTER = ReturnDocument.AFTER
@@ -43,8 +42,8 @@ class WorkerWrites:
         of them the read is repeated, so an answer of ``[]`` always means none was claimable."""
         coll, jobs = self._coll(queue), []
         while len(jobs) < limit:
-            ids = [d["_id"] for d in coll.find(D.claimable(self._off), {"_id": 1},
-                                               sort=D.CLAIM_SORT, limit=limit - len(jobs))]
+            ids = [d["_id"] for d in coll.find(documents.claimable(self._off), {"_id": 1},
+                                               sort=documents.CLAIM_SORT, limit=limit - len(jobs))]
             if not ids:
                 break
             taken = self._claim_ids(queue, ids, worker_id, lease_s)
@@ -54,7 +53,7 @@ class WorkerWrites:
         return jobs
 
     @guarded
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         self._coll(queue)
         taken = self._claim_ids(queue, [job_id], worker_id, lease_s)
         return taken[0] if taken else None
@@ -70,10 +69,10 @@ class WorkerWrites:
         a claim the caller never saw must not hold its job until the lease runs out and
         cost it an attempt.
         """
-        update, coll, jobs = D.claim(worker_id, lease_s, self._off), self._coll(queue), []
+        update, coll, jobs = documents.claim(worker_id, lease_s, self._off), self._coll(queue), []
 
         def one(job_id: str, session: Any) -> Job | None:
-            doc = coll.find_one_and_update(D.claimable_id(job_id, self._off), update,
+            doc = coll.find_one_and_update(documents.claimable_id(job_id, self._off), update,
                                            return_document=AFTER, session=session)
             return None if doc is None else records.job(queue, doc)
 
@@ -101,7 +100,7 @@ class WorkerWrites:
     def _undo_claims(self, queue: str, jobs: Sequence[Job]) -> None:
         """Best effort: the store may be the reason the claim failed. A claim not undone
         waits out its lease and comes back through reclaim."""
-        update = D.give_back(False, 0, self._off)
+        update = documents.give_back(False, 0, self._off)
 
         def journal(doc: dict[str, Any]) -> list[Event]:
             return [(queue, doc["_id"], "given_back", records.fields(
@@ -115,13 +114,13 @@ class WorkerWrites:
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
         pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
         coll = self._coll(queue)
-        done = coll.update_many(D.held(pairs), D.extend(lease_s, self._off))
+        done = coll.update_many(documents.held(pairs), documents.extend(lease_s, self._off))
         if done.matched_count == len(set(pairs)):
             return []  # every lease held: one round trip
         # A lease not held at the update is never held again (the epoch only grows), so the
         # documents read now name exactly the lost ones.
         now = {d["_id"]: d for d in coll.find({"_id": {"$in": [p[0] for p in pairs]}},
-                                              D.FENCE_PROJECTION)}
+                                              documents.FENCE_PROJECTION)}
         lost = [lease for lease in leases if not records.holds(now.get(lease.job_id), lease)]
         self._log([(queue, lease.job_id, "heartbeat_lost",
                     records.lost_fields(now[lease.job_id], lease))
@@ -137,17 +136,18 @@ class WorkerWrites:
         clears it, so it cannot change between the two statements of the same epoch.
         """
         coll = self._coll(queue)
-        doc = coll.find_one_and_update(D.fenced(lease.job_id, lease.lease_epoch, stale=False),
-                                       update, return_document=AFTER, session=session)
+        doc = coll.find_one_and_update(
+            documents.fenced(lease.job_id, lease.lease_epoch, stale=False), update,
+            return_document=AFTER, session=session)
         if doc is not None:
             return doc, False
-        doc = coll.find_one_and_update(D.fenced(lease.job_id, lease.lease_epoch, stale=True),
-                                       D.stale_give_back(self._off), return_document=AFTER,
-                                       session=session)
+        doc = coll.find_one_and_update(
+            documents.fenced(lease.job_id, lease.lease_epoch, stale=True),
+            documents.stale_give_back(self._off), return_document=AFTER, session=session)
         if doc is None:
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
         self._log([(queue, lease.job_id, "given_back",
-                    records.fields(doc, lease, D.STALE_REASON))], session)
+                    records.fields(doc, lease, documents.STALE_REASON))], session)
         return doc, True
 
     def _fenced(self, queue: str, lease: Lease, update: list[dict[str, Any]],
@@ -173,7 +173,7 @@ class WorkerWrites:
             self._coll(next_queue)  # indexes before the transaction
 
         def work(session: Any) -> Job:
-            doc, stale = self._finish(queue, lease, D.complete(
+            doc, stale = self._finish(queue, lease, documents.complete(
                 status, result_json, result_key, self._off), session)
             if not stale:
                 saved = records.fields(doc, lease, status)
@@ -189,35 +189,36 @@ class WorkerWrites:
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
                     delay_s: float) -> Job:
         def journal(doc: dict[str, Any]) -> list[Event]:
-            if doc["status"] == D.FAILED:
+            if doc["status"] == documents.FAILED:
                 return [(queue, lease.job_id, "quarantined",
                          records.fields(doc, lease, f"exhausted: {reason}"))]
             return [(queue, lease.job_id, "retry_scheduled",
                      {**records.fields(doc, lease, reason), "data": {"delay_s": delay_s}})]
 
-        return self._fenced(queue, lease, D.retry_later(error, delay_s, self._off), journal)
+        return self._fenced(queue, lease, documents.retry_later(error, delay_s, self._off), journal)
 
     @guarded
     def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed",
                max_snoozes: int = 200) -> Job:
         def journal(doc: dict[str, Any]) -> list[Event]:
-            if doc["status"] == D.FAILED:
+            if doc["status"] == documents.FAILED:
                 return [_quarantined(queue, doc, lease)]
             return [(queue, lease.job_id, "snoozed",
                      {**records.fields(doc, lease, reason), "data": {"delay_s": delay_s}})]
 
-        return self._fenced(queue, lease, D.snooze(delay_s, max_snoozes, self._off), journal)
+        update = documents.snooze(delay_s, max_snoozes, self._off)
+        return self._fenced(queue, lease, update, journal)
 
     @guarded
     def give_back(self, queue: str, lease: Lease, started: bool, reason: str,
                   max_givebacks: int = 3) -> Job:
         def journal(doc: dict[str, Any]) -> list[Event]:
-            if doc["status"] == D.FAILED:
+            if doc["status"] == documents.FAILED:
                 return [_quarantined(queue, doc, lease)]
             return [(queue, lease.job_id, "given_back",
                      {**records.fields(doc, lease, reason), "data": {"started": started}})]
 
-        update = D.give_back(started, max_givebacks, self._off)
+        update = documents.give_back(started, max_givebacks, self._off)
         return self._fenced(queue, lease, update, journal)
 
     @guarded
@@ -226,7 +227,7 @@ class WorkerWrites:
             return [(queue, lease.job_id, "quarantined",
                      records.fields(doc, lease, f"{failure}: {reason}"))]
 
-        return self._fenced(queue, lease, D.fail(error, failure, self._off), journal)
+        return self._fenced(queue, lease, documents.fail(error, failure, self._off), journal)
 
 
 def _claimed(queue: str, found: Job) -> Event:

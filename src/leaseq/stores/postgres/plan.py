@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from leaseq.job import EnqueueResult, JobSpec, OnConflict, Outcome
+from leaseq.job import EnqueueOutcome, EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.base import decide_upsert
 
 
@@ -26,26 +26,26 @@ class EnqueuePlan:
 
     def decide(self, spec: JobSpec, old: dict[str, Any] | None, on_conflict: OnConflict) -> None:
         if old is None:
-            outcome = Outcome.CREATED
+            outcome = EnqueueOutcome.CREATED
             self.inserts.append(spec)
         else:
             outcome = decide_upsert(old["status"], old["payload"], old["revision"], spec,
                                     on_conflict)
             self._update(spec, old, outcome)
-        if outcome is Outcome.CONFLICT:
+        if outcome is EnqueueOutcome.CONFLICT:
             self.conflicts.append(spec.job_id)
-        elif outcome is not Outcome.UNCHANGED:
+        elif outcome is not EnqueueOutcome.UNCHANGED:
             data = json.dumps({"revision": spec.revision}) if spec.revision else None
             self.journal.append((spec.job_id, outcome.value, data))
         self.results.append(EnqueueResult(spec.job_id, outcome))
 
-    def _update(self, spec: JobSpec, old: dict[str, Any], outcome: Outcome) -> None:
+    def _update(self, spec: JobSpec, old: dict[str, Any], outcome: EnqueueOutcome) -> None:
         """Queue the write for an existing row, and track its new state for later specs of
         the same id in this batch."""
-        if outcome is Outcome.REVIVED:
+        if outcome is EnqueueOutcome.REVIVED:
             name = "revive_job"
             old["status"] = "pending"
-        elif outcome is Outcome.UPDATED:
+        elif outcome is EnqueueOutcome.UPDATED:
             name = "mark_stale" if old["status"] == "processing" else "update_pending"
         else:
             return

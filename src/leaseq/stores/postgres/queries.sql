@@ -178,7 +178,7 @@ log AS (
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
--- name: claim_id
+-- name: claim_one
 WITH c AS (
     SELECT id FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s
@@ -482,7 +482,7 @@ log AS (
     FROM stuck ORDER BY id)
 SELECT count(*) AS n FROM stuck;
 
--- name: operator_retry
+-- name: operator_requeue
 WITH changed AS (
     UPDATE {jobs}
     SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
@@ -492,7 +492,7 @@ WITH changed AS (
     RETURNING queue, id, attempts, lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
-    SELECT queue, id, {now}, 'retried', attempts, lease_epoch, 'operator' FROM changed)
+    SELECT queue, id, {now}, 'requeued', attempts, lease_epoch, 'operator' FROM changed)
 SELECT count(*) AS n FROM changed;
 
 -- name: operator_cancel
@@ -549,7 +549,7 @@ WHERE queue = %(queue)s AND status = 'processing' AND lease_until > {now};
 -- name: journal
 SELECT * FROM {journal} WHERE queue = %(queue)s AND job_id = %(id)s ORDER BY seq;
 
--- name: record
+-- name: append_journal
 INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
 VALUES (%(queue)s, %(id)s, {now}, %(event)s, %(attempt)s, %(lease_epoch)s, %(worker_id)s,
         %(reason)s, %(data)s::json);

@@ -5,10 +5,10 @@
 failure), ``work`` is run again on a fresh connection, with backoff, for up to ``reconnect_s``;
 then ``StoreUnavailable``. That is safe because the failed transaction was rolled back. The one
 unsafe case is a connection lost *during* COMMIT: the write may or may not have happened. Only
-callers that pass ``retry_commit=True`` (reads, claims, heartbeats: doing them twice is
+callers that pass ``idempotent=True`` (reads, claims, heartbeats: doing them twice is
 harmless) are retried then; the others get ``StoreUnavailable`` saying the outcome is unknown.
 
-``run(work, single=True)`` is for work that is one statement: pool connections are in
+``run(work, autocommit=True)`` is for work that is one statement: pool connections are in
 autocommit, so the statement is its own transaction and costs one round trip instead of three
 (BEGIN, statement, COMMIT). Its send is also its COMMIT, so a connection lost under it leaves
 the outcome unknown, exactly as above, unless the server answered with an error (it aborted the
@@ -96,12 +96,14 @@ class Session:
             if pool is not None:
                 pool.close()
 
-    def run(self, work: Callable[[psycopg.Connection], T], *, retry_commit: bool = False,
-            single: bool = False, generic_plans: bool = False) -> T:
+    def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
+            autocommit: bool = False, generic_plans: bool = False) -> T:
         """``work(conn)`` in one transaction, committed; see the module's docstring.
-        ``single``: ``work`` runs one statement, in autocommit. ``generic_plans``: on a
-        connection of the second pool, whose prepared statements are planned once (see
-        ``_configure``): only for statements that scan nothing."""
+        ``autocommit``: ``work`` runs one statement, which is its own transaction.
+        ``idempotent``: running ``work`` twice is harmless, so it is run again even when the
+        connection was lost during its COMMIT. ``generic_plans``: on a connection of the
+        second pool, whose prepared statements are planned once (see ``_configure``): only
+        for statements that scan nothing."""
         deadline = time.monotonic() + self._options.reconnect_s
         callers = caller_deadline.current()
         if callers is not None:
@@ -109,7 +111,7 @@ class Session:
         pause = FIRST_PAUSE_S
         while True:
             try:
-                return self._attempt(work, retry_commit, single, deadline, generic_plans)
+                return self._attempt(work, idempotent, autocommit, deadline, generic_plans)
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
@@ -130,8 +132,8 @@ class Session:
         callers = caller_deadline.current()
         return at if callers is None else min(at, callers)
 
-    def _attempt(self, work: Callable[[psycopg.Connection], T], retry_commit: bool,
-                 single: bool, deadline: float, generic_plans: bool) -> T:
+    def _attempt(self, work: Callable[[psycopg.Connection], T], idempotent: bool,
+                 autocommit: bool, deadline: float, generic_plans: bool) -> T:
         pool = self._generic() if generic_plans else self._pool
         if pool is None:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
@@ -146,9 +148,9 @@ class Session:
                 self._after_error(conn)
                 raise _Retry(psycopg.OperationalError("the server closed the connection"))
             with self.watchdog.guard(conn, self._call_deadline()):
-                if single:
-                    return self._statement(conn, work, retry_commit)
-                return self._transaction(conn, work, retry_commit)
+                if autocommit:
+                    return self._statement(conn, work, idempotent)
+                return self._transaction(conn, work, idempotent)
         finally:
             pool.putconn(conn)
 
@@ -166,19 +168,19 @@ class Session:
             return self._generic_pool
 
     def _statement(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
-                   retry_commit: bool) -> T:
+                   idempotent: bool) -> T:
         try:
             return work(conn)
         except psycopg.OperationalError as exc:
             # An error the server reported (deadlock, shutdown) aborted the statement; a bare
             # lost connection may have cut off the answer to a statement that committed.
-            self._lost(conn, exc, retry_commit or exc.sqlstate is not None)
+            self._lost(conn, exc, idempotent or exc.sqlstate is not None)
         except BaseException:
             self._after_error(conn)
             raise
 
     def _transaction(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
-                     retry_commit: bool) -> T:
+                     idempotent: bool) -> T:
         try:
             conn.execute("BEGIN")
             result = work(conn)
@@ -191,7 +193,7 @@ class Session:
         try:
             conn.execute("COMMIT")
         except psycopg.OperationalError as exc:
-            self._lost(conn, exc, retry_commit)
+            self._lost(conn, exc, idempotent)
         return result
 
     def _lost(self, conn: psycopg.Connection, exc: psycopg.OperationalError,

@@ -25,13 +25,13 @@ from psycopg.rows import dict_row, tuple_row
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
     STALE_REASON,
+    EnqueueOutcome,
     EnqueueResult,
     Job,
     JobSpec,
     Lease,
     LeaseLost,
     OnConflict,
-    Outcome,
 )
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.listen import Listener
@@ -102,7 +102,7 @@ class PostgresStore(SQLStore):
 
     def _read(self, name: str, **params: Any) -> list[dict[str, Any]]:
         return self._session.run(lambda conn: self._rows(conn, name, **params),
-                                 retry_commit=True, single=True)
+                                 idempotent=True, autocommit=True)
 
     @staticmethod
     def _time(value: Any) -> datetime | None:
@@ -156,7 +156,7 @@ class PostgresStore(SQLStore):
     def drop(self) -> None:
         self._listener.close()
         self._session.run(lambda conn: conn.execute(
-            f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"), single=True)
+            f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"), autocommit=True)
 
     # --- producers -------------------------------------------------------------------------
 
@@ -168,8 +168,8 @@ class PostgresStore(SQLStore):
             # careful path, in a transaction of its own (the fast try wrote nothing then).
             one = len(specs) == 1  # planned once: it scans nothing (see enqueue_one)
             fast = self._enqueue_one if one else self._enqueue_fast
-            results = self._session.run(lambda conn: fast(conn, queue, specs), single=True,
-                                        generic_plans=one)
+            results = self._session.run(lambda conn: fast(conn, queue, specs),
+                                        autocommit=True, generic_plans=one)
             if results is not None:
                 return results
             return self._session.run(
@@ -232,8 +232,8 @@ class PostgresStore(SQLStore):
         unchanged = {job_id for job_id, same in rows if job_id is not None and same}
         if len(unchanged) < sum(job_id is not None for job_id, _ in rows):
             return None
-        return [EnqueueResult(i, Outcome.UNCHANGED if i in unchanged else Outcome.CREATED)
-                for i in ids]
+        return [EnqueueResult(i, EnqueueOutcome.UNCHANGED if i in unchanged
+                              else EnqueueOutcome.CREATED) for i in ids]
 
     def _enqueue_one(self, conn: psycopg.Connection, queue: str,
                      specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
@@ -245,7 +245,7 @@ class PostgresStore(SQLStore):
             task=spec.task, payload=spec.payload_json, revision=spec.revision,
             delay_s=float(spec.delay_s), max_attempts=spec.max_attempts,
             data=json.dumps({"revision": spec.revision}) if spec.revision else None)
-        return [EnqueueResult(spec.job_id, Outcome.CREATED)] if rows[0][0] else None
+        return [EnqueueResult(spec.job_id, EnqueueOutcome.CREATED)] if rows[0][0] else None
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
                       on_conflict: OnConflict) -> list[EnqueueResult] | None:
@@ -281,12 +281,12 @@ class PostgresStore(SQLStore):
         # holds its jobs until their lease runs out, then they are claimed again.
         return self._session.run(lambda conn: self._jobs(
             conn, "claim", queue=queue, worker_id=_text(worker_id), limit=limit,
-            lease_s=lease_s), retry_commit=True, single=True)
+            lease_s=lease_s), idempotent=True, autocommit=True)
 
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         jobs = self._session.run(lambda conn: self._jobs(
-            conn, "claim_id", queue=queue, id=job_id, worker_id=_text(worker_id),
-            lease_s=lease_s), retry_commit=True, single=True)
+            conn, "claim_one", queue=queue, id=job_id, worker_id=_text(worker_id),
+            lease_s=lease_s), idempotent=True, autocommit=True)
         return jobs[0] if jobs else None
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
@@ -295,7 +295,7 @@ class PostgresStore(SQLStore):
         _, rows = self._session.run(lambda conn: self._tuples(
             conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
             epochs=[lease.lease_epoch for lease in leases], lease_s=lease_s),
-            retry_commit=True, single=True)
+            idempotent=True, autocommit=True)
         held = set(rows)  # (id, lease_epoch)
         return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
 
@@ -318,7 +318,7 @@ class PostgresStore(SQLStore):
         if then:
             return self._session.run(lambda conn: self._notify_if(conn, queue, *work(conn)))
         return self._session.run(lambda conn: self._wake_after(conn, queue, *work(conn)),
-                                 single=True)
+                                 autocommit=True)
 
     def _notify_if(self, conn: psycopg.Connection, queue: str, job: T, wake: bool) -> T:
         if wake:
@@ -358,7 +358,7 @@ class PostgresStore(SQLStore):
             # same job, and only the current one finished (a finish keeps the epoch).
             by_lease = {(job.id, job.lease_epoch): job for job in _jobs(cols, rows)}
             return self._wake_after(conn, queue, by_lease, any(r[stale] for r in rows))
-        by_lease = self._session.run(work, single=True)
+        by_lease = self._session.run(work, autocommit=True)
         return [by_lease.get((lease.job_id, lease.lease_epoch))
                 or LeaseLost(queue, lease.job_id, lease.lease_epoch) for lease, *_ in items]
 
@@ -399,12 +399,12 @@ class PostgresStore(SQLStore):
             return 0
         return self._session.run(lambda conn: self._count(
             conn, "purge", queue=queue, statuses=list(older_than_s),
-            ages=[float(v) for v in older_than_s.values()]), single=True)
+            ages=[float(v) for v in older_than_s.values()]), autocommit=True)
 
     # --- operators -------------------------------------------------------------------------
 
-    def retry(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_retry")
+    def requeue(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_requeue")
 
     def cancel(self, queue: str, job_id: str) -> bool:
         return self._operator(queue, job_id, "operator_cancel")
@@ -412,7 +412,7 @@ class PostgresStore(SQLStore):
     def _operator(self, queue: str, job_id: str, name: str) -> bool:
         def work(conn: psycopg.Connection) -> bool:
             if self._count(conn, name, queue=queue, id=job_id):
-                if name == "operator_retry":
+                if name == "operator_requeue":
                     self._notify(conn, queue)
                 return True
             if not self._rows(conn, "exists", queue=queue, id=job_id):
@@ -426,25 +426,27 @@ class PostgresStore(SQLStore):
         # Safe to retry: clearing the mark twice only owes the same publish.
         return self._session.run(lambda conn: self._count(
             conn, "republish", queue=queue, published_before_s=published_before_s),
-            retry_commit=True, single=True)
+            idempotent=True, autocommit=True)
 
     def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
         if not leases:
             return []
         rows = self._session.run(lambda conn: self._rows(
             conn, "mark_published", queue=queue, ids=[lease.job_id for lease in leases],
-            epochs=[lease.lease_epoch for lease in leases]), retry_commit=True, single=True)
+            epochs=[lease.lease_epoch for lease in leases]), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 
     # --- journal ---------------------------------------------------------------------------
 
-    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
-               lease_epoch: int | None = None, worker_id: str | None = None,
-               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+
+    def append_journal(self, queue: str, job_id: str, event: str, *,
+                       attempt: int | None = None, lease_epoch: int | None = None,
+                       worker_id: str | None = None, reason: str | None = None,
+                       data: Mapping[str, Any] | None = None) -> None:
         self._session.run(lambda conn: self._exec(
-            conn, "record", queue=queue, id=job_id, event=event, attempt=attempt,
+            conn, "append_journal", queue=queue, id=job_id, event=event, attempt=attempt,
             lease_epoch=lease_epoch, worker_id=_text(worker_id), reason=_text(reason),
-            data=json.dumps(dict(data)) if data else None), single=True)
+            data=json.dumps(dict(data)) if data else None), autocommit=True)
 
     # --- wake-ups --------------------------------------------------------------------------
 
@@ -466,7 +468,7 @@ class PostgresStore(SQLStore):
         # Safe to retry: a commit that went through left nothing published among these ids.
         rows = self._session.run(lambda conn: self._rows(
             conn, "reowe_publish", queue=queue, ids=list(job_ids), event="publish_owed",
-            reason=_text(reason)), retry_commit=True, single=True)
+            reason=_text(reason)), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 
 

@@ -55,7 +55,7 @@ WHERE queue = :queue AND id IN (
     LIMIT :limit)
 RETURNING *;
 
--- name: claim_id
+-- name: claim_one
 UPDATE leaseq_jobs
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
@@ -179,7 +179,7 @@ SET status = 'failed', failure = 'exhausted', lease_until = NULL, updated_at = {
 WHERE queue = :queue AND status = 'pending' AND attempts >= max_attempts
 RETURNING id, attempts, lease_epoch, worker_id;
 
--- name: operator_retry
+-- name: operator_requeue
 UPDATE leaseq_jobs
 SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL, stale = 0,
     worker_id = NULL,
@@ -248,7 +248,7 @@ SELECT queue FROM q WHERE queue IS NOT NULL;
 -- name: journal
 SELECT * FROM leaseq_journal WHERE queue = :queue AND job_id = :id ORDER BY seq;
 
--- name: record
+-- name: append_journal
 INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
 VALUES (:queue, :id, {now}, :event, :attempt, :lease_epoch, :worker_id, :reason, :data);
 

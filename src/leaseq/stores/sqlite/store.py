@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, urlsplit
 from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
     STALE_REASON,
+    EnqueueOutcome,
     EnqueueResult,
     Failure,
     Job,
@@ -28,7 +29,6 @@ from leaseq.job import (
     Lease,
     LeaseLost,
     OnConflict,
-    Outcome,
     given_back_too_often,
     snoozed_too_often,
 )
@@ -141,7 +141,7 @@ class SQLiteStore(SQLStore):
                  attempt: int | None = None, lease_epoch: int | None = None,
                  worker_id: str | None = None, reason: str | None = None,
                  data: Mapping[str, Any] | None = None) -> None:
-        conn.execute(Q["record"], self._params(
+        conn.execute(Q["append_journal"], self._params(
             queue=queue, id=job_id, event=event, attempt=attempt, lease_epoch=lease_epoch,
             worker_id=worker_id, reason=reason, data=json.dumps(data) if data else None))
 
@@ -177,7 +177,7 @@ class SQLiteStore(SQLStore):
         for spec in specs:
             found = self._rows(conn, "find_existing", queue=queue, id=spec.job_id)
             outcome = self._upsert(conn, queue, spec, found[0] if found else None, on_conflict)
-            if outcome is Outcome.CONFLICT and on_conflict == "raise":
+            if outcome is EnqueueOutcome.CONFLICT and on_conflict == "raise":
                 conflicts.append(spec.job_id)
             results.append(EnqueueResult(spec.job_id, outcome))
         if conflicts:
@@ -185,18 +185,18 @@ class SQLiteStore(SQLStore):
         return results
 
     def _upsert(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
-                old: dict[str, Any] | None, on_conflict: OnConflict) -> Outcome:
+                old: dict[str, Any] | None, on_conflict: OnConflict) -> EnqueueOutcome:
         params = self._params(queue=queue, id=spec.job_id, task=spec.task,
                               payload=spec.payload_json, revision=spec.revision,
                               delay_s=spec.delay_s, max_attempts=spec.max_attempts)
         if old is None:
             conn.execute(Q["insert_job"], params)
-            return self._enqueued(conn, queue, spec, Outcome.CREATED)
+            return self._enqueued(conn, queue, spec, EnqueueOutcome.CREATED)
         outcome = decide_upsert(old["status"], old["payload"], old["revision"], spec,
                                 on_conflict)
-        if outcome is Outcome.REVIVED:
+        if outcome is EnqueueOutcome.REVIVED:
             conn.execute(Q["revive_job"], params)
-        elif outcome is Outcome.UPDATED:
+        elif outcome is EnqueueOutcome.UPDATED:
             live = "mark_stale" if old["status"] == "processing" else "update_pending"
             conn.execute(Q[live], params)
         else:
@@ -204,7 +204,7 @@ class SQLiteStore(SQLStore):
         return self._enqueued(conn, queue, spec, outcome)
 
     def _enqueued(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
-                  outcome: Outcome) -> Outcome:
+                  outcome: EnqueueOutcome) -> EnqueueOutcome:
         self._journal(conn, queue, spec.job_id, "enqueued", reason=outcome.value,
                       data={"revision": spec.revision} if spec.revision else None)
         return outcome
@@ -218,9 +218,9 @@ class SQLiteStore(SQLStore):
             self._journal_claims(conn, queue, rows)
         return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))  # type: ignore[arg-type, return-value]
 
-    def claim_id(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         with self._tx() as conn:
-            rows = self._rows(conn, "claim_id", queue=queue, id=job_id, worker_id=worker_id,
+            rows = self._rows(conn, "claim_one", queue=queue, id=job_id, worker_id=worker_id,
                               lease_s=lease_s)
             self._journal_claims(conn, queue, rows)
         return _job(rows[0]) if rows else None
@@ -236,7 +236,7 @@ class SQLiteStore(SQLStore):
                       event: str, reason: Callable[[dict[str, Any]], str | None]) -> None:
         """One event for each row a statement returned (``id``, ``attempts``, ``lease_epoch``,
         ``worker_id``), in one ``executemany``."""
-        conn.executemany(Q["record"], [self._params(
+        conn.executemany(Q["append_journal"], [self._params(
             queue=queue, id=r["id"], event=event, attempt=r["attempts"],
             lease_epoch=r["lease_epoch"], worker_id=r.get("worker_id"), reason=reason(r),
             data=None) for r in rows])
@@ -394,8 +394,8 @@ class SQLiteStore(SQLStore):
 
     # --- operators -------------------------------------------------------------------------
 
-    def retry(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_retry", "retried")
+    def requeue(self, queue: str, job_id: str) -> bool:
+        return self._operator(queue, job_id, "operator_requeue", "requeued")
 
     def cancel(self, queue: str, job_id: str) -> bool:
         return self._operator(queue, job_id, "operator_cancel", "cancelled")
@@ -458,9 +458,11 @@ class SQLiteStore(SQLStore):
 
     # --- journal ---------------------------------------------------------------------------
 
-    def record(self, queue: str, job_id: str, event: str, *, attempt: int | None = None,
-               lease_epoch: int | None = None, worker_id: str | None = None,
-               reason: str | None = None, data: Mapping[str, Any] | None = None) -> None:
+
+    def append_journal(self, queue: str, job_id: str, event: str, *,
+                       attempt: int | None = None, lease_epoch: int | None = None,
+                       worker_id: str | None = None, reason: str | None = None,
+                       data: Mapping[str, Any] | None = None) -> None:
         with self._tx() as conn:
             self._journal(conn, queue, job_id, event, attempt, lease_epoch, worker_id, reason,
                           data)

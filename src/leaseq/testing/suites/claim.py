@@ -105,16 +105,16 @@ class ClaimSuite:
         advance(leaseq_store.store, 59)
         assert q.claim(W2) == []
 
-    def test_claim_id_takes_only_a_ready_job(self, leaseq_store: FreshStore) -> None:
+    def test_claim_one_takes_only_a_ready_job(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
         q.enqueue("now", {})
         q.enqueue("later", {}, delay_s=60)
-        assert q.claim_id("later", W1) is None
-        assert q.claim_id("missing", W1) is None
-        job = q.claim_id("now", W1)
+        assert q.claim_one("later", W1) is None
+        assert q.claim_one("missing", W1) is None
+        job = q.claim_one("now", W1)
         assert job is not None and (job.status, job.attempts) == ("processing", 1)
         # A second delivery of the same job while its lease is held takes nothing.
-        assert q.claim_id("now", W2) is None
+        assert q.claim_one("now", W2) is None
         assert must_get(q, "now").worker_id == W1
 
     def test_claim_never_takes_another_queues_jobs(self, leaseq_store: FreshStore) -> None:

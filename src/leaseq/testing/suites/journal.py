@@ -83,7 +83,7 @@ class JournalSuite:
         q.reclaim_expired()
         (job,) = q.claim(W1)
         q.fail(job, "bad input")
-        q.retry("j1")
+        q.requeue("j1")
         q.cancel("j1")
         q.enqueue("j1", {"secret": CANARY, "v": 3}, revision="r3")
         # Then no entry shows it
@@ -102,7 +102,7 @@ class JournalSuite:
     def test_record_appends_an_event(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
         q.enqueue("j1", {})
-        leaseq_store.store.record(q.name, "j1", "received", attempt=1, reason="delivery 1",
+        leaseq_store.store.append_journal(q.name, "j1", "received", attempt=1, reason="delivery 1",
                                   data={"delivery_tag": 7})
         last = q.journal("j1")[-1]
         assert (last.event, last.attempt, last.reason, dict(last.data or {})) == (

@@ -34,7 +34,7 @@ BACK_TO_PENDING: dict[str, Callable[[Any, Job], Any]] = {
     "stale-complete": lambda q, job: (q.enqueue("j1", {"v": 2}, revision="r2"),
                                       q.complete(job)),
     "reclaim": _reclaim,
-    "operator-retry": lambda q, job: (q.fail(job, "bad"), q.retry("j1")),
+    "operator-requeue": lambda q, job: (q.fail(job, "bad"), q.requeue("j1")),
     "revive": lambda q, job: (q.complete(job), q.enqueue("j1", {"v": 2}, revision="r2")),
 }
 
@@ -63,7 +63,7 @@ class OutboxSuite:
         for job_id in ("lost", "fresh", "taken"):
             q.enqueue(job_id, {})
         assert q.mark_published(leases(q, "lost", "taken")) == 2
-        q.claim_id("taken", W1)
+        q.claim_one("taken", W1)
         advance(leaseq_store.store, 600)
         assert q.mark_published(leases(q, "fresh")) == 1
         # When the operator republishes what was published over five minutes ago

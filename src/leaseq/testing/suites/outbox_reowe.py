@@ -16,7 +16,7 @@ class OutboxReoweSuite:
         for job_id in ("lost", "owed", "taken"):
             q.enqueue(job_id, {})
         assert q.mark_published(leases(q, "lost", "taken")) == 2
-        q.claim_id("taken", W1)
+        q.claim_one("taken", W1)
         q.complete(given_claimed(q, "finished"))
         # When the dispatcher re-owes the publish of each, and of an id that does not exist
         store = leaseq_store.store

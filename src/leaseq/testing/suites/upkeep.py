@@ -68,7 +68,7 @@ class UpkeepSuite:
         assert must_get(q, "fine").status == "pending"
         assert q.reclaim_expired() == (0, 0)
         # And an operator can run it again
-        assert q.retry("stuck") is True
+        assert q.requeue("stuck") is True
         assert [j.id for j in q.claim(W1, 2)] == ["fine", "stuck"]
 
 
@@ -86,7 +86,7 @@ class UpkeepSuite:
         # Then exactly those are gone, with their journal
         assert q.get("done-old") is None and q.get("failed-old") is None
         assert q.journal("done-old") == [] and q.journal("failed-old") == []
-        remaining = {j.id for j in q.list()}
+        remaining = {j.id for j in q.list_jobs()}
         assert remaining == {"skipped-old", "pending-old", "done-new"}
         assert q.journal("done-new") != []
         assert q.purge(done=50, failed=50) == 0
@@ -176,15 +176,15 @@ class InspectionSuite:
         q = leaseq_store.queue()
         ids = [f"job-{i:02d}" for i in range(25)]
         q.enqueue_many([q.spec(job_id, {"i": i}) for i, job_id in reversed(list(enumerate(ids)))])
-        q.complete(q.claim_id("job-07", W1))  # type: ignore[arg-type]
+        q.complete(q.claim_one("job-07", W1))  # type: ignore[arg-type]
         assert q.get("missing") is None
         pages, after = [], None
-        while page := q.list(limit=10, after_id=after):
+        while page := q.list_jobs(limit=10, after_id=after):
             pages.append([j.id for j in page])
             after = page[-1].id
         assert pages == [ids[:10], ids[10:20], ids[20:]]
-        assert [j.id for j in q.list(status="done")] == ["job-07"]
-        assert len(q.list(status="pending", limit=100)) == 24
+        assert [j.id for j in q.list_jobs(status="done")] == ["job-07"]
+        assert len(q.list_jobs(status="pending", limit=100)) == 24
 
     def test_queues_lists_queues_with_jobs(self, leaseq_store: FreshStore) -> None:
         assert leaseq_store.store.queues() == []
@@ -195,7 +195,7 @@ class InspectionSuite:
 
 class OperatorSuite:
     @pytest.mark.parametrize("end", ["failed", "cancelled", "done"])
-    def test_operator_retry_makes_a_terminal_job_ready(
+    def test_operator_requeue_makes_a_terminal_job_ready(
         self, leaseq_store: FreshStore, end: str
     ) -> None:
         q = leaseq_store.queue(max_attempts=1)
@@ -206,31 +206,31 @@ class OperatorSuite:
             q.cancel(job.id)
         else:
             q.complete(job)
-        assert q.retry(job.id) is True
+        assert q.requeue(job.id) is True
         back = must_get(q, job.id)
         assert (back.status, back.attempts, back.failure) == ("pending", 0, None)
         assert [j.id for j in q.claim(W1)] == [job.id]
-        assert "retried" in events(q.journal(job.id))
+        assert "requeued" in events(q.journal(job.id))
 
-    def test_operator_retry_gives_a_fresh_snooze_budget(self, leaseq_store: FreshStore) -> None:
+    def test_operator_requeue_gives_a_fresh_snooze_budget(self, leaseq_store: FreshStore) -> None:
         # Given a job quarantined by the snooze bound
         q = leaseq_store.queue(max_snoozes=1)
         q.enqueue("j1", {})
         q.snooze(q.claim(W1)[0], 0)
         assert q.snooze(q.claim(W1)[0], 0).status == "failed"
-        # When an operator retries it, Then it may snooze again
-        assert q.retry("j1") is True
+        # When an operator requeues it, Then it may snooze again
+        assert q.requeue("j1") is True
         assert (must_get(q, "j1").snoozes, must_get(q, "j1").givebacks) == (0, 0)
         assert q.snooze(q.claim(W1)[0], 0).status == "pending"
 
-    def test_operator_retry_of_a_live_or_missing_job(self, leaseq_store: FreshStore) -> None:
+    def test_operator_requeue_of_a_live_or_missing_job(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
         q.enqueue("pending", {})
         given_claimed(q, "processing")
-        assert q.retry("pending") is False
-        assert q.retry("processing") is False
+        assert q.requeue("pending") is False
+        assert q.requeue("processing") is False
         with pytest.raises(JobNotFound):
-            q.retry("missing")
+            q.requeue("missing")
 
     def test_cancel_of_a_processing_job_fences_its_worker_out(
         self, leaseq_store: FreshStore
