@@ -468,11 +468,11 @@ class Worker:
             job = item.job
             try:
                 with within(JOURNAL_RETRY_S):
-                    self.store.append_journal(item.queue.name, job.id, ABANDONED_EVENT,
-                                      attempt=job.attempts, lease_epoch=job.lease_epoch,
-                                      worker_id=self.worker_id,
-                                      reason=f"lease not confirmed for {silent_s:.1f} s",
-                                      data={"silent_s": round(silent_s, 3)})
+                    self.store.append_journal(
+                        item.queue.name, job.id, ABANDONED_EVENT, attempt=job.attempts,
+                        lease_epoch=job.lease_epoch, worker_id=self.worker_id,
+                        reason=f"lease not confirmed for {silent_s:.1f} s",
+                        data={"silent_s": round(silent_s, 3)})
             except LeaseqError:
                 self._journal_at = self.clock() + JOURNAL_RETRY_S
                 return
