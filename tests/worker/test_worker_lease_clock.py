@@ -198,3 +198,45 @@ def test_a_claim_answered_after_its_lease_clock_ran_out_never_starts(url: str) -
         wait_until(lambda: worker.abandoned_pending() == 0, 5, "the abandonment journaled")
     assert runs == [2]
     assert [e.attempt for e in q.journal(job_id) if e.event == ABANDONED_EVENT] == [1]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
+                                                                      kind: str) -> None:
+    # Given the broker consumer's executor running a claimed job whose handler checks its lease
+    from leaseq.delivery.execute import AppExecutor
+
+    app = _app(url)
+    seen: dict[str, float] = {}
+
+    @app.task(queue="work", name="sync_job")
+    def sync_job(job: leaseq.Job) -> str:
+        seen["started"] = time.monotonic()
+        while True:
+            job.check()
+            time.sleep(0.01)
+
+    @app.task(queue="work", name="async_job")
+    async def async_job() -> str:
+        seen["started"] = time.monotonic()
+        await asyncio.sleep(60)
+        return "never"
+
+    task = sync_job if kind == "sync" else async_job
+    q = app.queue("work")
+    job_id = task.enqueue().job_id
+    job = q.claim_one(job_id, "consumer-1")
+    assert job is not None
+    partition = Partition(app.store)
+    executor = AppExecutor(app, lease_margin_s=0.5)
+    try:
+        partition.cut.set()  # When the consumer loses its store (RabbitMQ still answers)
+        started = time.monotonic()
+        # Then the call ends with LeaseLost within lease - margin, having written nothing:
+        # the consumer acks without an effect and the reclaim owes the publish again
+        with pytest.raises(LeaseLost):
+            executor(job)
+        assert time.monotonic() - started <= LEASE_S - 0.5 + 0.3
+        assert q.get(job_id).status == "processing"
+    finally:
+        executor.close()
