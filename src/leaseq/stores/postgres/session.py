@@ -67,6 +67,8 @@ class Session:
         self._generic_pool: ConnectionPool | None = None
         self._generic_lock = threading.Lock()
         self.watchdog = Watchdog(f"leaseq-pg-watchdog-{options.schema}")
+        self._checking = False
+        self._checking_lock = threading.Lock()
 
     def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
         """Run ``work`` (the migration) over a direct connection, then open the pool.
@@ -208,14 +210,30 @@ class Session:
 
     def _after_error(self, conn: psycopg.Connection) -> None:
         if conn.broken or conn.closed:
-            # After a server restart every idle connection in the pool is dead too: test them
-            # now rather than fail once per connection.
-            for pool in (self._pool, self._generic_pool):
-                if pool is not None:
-                    pool.check()
+            self._check_pools_soon()
             return
         with suppress(psycopg.Error):
             conn.rollback()
+
+    def _check_pools_soon(self) -> None:
+        """After a server restart every idle connection in the pool is dead too: test them
+        rather than fail once per connection. In a thread of its own: each test is a round
+        trip, which on a cut-off network must not hold up the caller past its deadline."""
+        with self._checking_lock:
+            if self._checking:
+                return
+            self._checking = True
+        threading.Thread(target=self._check_pools, name="leaseq-pg-check", daemon=True).start()
+
+    def _check_pools(self) -> None:
+        try:
+            for pool in (self._pool, self._generic_pool):
+                if pool is not None:
+                    with suppress(Exception):  # closed meanwhile, or the server is still away
+                        pool.check()
+        finally:
+            with self._checking_lock:
+                self._checking = False
 
     def _line(self, exc: BaseException) -> str:
         """The first line of a driver error, with the password masked should it appear."""
