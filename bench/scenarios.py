@@ -130,7 +130,7 @@ def drain(system: System, goal: int, processes: int, plan: Plan, sample_rss: boo
             # the CPU the workers need.
             interval = max(0.02, 4 * (now - polled))
             if first is None and done > 0:
-                first = (now, done)
+                first = (polled, done)
             if sample_rss and done > 0:
                 samples.append((done, sum(rss_bytes(pid) for pid in workers.pids)))
             if done >= goal:
@@ -143,9 +143,12 @@ def drain(system: System, goal: int, processes: int, plan: Plan, sample_rss: boo
         workers.stop(now=stop_early)
     wall = goal / (now - spawned)
     t0, d0 = first or (spawned, 0)
-    # When the first poll already saw most of the work done, the window is too short to mean
-    # anything: fall back to the rate with start-up included.
-    rate = (goal - d0) / (now - t0) if now - t0 > 0.05 and d0 < goal / 2 else wall
+    # Counts are as of each poll's start (the count's snapshot), and the jobs counted are all
+    # that were done then: in a backlog the workers go on past the goal, and a count of a large
+    # table is coarse, so `done` may be well past `goal` by the last poll. When the first poll
+    # already saw most of the work done, the window is too short to mean anything: fall back
+    # to the rate with start-up included.
+    rate = ((done - d0) / (polled - t0) if polled - t0 > 0.05 and d0 < goal / 2 else wall)
     return Drain(rate, wall, samples)
 
 

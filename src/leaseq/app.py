@@ -19,6 +19,7 @@ import typing
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from leaseq import validate
@@ -27,6 +28,7 @@ from leaseq.job import EnqueueResult, Job, JobSpec, OnConflict
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
 from leaseq.redact import Redact, guarded, redact
+from leaseq.scheduler.spec import TICK_PARAM, Schedule
 from leaseq.stores import connect
 from leaseq.stores.base import Store
 
@@ -81,6 +83,7 @@ class App:
         self._store = store
         self._lock = threading.Lock()
         self._tasks: dict[str, Task] = {}
+        self._schedules: dict[str, Schedule] = {}
         self._policies: dict[str, QueuePolicy] = {}
         self._queues: dict[str, Queue] = {}
         for name, options in (queues or {}).items():
@@ -167,6 +170,55 @@ class App:
     def tasks(self) -> Mapping[str, Task]:
         return types.MappingProxyType(self._tasks)
 
+    # --- periodic jobs (docs/periodic.md) ----------------------------------------------------
+
+    def periodic(self, func: Callable[..., Any] | None = None, *, cron: str | None = None,
+                 every_s: float | None = None, timezone: str = "UTC",
+                 catch_up: str = "latest", max_catch_up: int = 100,
+                 payload: Mapping[str, Any] | None = None, overlap: str = "allow",
+                 schedule_name: str | None = None, **task_options: Any) -> Any:
+        """Register a task and its schedule: ``@app.periodic(cron="0 3 * * *",
+        timezone="Europe/Kyiv")`` or ``@app.periodic(every_s=60)``. Takes every ``@app.task``
+        option too (``name``, ``queue``, ``max_attempts``, ``lease_s``, …); the schedule is
+        named after the task unless ``schedule_name`` says otherwise."""
+        def register(fn: Callable[..., Any]) -> Task:
+            task = self.task(fn, **task_options)
+            self.schedule(schedule_name or task.name, task, cron=cron, every_s=every_s,
+                          timezone=timezone, catch_up=catch_up, max_catch_up=max_catch_up,
+                          payload=payload, overlap=overlap)
+            return task
+
+        return register(func) if func is not None else register
+
+    def schedule(self, name: str, task: str | Task, *, cron: str | None = None,
+                 every_s: float | None = None, timezone: str = "UTC", catch_up: str = "latest",
+                 max_catch_up: int = 100, payload: Mapping[str, Any] | None = None,
+                 overlap: str = "allow") -> Schedule:
+        """Schedule a registered task: ``app.schedule("sync-drive", sync_drive, every_s=300,
+        payload={"drive": "main"})``. The payload is checked against the task's signature now;
+        a task with a ``tick`` parameter receives each tick as an aware datetime."""
+        found = task if isinstance(task, Task) else self._tasks.get(task)
+        if found is None or found.app is not self:
+            raise InvalidInput(f"schedule {name!r}: register the task with this app first")
+        if name in self._schedules:
+            raise InvalidInput(f"a schedule named {name!r} is already registered")
+        takes_tick = TICK_PARAM in found.signature.params
+        schedule = Schedule(
+            name=name, task=found.name, queue=found.queue, cron=cron, every_s=every_s,
+            timezone=timezone, catch_up=catch_up, max_catch_up=max_catch_up,  # type: ignore[arg-type]
+            payload=dict(payload or {}), overlap=overlap,  # type: ignore[arg-type]
+            max_attempts=found.policy.max_attempts, takes_tick=takes_tick)
+        example = schedule.tick_payload(datetime.now(UTC))  # a tick only for the checks
+        found.signature.check(example)
+        validate.payload(example, found.policy.max_payload_bytes)
+        found.takes_tick = found.takes_tick or takes_tick
+        self._schedules[name] = schedule
+        return schedule
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]:
+        return types.MappingProxyType(self._schedules)
+
     def get_task(self, name: str | None) -> Task | None:
         return self._tasks.get(name) if name is not None else None
 
@@ -222,6 +274,8 @@ class Task:
         self.permanent = permanent
         self.policy = QueuePolicy.build(app.policy(queue), **policy)
         self.is_async = inspect.iscoroutinefunction(func)
+        #: Set when a schedule passes this task its tick: ``tick`` then arrives as a datetime.
+        self.takes_tick = False
         self.signature = _Signature(func, name)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
@@ -272,6 +326,8 @@ class Task:
         """The keyword arguments to call the function with for this job (run-time check)."""
         self.signature.check(job.payload)
         kwargs = dict(job.payload)
+        if self.takes_tick and isinstance(kwargs.get(TICK_PARAM), str):
+            kwargs[TICK_PARAM] = _parse_tick(kwargs[TICK_PARAM])
         if self.signature.job_param:
             kwargs[self.signature.job_param] = job
         return kwargs
@@ -330,6 +386,15 @@ class _Signature:
         if problems:
             raise PayloadMismatch(f"payload does not fit task {self.name!r}: "
                                   + "; ".join(problems))
+
+
+def _parse_tick(text: str) -> Any:
+    """A scheduled tick (ISO 8601 with its offset) as an aware datetime; other text as is
+    (a job enqueued by hand may carry anything the signature accepts)."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return text
 
 
 def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:

@@ -91,6 +91,9 @@ class WorkerConfig:
     retention_s: Mapping[str, float] = field(default_factory=dict)
     """Retention purge per terminal status for the sweeps (see ``SweeperConfig``). Defaults to
     keeping everything."""
+    scheduler: bool = True
+    """Run the app's schedules' scheduler in this worker (any number may: each tick is one job
+    whatever the count). Defaults to True; ``leaseq worker --no-scheduler`` opts out."""
     lease_margin_s: float = 1.0
     """The local lease clock: a job whose lease was last confirmed by a request (claim or
     beat) sent at ``t`` is abandoned at ``t + lease_s - lease_margin_s`` unless a later beat
@@ -153,6 +156,8 @@ class Worker:
         self.queues = [app.queue(name) for name in names]
         self.store = app.store
         self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
+        if app.schedules and self.config.scheduler:
+            self.metrics.watch_schedules(self.store)
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
                               on_settled=self._settle)
         self._completer: Completer | None = None
@@ -214,6 +219,7 @@ class Worker:
         stop_server = (self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
                        if self.config.metrics_port is not None else _nothing)
         self._start()
+        stop_scheduler = self._start_scheduler()
         log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
         try:
             self._work(stop_event)
@@ -221,6 +227,7 @@ class Worker:
             try:
                 self._drain()
             finally:
+                stop_scheduler()
                 self._shutdown()
                 stop_server()
                 restore()
@@ -516,6 +523,23 @@ class Worker:
         self._runner.fallback = lambda fn: finisher.submit(fn)
         self._heartbeat.start()
 
+    def _start_scheduler(self) -> Callable[[], None]:
+        """The scheduler in a thread of its own when the app has schedules; returns its stop."""
+        if not self.config.scheduler or not self.app.schedules:
+            return _nothing
+        from leaseq.scheduler.service import Scheduler
+
+        stop = threading.Event()
+        thread = threading.Thread(target=Scheduler(self.app).run, args=(stop,),
+                                  name="leaseq-scheduler", daemon=True)
+        thread.start()
+
+        def stop_it() -> None:
+            stop.set()
+            thread.join(timeout=5)
+
+        return stop_it
+
     def _drain(self) -> None:
         """Let in-flight jobs finish within ``grace_s``, then give the rest back (ready now)
         so another worker takes them at once instead of waiting for the lease."""
@@ -527,8 +551,10 @@ class Worker:
             waiting = [item for _, item in self._ready]
             self._ready.clear()
         for item in waiting:
-            self._give_back(item, SHUTDOWN_REASON)
+            self._give_back(item, PREFETCH_REASON)
             self._settle(item)
+        if waiting:
+            log.info("stopping: %d prefetched job(s) given back", len(waiting))
         while self._snapshot() and self.clock() < deadline:
             self._wake.wait(min(deadline - self.clock(), 0.1))
             self._wake.clear()

@@ -1,5 +1,5 @@
-"""The scenarios in order: issue 7's eleven, then issue 14's partitions; name →
-``run(r: Run)`` (``module`` or ``module:function``, default ``run``)."""
+"""The scenarios in order: issue 7's eleven, issue 16's periodic one, then issue 14's
+partitions; name → ``run(r: Run)`` (``module`` or ``module:function``, default ``run``)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ _MODULES = (
     ("09-secret-canaries", "sc_canaries"),
     ("10-sigterm-drain", "sc_drain"),
     ("11-model-stateful", "sc_model"),
-    ("12-clean-partition", "sc_partition:clean"),
-    ("13-black-hole", "sc_partition:hole"),
-    ("14-flapping-link", "sc_partition:flap"),
+    ("12-periodic", "sc_periodic"),
+    ("13-clean-partition", "sc_partition:clean"),
+    ("14-black-hole", "sc_partition:hole"),
+    ("15-flapping-link", "sc_partition:flap"),
 )
 
 

@@ -1,4 +1,4 @@
-"""Scenarios 12-14 (issue 14): a worker partitioned from its PostgreSQL while it works.
+"""Scenarios 13-15 (issue 14): a worker partitioned from its PostgreSQL while it works.
 
 Worker A runs in a network namespace of the scenario's own, joined to the host by a veth pair;
 worker B runs on the host; both use a throwaway cluster listening on the veth's host address.

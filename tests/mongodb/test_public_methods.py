@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
@@ -16,6 +17,7 @@ from mongo_fakes import FakeDB, Updated
 
 from leaseq.errors import StoreUnavailable
 from leaseq.job import JobSpec, Lease
+from leaseq.ledger import TickAdvance
 from leaseq.queue import Queue
 from leaseq.stores.mongodb import MongoStore
 from leaseq.stores.mongodb.connection import parse_url
@@ -50,6 +52,19 @@ def from_url(store: MongoStore, db: FakeDB) -> None:
 def deprecated(call: Callable[[], Any]) -> Any:
     with pytest.deprecated_call():
         return call()
+
+
+LEDGER = "leaseq__schedules"
+AT = datetime(2024, 1, 2, 3, 0, tzinfo=UTC)
+
+
+def ledger_doc(name: str = "hourly", **fields: Any) -> dict[str, Any]:
+    return {"_id": name, "queue": "q", "spec": "{}", "cursor": AT, "version": 1,
+            "skipped": 0, "paused": False, "active": True, **fields}
+
+
+def ledger(method: str, *values: Any) -> Callable[[FakeDB], None]:
+    return lambda db: db[LEDGER].answer(method, *values)
 
 
 def answered(method: str, *values: Any) -> Callable[[FakeDB], None]:
@@ -139,6 +154,22 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "record": (lambda db: None,
                lambda s, db: deprecated(lambda: s.record("q", "j1", "ack_sent", reason="x")),
                None),
+    "register_schedule": (lambda db: (ledger("find_one_and_update", None)(db),
+                                      ledger("find_one", ledger_doc())(db)),
+                          lambda s, db: s.register_schedule("hourly", "q", "{}").version, 1),
+    "schedule_state": (ledger("find_one", None),
+                       lambda s, db: s.schedule_state("hourly"), None),
+    "schedules": (ledger("find", [ledger_doc("a"), ledger_doc("b", active=False)]),
+                  lambda s, db: [(x.name, x.active) for x in s.schedules()],
+                  [("a", True), ("b", False)]),
+    "advance_schedule": (ledger("find_one_and_update", None),
+                         lambda s, db: s.advance_schedule(
+                             "hourly", 1, TickAdvance(AT + timedelta(hours=1))), False),
+    "pause_schedule": (ledger("find_one_and_update", ledger_doc(paused=True)),
+                       lambda s, db: s.pause_schedule("hourly", True), True),
+    "deactivate_schedules": (lambda db: (ledger("find", [ledger_doc("old")])(db),
+                                         ledger("find_one_and_update", ledger_doc("old"))(db)),
+                             lambda s, db: s.deactivate_schedules(["q"], ["new"]), ["old"]),
 }
 
 

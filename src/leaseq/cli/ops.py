@@ -105,6 +105,7 @@ def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],
     with open_store(url) as store:
         registry = Metrics()
         registry.watch_store(store, lambda: list(queues) or None, refresh_s)
+        registry.watch_schedules(store)
         stop_server = registry.serve(port, addr)
         click.echo(f"serving metrics of {store.url} on http://{addr}:{port}/metrics", err=True)
         with StopSignals() as signals:

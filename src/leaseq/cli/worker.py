@@ -28,6 +28,8 @@ from leaseq.signals import stop_event
               help="On SIGTERM, how long in-flight jobs may finish before being given back.")
 @click.option("--sweep-every-s", type=click.FloatRange(0, min_open=True), default=30.0,
               show_default=True, help="How often to reclaim expired leases.")
+@click.option("--no-scheduler", is_flag=True, help="Do not run the app's schedules here "
+              "(by default every worker runs them; each tick is still one job).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 @click.option("--delivery", type=click.Choice(["poll", "rabbitmq"]), default="poll",
@@ -38,7 +40,8 @@ from leaseq.signals import stop_event
 @errors
 def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: int,
            processes: int, burst: bool, metrics_port: int | None, grace_s: float,
-           sweep_every_s: float, log_level: str, delivery: str, amqp_url: str | None) -> None:
+           sweep_every_s: float, no_scheduler: bool, log_level: str, delivery: str,
+           amqp_url: str | None) -> None:
     """Run the tasks of the App at MODULE:APP (e.g. myproject.tasks:app)."""
     from leaseq.supervisor import run_processes, run_worker
     from leaseq.worker import WorkerConfig
@@ -50,7 +53,7 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
         return
     config = WorkerConfig(queues=queues, concurrency=concurrency, burst=burst,
                           grace_s=grace_s, sweep_every_s=sweep_every_s,
-                          metrics_port=metrics_port)
+                          metrics_port=metrics_port, scheduler=not no_scheduler)
     App.from_ref(app_ref)  # a bad MODULE:APP is a usage error, before anything starts
     if processes == 1:
         code = run_worker(app_ref, url, config)

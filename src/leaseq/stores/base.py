@@ -46,6 +46,7 @@ from leaseq.job import (
     OnConflict,
     is_terminal,
 )
+from leaseq.ledger import ScheduleState, TickAdvance
 
 if TYPE_CHECKING:
     from leaseq.queue import Queue
@@ -383,6 +384,53 @@ class Store(abc.ABC):
         it at its delivery limit), so the outbox owes them a publish again. Jobs in any other
         state, already owed, or unknown are left alone. Atomic per job. Returns the ids
         changed (``[]`` when none). Journal: ``publish_owed`` with ``reason``."""
+
+    # --- periodic jobs: the schedule ledger (docs/periodic.md) ------------------------------
+
+    @abc.abstractmethod
+    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+        """Write a schedule into the ledger as the code declares it, atomically per schedule.
+
+        None of that name → inserted with cursor = now (it ticks only after its
+        registration), version 0, active, not paused; journal ``schedule_registered``. One
+        with another ``spec_json`` or queue, or inactive → spec and queue replaced, active
+        again, version + 1; journal ``schedule_changed`` naming the changed fields (never
+        their values). The same → no write. Returns the record as it is after.
+        """
+
+    @abc.abstractmethod
+    def schedule_state(self, name: str) -> ScheduleState | None:
+        """The schedule's ledger record; None when there is none. A store without
+        transactions first writes the jobs of an intent the record still holds (see
+        ``advance_schedule``) and clears it, so the record returned has no intent."""
+
+    @abc.abstractmethod
+    def schedules(self) -> list[ScheduleState]:
+        """Every ledger record, active or not, ordered by name; ``[]`` when none. Reads only."""
+
+    @abc.abstractmethod
+    def advance_schedule(self, name: str, version: int, advance: TickAdvance) -> bool:
+        """Compare-and-set: when the record is at ``version``, active, not paused and its
+        cursor before ``advance.cursor`` → cursor = ``advance.cursor``, version + 1, last tick
+        and last job from ``advance.last``, skipped + ``len(advance.skipped)``, and
+        ``advance.jobs`` enqueued in the schedule's queue (``on_conflict="keep"``: idempotent
+        by id), with the journal of ``advance.journal()`` — all in one transaction. Returns
+        True; False (nothing written) when the compare failed. Without transactions the CAS
+        also stores the jobs as the record's *intent*, then writes them, then clears it; a
+        crash in between leaves the intent for the next ``schedule_state`` to finish."""
+
+    @abc.abstractmethod
+    def pause_schedule(self, name: str, paused: bool) -> bool:
+        """Pause (``paused=True``) or resume a schedule; version + 1, so a scheduler's advance
+        planned before it fails. A resume moves the cursor to now: ticks during the pause
+        never fire. Returns False when it already was so or there is no such schedule.
+        Journal: ``schedule_paused`` / ``schedule_resumed``."""
+
+    @abc.abstractmethod
+    def deactivate_schedules(self, queues: Sequence[str], keep: Sequence[str]) -> list[str]:
+        """Mark inactive (version + 1; never deleted, never fired) the active schedules of
+        ``queues`` whose name is not in ``keep``: schedules gone from the code. Returns their
+        names, sorted; ``[]`` when none. Journal: ``schedule_inactive``."""
 
     # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
     # built-in for the annotations above ------------------------------------------------------

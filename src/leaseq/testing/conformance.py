@@ -41,6 +41,7 @@ from leaseq.testing.suites.leases import LeaseSuite
 from leaseq.testing.suites.outbox import OutboxSuite
 from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
+from leaseq.testing.suites.schedules import ScheduleLedgerSuite, ScheduleSuite
 from leaseq.testing.suites.transactions import NO_TRANSACTIONS, TransactionSuite
 from leaseq.testing.suites.upkeep import ClockSuite, InspectionSuite, OperatorSuite, UpkeepSuite
 
@@ -60,6 +61,8 @@ ALL_SUITES: tuple[type, ...] = (
     OperatorSuite,
     ClockSuite,
     OutboxReoweSuite,
+    ScheduleSuite,
+    ScheduleLedgerSuite,
 )
 
 
@@ -89,6 +92,8 @@ __all__ = [
     "OutboxReoweSuite",
     "OutboxSuite",
     "RetrySuite",
+    "ScheduleLedgerSuite",
+    "ScheduleSuite",
     "StoreFactory",
     "TransactionSuite",
     "UpkeepSuite",

@@ -48,6 +48,7 @@ from leaseq.stores.mongodb.connection import (
     open_client,
     secrets_of,
 )
+from leaseq.stores.mongodb.ledger import ScheduleLedger
 from leaseq.stores.mongodb.workers import Event, WorkerWrites
 
 AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
@@ -62,7 +63,7 @@ _OUTCOMES = {upserts.CREATE: EnqueueOutcome.CREATED, upserts.KEEP: EnqueueOutcom
 _WRITTEN = (EnqueueOutcome.CREATED, EnqueueOutcome.UPDATED, EnqueueOutcome.REVIVED)
 
 
-class MongoStore(WorkerWrites, Store):
+class MongoStore(WorkerWrites, ScheduleLedger, Store):
     """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",

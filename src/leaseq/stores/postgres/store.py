@@ -33,6 +33,13 @@ from leaseq.job import (
     LeaseLost,
     OnConflict,
 )
+from leaseq.ledger import (
+    ScheduleEvent,
+    ScheduleState,
+    TickAdvance,
+    schedule_changes,
+    schedule_journal_id,
+)
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
@@ -63,7 +70,8 @@ class PostgresStore(SQLStore):
         #: This store's named SQL (``queries.sql`` with the schema filled in), e.g. to EXPLAIN.
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
-                                    journal=f"{self._schema}.journal")
+                                    journal=f"{self._schema}.journal",
+                                    schedules=f"{self._schema}.schedules")
         self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
@@ -471,6 +479,74 @@ class PostgresStore(SQLStore):
             reason=_text(reason)), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 
+    # --- periodic jobs: the schedule ledger -----------------------------------------------
+
+    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+        params = {"schedule": name, "queue": queue, "spec": spec_json}
+
+        def work(conn: psycopg.Connection) -> ScheduleState:
+            if self._rows(conn, "schedule_insert", **params):
+                self._log_schedule(conn, queue, name, ScheduleEvent.REGISTERED, "registered")
+            else:
+                old = self._rows(conn, "schedule_lock", schedule=name)[0]
+                if self._rows(conn, "schedule_respec", **params):
+                    self._log_schedule(conn, queue, name, ScheduleEvent.CHANGED,
+                                       "spec changed", schedule_changes(old, queue, spec_json))
+            return _schedule(self._rows(conn, "schedule_get", schedule=name)[0])
+        return self._session.run(work)
+
+    def _log_schedule(self, conn: psycopg.Connection, queue: str, name: str, event: str,
+                      reason: str, data: Mapping[str, Any] | None = None) -> None:
+        self._exec(conn, "append_journal", queue=queue, id=schedule_journal_id(name),
+                   event=str(event), attempt=None, lease_epoch=None, worker_id=None,
+                   reason=reason, data=json.dumps(dict(data)) if data else None)
+
+    def schedule_state(self, name: str) -> ScheduleState | None:
+        rows = self._read("schedule_get", schedule=name)
+        return _schedule(rows[0]) if rows else None
+
+    def schedules(self) -> list[ScheduleState]:
+        return [_schedule(r) for r in self._read("schedule_list")]
+
+    def advance_schedule(self, name: str, version: int, advance: TickAdvance) -> bool:
+        last_tick, last_job = advance.last or (None, None)
+
+        def work(conn: psycopg.Connection) -> str | None:
+            rows = self._rows(conn, "schedule_advance", schedule=name, version=version,
+                              cursor=advance.cursor, skipped=len(advance.skipped),
+                              last_tick=last_tick, last_job_id=last_job)
+            if not rows:
+                return None
+            queue: str = rows[0]["queue"]
+            if advance.jobs:  # NOTIFYs the workers at commit
+                self._enqueue(conn, queue, [spec for _, spec in advance.jobs], "keep")
+            for event, reason, data in advance.journal():
+                self._log_schedule(conn, queue, name, event, reason, data)
+            return queue
+        queue = self._session.run(work)
+        if queue is not None and advance.jobs:
+            self.notify_local(queue)
+        return queue is not None
+
+    def pause_schedule(self, name: str, paused: bool) -> bool:
+        event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED
+
+        def work(conn: psycopg.Connection) -> bool:
+            rows = self._rows(conn, "schedule_pause", schedule=name, paused=paused)
+            for row in rows:
+                self._log_schedule(conn, row["queue"], name, event, "operator")
+            return bool(rows)
+        return self._session.run(work)
+
+    def deactivate_schedules(self, queues: Sequence[str], keep: Sequence[str]) -> list[str]:
+        def work(conn: psycopg.Connection) -> list[str]:
+            rows = self._rows(conn, "schedule_deactivate", queues=list(queues), keep=list(keep))
+            for row in rows:
+                self._log_schedule(conn, row["queue"], row["name"], ScheduleEvent.INACTIVE,
+                                   "gone from the code")
+            return sorted(r["name"] for r in rows)
+        return self._session.run(work)
+
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:
@@ -499,3 +575,11 @@ def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     at = [(cols[f], f in _TIMES) for f in _FIELDS]
     return [Job(*[_dt(row[i]) if t else row[i] for i, t in at]) for row in rows]
 
+
+def _schedule(row: dict[str, Any]) -> ScheduleState:
+    return ScheduleState(
+        name=row["name"], queue=row["queue"], spec_json=row["spec"],
+        cursor=_dt(row["cursor"]), version=row["version"],  # type: ignore[arg-type]
+        last_tick=_dt(row["last_tick"]), last_job_id=row["last_job_id"],
+        skipped=row["skipped"], paused=row["paused"], active=row["active"],
+        updated_at=_dt(row["updated_at"]))

@@ -32,6 +32,13 @@ from leaseq.job import (
     given_back_too_often,
     snoozed_too_often,
 )
+from leaseq.ledger import (
+    ScheduleEvent,
+    ScheduleState,
+    TickAdvance,
+    schedule_changes,
+    schedule_journal_id,
+)
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
 from leaseq.stores.sqlbase import SQLStore
@@ -159,7 +166,7 @@ class SQLiteStore(SQLStore):
         with self._lock:
             self._conn.executescript(
                 "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
-                "DROP TABLE IF EXISTS leaseq_schema;")
+                "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_schedules;")
 
     # --- producers -------------------------------------------------------------------------
 
@@ -478,7 +485,75 @@ class SQLiteStore(SQLStore):
             self._journal_rows(conn, queue, rows, "publish_owed", lambda _: reason)
         return [r["id"] for r in rows]
 
+    # --- periodic jobs: the schedule ledger -----------------------------------------------
+
+    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+        with self._tx() as conn:
+            old = self._rows(conn, "schedule_get", schedule=name)
+            params = {"schedule": name, "queue": queue, "spec": spec_json}
+            if not old and self._rows(conn, "schedule_insert", **params):
+                self._journal(conn, queue, schedule_journal_id(name),
+                              ScheduleEvent.REGISTERED.value, reason="registered")
+            elif old and self._rows(conn, "schedule_respec", **params):
+                self._journal(conn, queue, schedule_journal_id(name),
+                              ScheduleEvent.CHANGED.value, reason="spec changed",
+                              data=schedule_changes(old[0], queue, spec_json))
+            return _schedule(self._rows(conn, "schedule_get", schedule=name)[0])
+
+    def schedule_state(self, name: str) -> ScheduleState | None:
+        rows = self._read("schedule_get", schedule=name)
+        return _schedule(rows[0]) if rows else None
+
+    def schedules(self) -> list[ScheduleState]:
+        return [_schedule(r) for r in self._read("schedule_list")]
+
+    def advance_schedule(self, name: str, version: int, advance: TickAdvance) -> bool:
+        last_tick, last_job = advance.last or (None, None)
+        with self._tx() as conn:
+            rows = self._rows(conn, "schedule_advance", schedule=name, version=version,
+                              cursor=advance.cursor.timestamp(), skipped=len(advance.skipped),
+                              last_tick=last_tick.timestamp() if last_tick else None,
+                              last_job_id=last_job)
+            if not rows:
+                return False
+            queue = rows[0]["queue"]
+            if advance.jobs:
+                self._enqueue(conn, queue, [spec for _, spec in advance.jobs], "keep")
+            for event, reason, data in advance.journal():
+                self._journal(conn, queue, schedule_journal_id(name), event, reason=reason,
+                              data=data)
+        if advance.jobs:
+            self.notify_local(queue)
+        return True
+
+    def pause_schedule(self, name: str, paused: bool) -> bool:
+        event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED
+        with self._tx() as conn:
+            rows = self._rows(conn, "schedule_pause", schedule=name, paused=int(paused))
+            for row in rows:
+                self._journal(conn, row["queue"], schedule_journal_id(name), event.value,
+                              reason="operator")
+        return bool(rows)
+
+    def deactivate_schedules(self, queues: Sequence[str], keep: Sequence[str]) -> list[str]:
+        with self._tx() as conn:
+            rows = self._rows(conn, "schedule_deactivate", queues=json.dumps(list(queues)),
+                              keep=json.dumps(list(keep)))
+            for row in rows:
+                self._journal(conn, row["queue"], schedule_journal_id(row["name"]),
+                              ScheduleEvent.INACTIVE.value, reason="gone from the code")
+        return sorted(r["name"] for r in rows)
 
 
 #: The write paths map the rows their statements return as the reads do.
 _job = SQLiteStore._job
+
+
+def _schedule(row: dict[str, Any]) -> ScheduleState:
+    return ScheduleState(
+        name=row["name"], queue=row["queue"], spec_json=row["spec"],
+        cursor=SQLiteStore._time(row["cursor"]), version=row["version"],  # type: ignore[arg-type]
+        last_tick=SQLiteStore._time(row["last_tick"]), last_job_id=row["last_job_id"],
+        skipped=row["skipped"], paused=bool(row["paused"]), active=bool(row["active"]),
+        updated_at=SQLiteStore._time(row["updated_at"]))
+

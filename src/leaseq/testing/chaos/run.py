@@ -168,9 +168,9 @@ class Run:
     def worker(self, name: str, *, concurrency: int = 4, url: str | None = None,
                env: Mapping[str, str] | None = None, grace_s: float = 10.0,
                sweep_every_s: float = 0.5, log_level: str = "info",
-               extra: Sequence[str] = ()) -> WorkerProc:
+               extra: Sequence[str] = (), app: str = "chaos_tasks:app") -> WorkerProc:
         proc = WorkerProc(self, name, url or self.url, concurrency, dict(env or {}), grace_s,
-                          sweep_every_s, log_level, list(extra))
+                          sweep_every_s, log_level, list(extra), app)
         self.on_cleanup(proc.kill_hard)
         return proc
 
@@ -185,14 +185,15 @@ class Run:
 
 
 class WorkerProc:
-    """``python -m leaseq.cli worker chaos_tasks:app …`` as a child we can kill, stop and
-    restart; its output goes to a log file in the scenario's folder."""
+    """``python -m leaseq.cli worker chaos_tasks:app …`` (or another ``app``) as a child we
+    can kill, stop and restart; its output goes to a log file in the scenario's folder."""
 
     def __init__(self, run: Run, name: str, url: str, concurrency: int, env: dict[str, str],
-                 grace_s: float, sweep_every_s: float, log_level: str, extra: list[str]):
+                 grace_s: float, sweep_every_s: float, log_level: str, extra: list[str],
+                 app: str = "chaos_tasks:app"):
         self.run, self.name, self.url = run, name, url
         self.env = env
-        self.command = [sys.executable, "-m", "leaseq.cli", "worker", "chaos_tasks:app",
+        self.command = [sys.executable, "-m", "leaseq.cli", "worker", app,
                         "--url", url, "--concurrency", str(concurrency), "--grace-s",
                         str(grace_s), "--sweep-every-s", str(sweep_every_s), "--log-level",
                         log_level, *extra]

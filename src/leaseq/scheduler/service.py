@@ -1,0 +1,185 @@
+"""The scheduler: config, ``run_once`` and the loop (one maintenance service, as River writes
+them). Every worker runs one by default; ``leaseq scheduler MODULE:APP`` runs one alone.
+
+No leader: every scheduler reads a schedule's ledger record, plans the due ticks on the
+database's clock, and advances the record by compare-and-set together with the ticks' jobs.
+Two schedulers that plan the same tick write it once: the loser's CAS matches no row. Between
+ticks a scheduler sleeps until the next one (plus a little jitter, so the later schedulers
+mostly read an advanced cursor and write nothing), never longer than ``max_sleep_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from leaseq.errors import InvalidInput, LeaseqError
+from leaseq.job import JobSpec
+from leaseq.ledger import ScheduleEvent, ScheduleState, format_tick, schedule_journal_id
+from leaseq.queue import Queue
+from leaseq.scheduler.plan import plan
+from leaseq.scheduler.spec import Schedule
+from leaseq.stores.base import Store
+
+if TYPE_CHECKING:
+    from leaseq.app import App
+
+log = logging.getLogger(__name__)
+
+#: Statuses in which a schedule's previous job still overlaps a new tick.
+LIVE_STATUSES = ("pending", "processing")
+
+
+class ScheduleNotFound(LeaseqError, LookupError):
+    """No schedule of that name is in the ledger (``leaseq schedules`` lists them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    on_time_s: float = 60.0
+    """With ``catch_up="skip"``, how late a tick may be found and still fire. Defaults to
+    60 s."""
+    max_sleep_s: float = 60.0
+    """Longest sleep between looks at the ledger, so a pause, a resume or another deployment's
+    change is seen. Defaults to 60 s."""
+    retry_s: float = 5.0
+    """Sleep after the store could not be reached. Defaults to 5 s."""
+    jitter_s: float = 0.05
+    """Up to this much random delay after each tick. Defaults to 50 ms."""
+
+    def __post_init__(self) -> None:
+        for name in ("on_time_s", "max_sleep_s", "retry_s", "jitter_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInput(f"{name} must be a number ≥ 0")
+        if self.max_sleep_s <= 0:
+            raise InvalidInput("max_sleep_s must be > 0")
+
+
+class Scheduler:
+    """Enqueues the ticks of an ``App``'s schedules. ``run_once`` looks once; ``run`` loops
+    until ``stop`` is set."""
+
+    def __init__(self, app: App, config: SchedulerConfig | None = None, *,
+                 rng: Callable[[], float] = random.random):
+        self.app = app
+        self.config = config or SchedulerConfig()
+        self._rng = rng
+        self._registered = False
+
+    @property
+    def store(self) -> Store:
+        return self.app.store
+
+    def register(self) -> None:
+        """Write the app's schedules into the ledger (a new one starts ticking from now; a
+        changed one is journaled) and mark the ledger's other schedules of the app's queues
+        inactive."""
+        for schedule in self.app.schedules.values():
+            self.store.register_schedule(schedule.name, schedule.queue, schedule.spec_json())
+        queues = sorted({s.queue for s in self.app.schedules.values()} | set(
+            self.app.queue_names()))
+        gone = self.store.deactivate_schedules(queues, sorted(self.app.schedules))
+        for name in gone:
+            log.info("schedule %s is no longer in the code: marked inactive", name,
+                     extra={"action": "schedule_inactive", "schedule": name})
+        self._registered = True
+
+    def run_once(self) -> float:
+        """Enqueue every due tick once; returns the seconds until the next tick (at most
+        ``max_sleep_s``). A schedule whose look fails is logged and looked at next time."""
+        if not self._registered:
+            self.register()
+        now = self.store.server_now()
+        waits = [self.config.max_sleep_s]
+        for schedule in self.app.schedules.values():
+            try:
+                waits.append(self._look(schedule, now))
+            except LeaseqError as exc:
+                log.warning("schedule %s: %s", schedule.name, exc,
+                            extra={"action": "schedule_failed", "schedule": schedule.name})
+        return max(min(waits), 0.0)
+
+    def run(self, stop: threading.Event) -> None:
+        """Loop until ``stop`` is set; a store that is away is tried again after
+        ``retry_s``."""
+        while not stop.is_set():
+            try:
+                wait = self.run_once()
+            except LeaseqError as exc:
+                log.warning("scheduler: %s; trying again in %.0f s", exc, self.config.retry_s)
+                wait = self.config.retry_s
+            except Exception:  # a thread that died would stop the ticks without a word
+                log.exception("scheduler: unexpected error; trying again in %.0f s",
+                              self.config.retry_s)
+                wait = self.config.retry_s
+            stop.wait(min(wait + self._rng() * self.config.jitter_s, self.config.max_sleep_s))
+
+    def _look(self, schedule: Schedule, now: datetime) -> float:
+        state = self.store.schedule_state(schedule.name)
+        if state is None or not state.active:
+            # Deleted by hand (it starts again from now), or marked inactive by a scheduler
+            # of older code that lacks it: this code declares it, so it is active again.
+            state = self.store.register_schedule(schedule.name, schedule.queue,
+                                                 schedule.spec_json())
+        if state.paused:
+            return self.config.max_sleep_s
+        running = self._running(schedule, state)
+        advance = plan(schedule, state, now, running, self.config.on_time_s,
+                       lambda tick: self._spec(schedule, tick))
+        cursor = state.cursor
+        if advance is not None:
+            if not self.store.advance_schedule(schedule.name, state.version, advance):
+                return 0.0  # another scheduler advanced it first: read what it wrote
+            cursor = advance.cursor
+            self._logged(schedule, advance.jobs)
+        return (schedule.next_after(max(cursor, now)) - now).total_seconds()
+
+    def _running(self, schedule: Schedule, state: ScheduleState) -> str | None:
+        if schedule.overlap == "allow" or state.last_job_id is None:
+            return None
+        job = self.store.get(schedule.queue, state.last_job_id)
+        return job.id if job is not None and job.status in LIVE_STATUSES else None
+
+    def _spec(self, schedule: Schedule, tick: datetime) -> JobSpec:
+        return self.app.queue(schedule.queue).spec(
+            schedule.job_id(tick), schedule.tick_payload(tick), task=schedule.task,
+            max_attempts=schedule.max_attempts)
+
+    @staticmethod
+    def _logged(schedule: Schedule, jobs: Sequence[tuple[datetime, JobSpec]]) -> None:
+        for tick, spec in jobs:
+            log.info("schedule %s: tick %s enqueued as %s", schedule.name, format_tick(tick),
+                     spec.job_id, extra={"action": "tick_enqueued", "schedule": schedule.name,
+                                         "job_id": spec.job_id})
+
+
+def trigger(store: Store, name: str) -> str:
+    """Enqueue one job of the schedule ``name`` now, outside its ticks (the ledger's cursor
+    does not move), journaled as a manual tick. Returns the job id."""
+    state = store.schedule_state(name)
+    if state is None:
+        raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
+    schedule = Schedule.from_ledger(state.name, state.queue, state.spec_json)
+    now = store.server_now()
+    job_id = f"{name}@manual-{format_tick(now)}"
+    spec = Queue(store, state.queue).spec(job_id, schedule.tick_payload(now),
+                                          task=schedule.task,
+                                          max_attempts=schedule.max_attempts)
+    store.enqueue_many(state.queue, [spec], on_conflict="keep")
+    store.append_journal(state.queue, schedule_journal_id(name), ScheduleEvent.TICK_MANUAL.value,
+                 reason="operator", data={"job": job_id})
+    return job_id
+
+
+def set_paused(store: Store, name: str, paused: bool) -> bool:
+    """Pause or resume ``name``; False when it already was. A resumed schedule fires only the
+    ticks after the resume."""
+    if store.schedule_state(name) is None:
+        raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
+    return store.pause_schedule(name, paused)

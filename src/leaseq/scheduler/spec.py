@@ -1,0 +1,213 @@
+"""A schedule as the code declares it: when it ticks, and what each tick enqueues.
+
+Cron expressions are parsed and evaluated by cronsim (Debian cron's rules, DST included): five
+fields, or six with seconds as the first. ``every_s`` ticks are aligned to the Unix epoch, so
+every scheduler computes the same instants whatever its start time. A tick is a UTC instant;
+its job id is derived from the schedule's name and that instant, so one tick can only ever
+be one job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from leaseq.errors import InvalidInput
+from leaseq.ledger import format_tick
+
+CatchUp = Literal["skip", "latest", "all"]
+Overlap = Literal["allow", "skip"]
+#: Schedule names: they appear in job ids, journal ids and the command line.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+#: The payload key that carries the tick to a task that takes a ``tick`` argument.
+TICK_PARAM = "tick"
+#: The shortest ``every_s``: one job per second per schedule is already a lot of rows.
+MIN_EVERY_S = 1.0
+#: Spec fields compared when the code registers a schedule again (a change is journaled).
+SPEC_FIELDS = ("task", "cron", "every_s", "timezone", "catch_up", "max_catch_up", "overlap",
+               "payload", "max_attempts", "takes_tick")
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """The ticks after a cursor up to now that a catch-up policy keeps, and those it drops."""
+
+    ticks: list[datetime]
+    dropped: int = 0
+    first_dropped: datetime | None = None
+    last_dropped: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One periodic schedule (``@app.periodic`` / ``app.schedule`` build it; see
+    docs/periodic.md). Exactly one of ``cron`` and ``every_s``."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str | None = None
+    """Cron expression, 5 fields or 6 with seconds first. Defaults to None."""
+    every_s: float | None = None
+    """Seconds between ticks (≥ 1), aligned to the Unix epoch. Defaults to None."""
+    timezone: str = "UTC"
+    """IANA zone the cron expression is read in. Defaults to UTC."""
+    catch_up: CatchUp = "latest"
+    """Missed ticks: ``skip`` none, ``latest`` the latest one, ``all`` up to
+    ``max_catch_up``. Defaults to ``latest``."""
+    max_catch_up: int = 100
+    """With ``catch_up="all"``, at most this many missed ticks (the latest). Defaults to 100."""
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    """The job's payload (the task's keyword arguments). Defaults to none."""
+    overlap: Overlap = "allow"
+    """``skip``: a tick whose previous job is still pending or processing is skipped.
+    Defaults to ``allow``."""
+    max_attempts: int = 5
+    """The tick job's attempts (the task's policy). Defaults to 5."""
+    takes_tick: bool = False
+    """Whether the task takes a ``tick`` argument (the tick, an aware datetime)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
+            raise InvalidInput(f"schedule name {str(self.name)[:80]!r} is not allowed: use 1-100 "
+                               "letters, digits, '_', '.', ':' or '-', starting with a letter "
+                               "or digit")
+        if (self.cron is None) == (self.every_s is None):
+            raise InvalidInput(f"schedule {self.name!r}: give exactly one of cron= and every_s=")
+        self._check_timing()
+        if self.catch_up not in get_args(CatchUp):
+            raise InvalidInput(f"schedule {self.name!r}: catch_up must be skip, latest or all")
+        if self.overlap not in get_args(Overlap):
+            raise InvalidInput(f"schedule {self.name!r}: overlap must be allow or skip")
+        if (not isinstance(self.max_catch_up, int) or isinstance(self.max_catch_up, bool)
+                or not 1 <= self.max_catch_up <= 100_000):
+            raise InvalidInput(f"schedule {self.name!r}: max_catch_up must be 1..100000")
+        if not isinstance(self.payload, Mapping):
+            raise InvalidInput(f"schedule {self.name!r}: payload must be a mapping")
+        if self.takes_tick and TICK_PARAM in self.payload:
+            raise InvalidInput(f"schedule {self.name!r}: the payload may not set 'tick', the "
+                               "scheduler passes it")
+        object.__setattr__(self, "payload", dict(self.payload))
+
+    def _check_timing(self) -> None:
+        try:
+            zone = ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            raise InvalidInput(f"schedule {self.name!r}: unknown time zone "
+                               f"{str(self.timezone)[:60]!r} (use an IANA name such as "
+                               "Europe/Kyiv)") from None
+        if self.cron is not None:
+            try:
+                CronSim(self.cron, datetime(2000, 1, 1, tzinfo=zone))
+            except (CronSimError, TypeError) as exc:
+                raise InvalidInput(f"schedule {self.name!r}: bad cron expression "
+                                   f"{str(self.cron)[:80]!r}: {exc}") from None
+            return
+        every = self.every_s
+        if (isinstance(every, bool) or not isinstance(every, int | float)
+                or not math.isfinite(every) or every < MIN_EVERY_S):
+            raise InvalidInput(f"schedule {self.name!r}: every_s must be a number ≥ "
+                               f"{MIN_EVERY_S:g}")
+
+    # --- when it ticks ----------------------------------------------------------------------
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def ticks_after(self, cursor: datetime) -> Iterator[datetime]:
+        """The ticks strictly after ``cursor``, in order, as UTC instants (endless)."""
+        if self.every_s is not None:
+            step_ms = round(self.every_s * 1000)
+            n = _epoch_ms(cursor) // step_ms + 1
+            while True:
+                yield _at_ms(n * step_ms)
+                n += 1
+        assert self.cron is not None
+        for local in CronSim(self.cron, cursor.astimezone(self.zone)):
+            yield local.astimezone(UTC)
+
+    def next_after(self, moment: datetime) -> datetime:
+        return next(self.ticks_after(moment))
+
+    def due(self, cursor: datetime, now: datetime, keep: int) -> Due:
+        """Ticks in (cursor, now]: the latest ``keep`` of them, and how many before those."""
+        if self.every_s is not None:
+            return self._due_every(cursor, now, keep)
+        kept: deque[datetime] = deque()
+        dropped: list[datetime] = []  # only the first and the last are kept
+        for tick in self.ticks_after(cursor):
+            if tick > now:
+                break
+            kept.append(tick)
+            if len(kept) > keep:
+                dropped[1:] = [kept.popleft()]
+        if not dropped:
+            return Due(list(kept))
+        count = self._count_between(cursor, dropped[-1])
+        return Due(list(kept), count, dropped[0], dropped[-1])
+
+    def _count_between(self, cursor: datetime, last: datetime) -> int:
+        return sum(1 for _ in itertools.takewhile(lambda t: t <= last,
+                                                  self.ticks_after(cursor)))
+
+    def _due_every(self, cursor: datetime, now: datetime, keep: int) -> Due:
+        """Arithmetic, not iteration: a long outage of an every-second schedule is cheap."""
+        step_ms = round(self.every_s * 1000)  # type: ignore[operator]
+        first_n, last_n = _epoch_ms(cursor) // step_ms + 1, _epoch_ms(now) // step_ms
+        count = max(last_n - first_n + 1, 0)
+        kept_from = max(first_n, last_n - keep + 1)
+        ticks = [_at_ms(n * step_ms) for n in range(kept_from, last_n + 1)]
+        dropped = count - len(ticks)
+        if not dropped:
+            return Due(ticks)
+        return Due(ticks, dropped, _at_ms(first_n * step_ms), _at_ms((kept_from - 1) * step_ms))
+
+    # --- what a tick enqueues ---------------------------------------------------------------
+
+    def job_id(self, tick: datetime) -> str:
+        """The tick's job id: the schedule's name and the UTC instant."""
+        return f"{self.name}@{format_tick(tick)}"
+
+    def tick_payload(self, tick: datetime) -> dict[str, Any]:
+        payload = dict(self.payload)
+        if self.takes_tick:
+            payload[TICK_PARAM] = tick.astimezone(self.zone).isoformat()
+        return payload
+
+    # --- as the ledger keeps it -------------------------------------------------------------
+
+    def spec_json(self) -> str:
+        """Canonical JSON of the spec: equal text means the same schedule."""
+        return json.dumps({k: getattr(self, k) for k in SPEC_FIELDS}, sort_keys=True,
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_ledger(cls, name: str, queue: str, spec_json: str) -> Schedule:
+        """The schedule a ledger record describes (for the command line: no app needed)."""
+        fields = json.loads(spec_json)
+        return cls(name=name, queue=queue, **{k: fields[k] for k in SPEC_FIELDS if k in fields})
+
+    def describe(self) -> str:
+        if self.cron is not None:
+            return f"cron {self.cron}"
+        return f"every {self.every_s:g} s"
+
+
+def _epoch_ms(moment: datetime) -> int:
+    delta = moment.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    return delta // timedelta(milliseconds=1)
+
+
+def _at_ms(ms: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)

@@ -1,0 +1,330 @@
+"""The schedule ledger: exactly one job per (schedule, tick) whatever the number of
+schedulers, a purged tick never fires again, catch-up policies after a gap, ticks on the
+store's clock only, and the ledger's own primitives (register, change, pause, deactivate)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from leaseq.app import App
+from leaseq.ledger import ScheduleEvent, schedule_journal_id
+from leaseq.scheduler.plan import plan
+from leaseq.scheduler.service import Scheduler, SchedulerConfig, set_paused, trigger
+from leaseq.stores.base import Store
+from leaseq.testing.harness import FreshStore, advance, events, seconds_until, shifted_clock
+
+HOUR_S = 3600.0
+QUEUE = "periodic"
+
+
+def _app(store: Store, name: str = "hourly", **schedule: Any) -> App:
+    app = App(store=store)
+
+    @app.task(queue=QUEUE)
+    def report(tick: datetime, region: str = "eu") -> None:
+        """A periodic task that takes its tick."""
+
+    app.schedule(name, report, **{"every_s": HOUR_S, **schedule})
+    return app
+
+
+def _at_half_past(store: Store) -> datetime:
+    """Move the store's clock to 30 minutes past the next whole hour; returns that hour."""
+    now = store.server_now()
+    hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    advance(store, seconds_until(store, hour) + HOUR_S / 2)
+    return hour
+
+
+def _tick_ids(store: Store, prefix: str) -> list[str]:
+    return sorted(j.id for j in store.list_jobs(QUEUE, limit=10_000) if j.id.startswith(prefix))
+
+
+def _register(app: App) -> Scheduler:
+    scheduler = Scheduler(app, SchedulerConfig(jitter_s=0))
+    scheduler.register()
+    return scheduler
+
+
+def _race(fresh: FreshStore, schedulers: int, **schedule: Any) -> None:
+    """``schedulers`` threads, each with its own connection and scheduler, look at once."""
+    barrier = threading.Barrier(schedulers)
+    errors: list[BaseException] = []
+
+    def look(store: Store) -> None:
+        try:
+            scheduler = Scheduler(_app(store, **schedule), SchedulerConfig(jitter_s=0))
+            scheduler._registered = True  # registered by the test; only the look races
+            barrier.wait(timeout=30)
+            scheduler.run_once()
+        except BaseException as exc:
+            errors.append(exc)
+
+    stores = [fresh.open() for _ in range(schedulers)]
+    for store in stores:
+        store.time_offset_s = fresh.store.time_offset_s
+    threads = [threading.Thread(target=look, args=(s,)) for s in stores]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        for store in stores:
+            store.close()
+    assert not errors, errors
+
+
+class ScheduleSuite:
+    def test_two_schedulers_racing_on_one_tick_write_one_job(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a registered hourly schedule and two connections that both planned the tick
+        store = leaseq_store.store
+        hour = _at_half_past(store)
+        app = _app(store)
+        _register(app)
+        advance(store, HOUR_S)
+        other = leaseq_store.open()
+        try:
+            other.time_offset_s = store.time_offset_s
+            states = [store.schedule_state("hourly"), other.schedule_state("hourly")]
+            now = store.server_now()
+            schedule = app.schedules["hourly"]
+            spec_for = Scheduler(app)._spec
+            advances = [plan(schedule, s, now, None, 60, lambda t: spec_for(schedule, t))
+                        for s in states]  # type: ignore[arg-type]
+            # When both compare-and-set the same version
+            won = [store.advance_schedule("hourly", states[0].version, advances[0]),  # type: ignore[union-attr, arg-type]
+                   other.advance_schedule("hourly", states[1].version, advances[1])]  # type: ignore[union-attr, arg-type]
+        finally:
+            other.close()
+        # Then one wins, and the tick is one job
+        assert sorted(won) == [False, True]
+        tick = hour + timedelta(hours=1)
+        assert _tick_ids(store, "hourly@") == [schedule.job_id(tick)]
+        assert store.schedule_state("hourly").version == states[0].version + 1  # type: ignore[union-attr]
+
+    def test_many_schedulers_looking_at_once_enqueue_each_tick_once(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given an hourly schedule with three missed ticks, caught up in full
+        store = leaseq_store.store
+        _at_half_past(store)
+        _register(_app(store, catch_up="all"))
+        advance(store, 3 * HOUR_S)
+        # When four schedulers on their own connections look at the same moment
+        _race(leaseq_store, schedulers=4, catch_up="all")
+        # Then each of the three ticks is one job
+        assert len(_tick_ids(store, "hourly@")) == 3
+        assert store.schedule_state("hourly").version == 1  # type: ignore[union-attr]
+
+    def test_a_purged_tick_is_not_enqueued_again(self, leaseq_store: FreshStore) -> None:
+        # Given a tick enqueued, its job done and purged by retention
+        store = leaseq_store.store
+        _at_half_past(store)
+        scheduler = _register(_app(store))
+        advance(store, HOUR_S)
+        scheduler.run_once()
+        (job_id,) = _tick_ids(store, "hourly@")
+        q = store.queue(QUEUE)
+        (job,) = q.claim("w1", lease_s=60)
+        q.complete(job, None)
+        advance(store, 1)
+        assert q.purge({"done": 0}) == 1
+        # When schedulers look again at the same moment
+        scheduler.run_once()
+        Scheduler(_app(store), SchedulerConfig(jitter_s=0)).run_once()
+        # Then the tick is not enqueued again
+        assert q.get(job_id) is None
+        assert _tick_ids(store, "hourly@") == []
+
+    @pytest.mark.parametrize(("catch_up", "max_catch_up", "fired", "missed"), [
+        ("skip", 100, 0, 10), ("latest", 100, 1, 9), ("all", 100, 10, 0), ("all", 4, 4, 6)])
+    def test_catch_up_after_a_ten_tick_gap(self, leaseq_store: FreshStore, catch_up: str,
+                                           max_catch_up: int, fired: int, missed: int) -> None:
+        # Given an hourly schedule registered at half past, and ten hours without a scheduler
+        store = leaseq_store.store
+        hour = _at_half_past(store)
+        scheduler = _register(_app(store, catch_up=catch_up, max_catch_up=max_catch_up))
+        advance(store, 10 * HOUR_S)
+        # When a scheduler looks
+        scheduler.run_once()
+        # Then the policy's ticks are jobs (the latest ones), and the rest are journaled missed
+        ticks = [hour + timedelta(hours=n) for n in range(1, 11)]
+        schedule = scheduler.app.schedules["hourly"]
+        assert _tick_ids(store, "hourly@") == sorted(schedule.job_id(t)
+                                                     for t in ticks[10 - fired:])
+        entries = store.journal(QUEUE, schedule_journal_id("hourly"))
+        found = [e.data["count"] for e in entries if e.event == ScheduleEvent.TICKS_MISSED]
+        assert found == ([missed] if missed else [])
+        state = store.schedule_state("hourly")
+        assert state.cursor == ticks[-1]  # type: ignore[union-attr]
+
+    def test_a_process_clock_off_by_an_hour_makes_the_same_ticks(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given two identical schedules, a tick due on the store's clock
+        store = leaseq_store.store
+        _at_half_past(store)
+        ahead, behind = _app(store, "ahead"), _app(store, "behind")
+        for app in (ahead, behind):
+            _register(app)
+        advance(store, HOUR_S)
+        # When one scheduler's process clock is an hour ahead and the other's an hour behind
+        with shifted_clock(+HOUR_S):
+            Scheduler(ahead, SchedulerConfig(jitter_s=0)).run_once()
+        with shifted_clock(-HOUR_S):
+            Scheduler(behind, SchedulerConfig(jitter_s=0)).run_once()
+        # Then both enqueued the same tick, the one the store's clock says is due
+        made = [_tick_ids(store, f"{name}@") for name in ("ahead", "behind")]
+        assert [ids[0].split("@")[1] for ids in made if len(ids) == 1] == [
+            made[0][0].split("@")[1]] * 2
+
+    def test_a_daily_tick_that_dst_skips_fires_once_right_after_the_jump(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given 03:00 daily in Europe/Kyiv, registered the evening before 2026-03-29, when
+        # 03:00 does not exist there (the clocks jump from 03:00 to 04:00)
+        store = leaseq_store.store
+        advance(store, seconds_until(store, datetime(2026, 3, 28, 20, tzinfo=UTC)))
+        scheduler = _register(_app(store, "nightly", every_s=None, cron="0 3 * * *",
+                                   timezone="Europe/Kyiv"))
+        # When schedulers look through the night, every half hour
+        for _ in range(16):
+            advance(store, HOUR_S / 2)
+            scheduler.run_once()
+        # Then it fired once, at 04:00+03 (01:00 UTC)
+        assert _tick_ids(store, "nightly@") == ["nightly@2026-03-29T01:00:00Z"]
+
+    def test_the_tick_reaches_the_task_as_an_aware_datetime(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a tick enqueued for a task with a tick parameter, in Europe/Kyiv
+        store = leaseq_store.store
+        hour = _at_half_past(store)
+        app = _app(store, timezone="Europe/Kyiv")
+        scheduler = _register(app)
+        advance(store, HOUR_S)
+        scheduler.run_once()
+        (job_id,) = _tick_ids(store, "hourly@")
+        # When the worker builds the call
+        arguments = app.tasks["report"].arguments(store.get(QUEUE, job_id))  # type: ignore[arg-type]
+        # Then the tick is the UTC instant, shown in the schedule's zone
+        tick = arguments["tick"]
+        assert tick == hour + timedelta(hours=1) and tick.utcoffset() is not None
+        assert tick.utcoffset() in (timedelta(hours=2), timedelta(hours=3))
+        assert set(arguments) == {"tick"}
+
+
+class ScheduleLedgerSuite:
+    def test_register_is_journaled_once_and_changes_are_named(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule registered twice with the same spec, then with a new payload
+        store = leaseq_store.store
+        first = _register(_app(store))
+        first.register()
+        before = store.schedule_state("hourly")
+        _register(_app(store, payload={"region": "us"}))
+        # Then the ledger says so, naming the changed field and never the payload's value
+        after = store.schedule_state("hourly")
+        assert after.version == before.version + 1  # type: ignore[union-attr]
+        assert after.cursor == before.cursor  # type: ignore[union-attr]
+        entries = store.journal(QUEUE, schedule_journal_id("hourly"))
+        assert events(entries) == [ScheduleEvent.REGISTERED, ScheduleEvent.CHANGED]
+        assert entries[1].data["changed"] == ["payload"]  # type: ignore[index]
+        assert "us" not in str(entries[1].data)
+
+    def test_a_schedule_gone_from_the_code_stays_inactive_and_never_fires(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule in the ledger that the new code no longer declares
+        store = leaseq_store.store
+        _at_half_past(store)
+        _register(_app(store, "old"))
+        scheduler = _register(_app(store, "new"))
+        advance(store, HOUR_S)
+        # When a scheduler of the new code looks
+        scheduler.run_once()
+        # Then the old one is kept, inactive, and not fired
+        states = {s.name: s for s in store.schedules()}
+        assert sorted(states) == ["new", "old"]
+        assert not states["old"].active and states["new"].active
+        assert _tick_ids(store, "old@") == [] and len(_tick_ids(store, "new@")) == 1
+        assert ScheduleEvent.INACTIVE in events(store.journal(QUEUE, schedule_journal_id("old")))
+        # and a scheduler of code that declares it again makes it active at its next look
+        revived = Scheduler(_app(store, "old"), SchedulerConfig(jitter_s=0))
+        revived._registered = True  # as one started before the other code deactivated it
+        revived.run_once()
+        assert store.schedule_state("old").active  # type: ignore[union-attr]
+
+    def test_pause_stops_ticks_and_resume_skips_the_paused_ones(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a paused schedule through three ticks
+        store = leaseq_store.store
+        _at_half_past(store)
+        scheduler = _register(_app(store, catch_up="all"))
+        state = store.schedule_state("hourly")
+        assert set_paused(store, "hourly", True) is True
+        assert set_paused(store, "hourly", True) is False
+        advance(store, 3 * HOUR_S)
+        scheduler.run_once()
+        assert _tick_ids(store, "hourly@") == []
+        # When it is resumed, and a scheduler looks again then and an hour later
+        assert set_paused(store, "hourly", False) is True
+        scheduler.run_once()
+        advance(store, HOUR_S)
+        scheduler.run_once()
+        # Then only the tick after the resume fired; an advance planned before is refused
+        assert len(_tick_ids(store, "hourly@")) == 1
+        assert store.advance_schedule("hourly", state.version,  # type: ignore[union-attr]
+                                      _stale_advance(state)) is False  # type: ignore[arg-type]
+        assert events(store.journal(QUEUE, schedule_journal_id("hourly")))[-2:] == [
+            ScheduleEvent.PAUSED, ScheduleEvent.RESUMED]
+
+    def test_overlap_skip_journals_the_tick_while_the_last_job_is_live(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule that skips overlapping ticks, its first job still pending
+        store = leaseq_store.store
+        _at_half_past(store)
+        scheduler = _register(_app(store, overlap="skip"))
+        advance(store, HOUR_S)
+        scheduler.run_once()
+        (first,) = _tick_ids(store, "hourly@")
+        # When the next tick comes
+        advance(store, HOUR_S)
+        scheduler.run_once()
+        # Then it is skipped, counted and journaled with the job that was running
+        assert _tick_ids(store, "hourly@") == [first]
+        assert store.schedule_state("hourly").skipped == 1  # type: ignore[union-attr]
+        (skip,) = [e for e in store.journal(QUEUE, schedule_journal_id("hourly"))
+                   if e.event == ScheduleEvent.TICK_SKIPPED]
+        assert skip.data["running"] == first  # type: ignore[index]
+
+    def test_trigger_enqueues_one_manual_job_and_leaves_the_cursor(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        store = leaseq_store.store
+        _register(_app(store))
+        before = store.schedule_state("hourly")
+        job_id = trigger(store, "hourly")
+        assert "@manual-" in job_id and store.get(QUEUE, job_id) is not None
+        assert store.schedule_state("hourly").cursor == before.cursor  # type: ignore[union-attr]
+        assert ScheduleEvent.TICK_MANUAL in events(
+            store.journal(QUEUE, schedule_journal_id("hourly")))
+
+
+def _stale_advance(state: Any) -> Any:
+    from leaseq.ledger import TickAdvance
+
+    return TickAdvance(cursor=state.cursor + timedelta(seconds=1))
+
+
+__all__ = ["UTC", "ScheduleLedgerSuite", "ScheduleSuite"]

@@ -1,0 +1,67 @@
+"""``leaseq schedules`` (list, trigger, pause, resume, ``--json`` on each) and ``leaseq
+scheduler``'s refusals."""
+
+from __future__ import annotations
+
+import json
+
+import leaseq
+from leaseq.scheduler import Scheduler
+
+
+def _registered(url: str) -> None:
+    app = leaseq.App(url)
+
+    @app.task(queue="reports")
+    def nightly(region: str) -> None:
+        """A report."""
+
+    app.schedule("nightly", nightly, cron="0 3 * * *", timezone="Europe/Kyiv",
+                  payload={"region": "zz-secret"}, overlap="skip")
+    Scheduler(app).register()
+    app.store.close()
+
+
+def test_schedules_lists_the_ledger_with_its_next_tick(invoke, url) -> None:
+    _registered(url)
+    result = invoke("schedules", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)["schedules"]
+    assert (row["name"], row["spec"], row["timezone"], row["paused"]) == (
+        "nightly", "cron 0 3 * * *", "Europe/Kyiv", False)
+    assert row["next_tick"].endswith(("T00:00:00Z", "T01:00:00Z"))  # 03:00 in Kyiv
+    assert "zz-secret" not in result.output  # the payload is not shown
+    table = invoke("schedules")
+    assert table.exit_code == 0 and "nightly" in table.output
+
+
+def test_trigger_pause_and_resume_answer_in_json_after_the_subcommand(invoke, url, store):
+    _registered(url)
+    triggered = json.loads(invoke("schedules", "trigger", "nightly", "--json").output)
+    assert triggered["job"].startswith("nightly@manual-")
+    assert store.get("reports", triggered["job"]).payload == {"region": "zz-secret"}
+    assert json.loads(invoke("schedules", "pause", "nightly", "--json").output)["changed"]
+    again = invoke("schedules", "pause", "nightly")
+    assert again.exit_code == 0 and "already paused" in again.output
+    assert "resumed" in invoke("schedules", "resume", "nightly").output
+    story = invoke("schedules", "history", "nightly")
+    assert story.exit_code == 0
+    for event in ("schedule_registered", "tick_manual", "schedule_paused", "schedule_resumed"):
+        assert event in story.output
+    journal = json.loads(invoke("schedules", "history", "nightly", "--json").output)["journal"]
+    assert [e["event"] for e in journal][-1] == "schedule_resumed"
+    assert invoke("schedules", "history", "nope").exit_code == 1
+
+
+def test_an_unknown_schedule_exits_1(invoke) -> None:
+    result = invoke("schedules", "trigger", "nope")
+    assert result.exit_code == 1 and "no schedule named 'nope'" in result.output
+
+
+def test_an_empty_ledger_says_so(invoke) -> None:
+    assert "no schedules" in invoke("schedules").output
+
+
+def test_scheduler_refuses_an_app_without_schedules(invoke) -> None:
+    result = invoke("scheduler", "cli_tasks:app")
+    assert result.exit_code == 2 and "declares no schedules" in result.output

@@ -1,0 +1,73 @@
+"""The scheduler's loop: it sleeps until the next tick (never a polling storm), and a store
+that fails or a bug does not end it."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+import leaseq
+from leaseq.errors import InvalidInput, StoreUnavailable
+from leaseq.scheduler import Scheduler, SchedulerConfig
+from leaseq.testing.harness import advance, seconds_until
+
+
+@pytest.fixture
+def app(tmp_path):
+    app = leaseq.App(f"sqlite:///{tmp_path}/s.db")
+
+    @app.periodic(every_s=3600)
+    def hourly() -> None:
+        """Once an hour."""
+
+    yield app
+    app.store.close()
+
+
+def _half_past(app: leaseq.App) -> None:
+    now = app.store.server_now()
+    hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    advance(app.store, seconds_until(app.store, hour) + 1800)
+
+
+def test_run_once_answers_the_seconds_until_the_next_tick(app) -> None:
+    _half_past(app)
+    assert Scheduler(app, SchedulerConfig(max_sleep_s=60)).run_once() == 60
+    wait = Scheduler(app, SchedulerConfig(max_sleep_s=7200)).run_once()
+    assert 1790 < wait <= 1800
+
+
+def test_the_loop_sleeps_until_the_tick_and_survives_failures(app, monkeypatch) -> None:
+    # Given a store that fails twice, then a bug, then works
+    answers = iter([StoreUnavailable("away"), StoreUnavailable("away"), RuntimeError("bug")])
+    real = app.store.server_now
+    looks: list[float] = []
+
+    def server_now():
+        looks.append(1)
+        answer = next(answers, None)
+        if answer is not None:
+            raise answer
+        return real()
+
+    monkeypatch.setattr(app.store, "server_now", server_now)
+    stop = threading.Event()
+    scheduler = Scheduler(app, SchedulerConfig(retry_s=0.01, max_sleep_s=0.5), rng=lambda: 0)
+    thread = threading.Thread(target=scheduler.run, args=(stop,))
+    # When it loops for a second
+    thread.start()
+    stop.wait(1.2)
+    stop.set()
+    thread.join(5)
+    # Then it tried again after each failure and then slept max_sleep_s between looks
+    assert not thread.is_alive()
+    assert 4 <= len(looks) <= 7
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(InvalidInput):
+        SchedulerConfig(max_sleep_s=0)
+    with pytest.raises(InvalidInput):
+        SchedulerConfig(retry_s=-1)
