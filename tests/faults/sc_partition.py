@@ -69,15 +69,17 @@ class Net:
                 time.sleep(1.0)
                 self.ns.link(up=True)
                 time.sleep(1.0)
-        else:
-            cut = self.ns.link if kind == "clean" else self._hole
-            cut(False)  # type: ignore[operator]
-            time.sleep(2 * self.lease_s)
-            cut(True)  # type: ignore[operator]
+            return time.monotonic() - started
+        self._cut(kind, True)
+        time.sleep(2 * self.lease_s)
+        self._cut(kind, False)
         return time.monotonic() - started
 
-    def _hole(self, up: bool) -> None:
-        self.ns.black_hole(on=not up)
+    def _cut(self, kind: str, on: bool) -> None:
+        if kind == "clean":
+            self.ns.link(up=not on)
+        else:
+            self.ns.black_hole(on=on)
 
 
 def _scenario(r: Run, kind: str) -> None:
