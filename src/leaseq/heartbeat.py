@@ -92,8 +92,9 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._stop.is_set():
             now = self.clock()
-            busy = self._distrust(now)
-            items = [i for i in self.in_flight() if _beaten(i)]
+            items = self.in_flight()
+            busy = self._distrust(items, now)
+            items = [i for i in items if _beaten(i)]
             due_at = min((i.next_beat_at for i in items), default=None)
             trust_at = min((i.trusted_until for i in items if i.trusted_until > now),
                            default=float("inf"))
@@ -111,11 +112,11 @@ class Heartbeat:
                 log.error("heartbeat failed; trying again\n%s", traceback_text(exc, self.redact))
                 self._stop.wait(0.5)
 
-    def _distrust(self, now: float) -> bool:
+    def _distrust(self, items: list[InFlight], now: float) -> bool:
         """Hand every job whose lease clock ran out to ``on_untrusted``; True when one could
         not be taken yet."""
         busy = False
-        for item in self.in_flight():
+        for item in items:
             if _beaten(item) and item.trusted_until <= now:
                 busy = not self.on_untrusted(item) or busy
         return busy

@@ -467,6 +467,8 @@ class Worker:
     def _journal_abandoned(self) -> None:
         """Journal the jobs the lease clock abandoned, once the store answers again (tried at
         most every ``JOURNAL_RETRY_S`` while it does not)."""
+        if not self._abandoned:  # the common case, read without the lock: nothing to write
+            return
         with self._lock:
             pending = list(self._abandoned)
         if not pending or self.clock() < self._journal_at:
