@@ -2,12 +2,13 @@
 
 A prefetched job is under lease and counted in flight, but waits for a slot. That is only worth
 it when a slot will free soon, so the allowance is what the worker's own handlers have just
-shown: with ``concurrency`` slots held ``held_s`` each on average, about ``concurrency ·
-wait_s / held_s`` jobs start within ``wait_s``; the allowance is half that (bursty finishes,
-a slower job among fast ones), at most ``limit``. Handlers of microseconds earn the whole
-``limit``; a handler that holds its slot longer than ``wait_s / 2`` earns nothing, and the
-worker claims only its free slots. This keeps prefetch out of the trap of a prefetching
-broker, where one busy worker sits on jobs that another could start now.
+shown. Handlers may all finish at once (jobs claimed together, of one length), so the worst
+case is counted, not the average: with slots held ``held_s`` on average, the ``k``-th wave of
+``concurrency`` prefetched jobs starts after about ``k · held_s``; the allowance is the waves
+that start within half of ``wait_s``, at most ``limit`` jobs. Handlers of microseconds earn
+the whole ``limit``; a handler that holds its slot longer than ``wait_s / 2`` earns nothing,
+and the worker claims only its free slots. This keeps prefetch out of the trap of a
+prefetching broker, where one busy worker sits on jobs that another could start now.
 
 The backstop is the worker's: a prefetched job that has not started within ``wait_s`` is given
 back at once (free, not counted as a give-back), and ``reset`` forgets the history, so the
@@ -40,8 +41,8 @@ class Prefetch:
         held = self._held_s
         if not self.limit or held is None:
             return 0
-        starts = self.concurrency * self.wait_s / max(held, 1e-6)
-        return min(int(starts / 2), self.limit)
+        waves = self.wait_s / 2 / max(held, 1e-6)
+        return min(self.concurrency * int(min(waves, self.limit)), self.limit)
 
     def reset(self) -> None:
         """A prefetched job waited too long: claim only free slots until jobs finish again."""

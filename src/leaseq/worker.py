@@ -70,12 +70,12 @@ class WorkerConfig:
     """How often the worker runs the sweeper (reclaim, retention purge). Defaults to 30 s."""
     prefetch: int = 32
     """Most jobs claimed ahead of free slots, so one claim statement takes a big batch. A
-    worker only claims ahead as many jobs as its handlers' pace will start well within
-    ``prefetch_wait_s`` (handlers that take longer than half of it: none), and never for a
-    queue with claim limits. 0 turns it off. Defaults to 32."""
-    prefetch_wait_s: float = 0.25
+    worker only claims ahead as many jobs as its handlers' pace starts within half of
+    ``prefetch_wait_s`` even if they all finish at once (handlers that hold a slot longer:
+    none), and never for a queue with claim limits. 0 turns it off. Defaults to 32."""
+    prefetch_wait_s: float = 0.5
     """How long a prefetched job may wait for a slot; one that waited longer is given back at
-    once (free) for another worker to start. Defaults to 0.25 s."""
+    once (free) for another worker to start. Defaults to 0.5 s."""
     claim_gather_s: float = 0.002
     """With jobs in flight and few slots free, how long to wait for more slots to free before
     claiming, so one claim takes several jobs. Defaults to 2 ms."""
