@@ -11,8 +11,11 @@ from leaseq.errors import (
     InvalidURL,
     JobConflict,
     JobNotFound,
+    LeaseLost,
     LeaseqError,
+    PayloadMismatch,
     StoreUnavailable,
+    TopologyError,
     UnsupportedOperation,
 )
 from leaseq.job import (
@@ -24,11 +27,11 @@ from leaseq.job import (
     JobStatus,
     JournalEntry,
     Lease,
-    LeaseLost,
     Permanent,
     Retry,
     Snooze,
 )
+from leaseq.journal import JournalEvent
 from leaseq.policy import QueuePolicy, backoff_s
 from leaseq.queue import Queue
 from leaseq.stores import connect
@@ -56,9 +59,11 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "JournalEntry",
+    "JournalEvent",
     "Lease",
     "LeaseLost",
     "LeaseqError",
+    "PayloadMismatch",
     "Permanent",
     "Queue",
     "QueuePolicy",
@@ -66,6 +71,7 @@ __all__ = [
     "Snooze",
     "Store",
     "StoreUnavailable",
+    "TopologyError",
     "UnsupportedOperation",
     "__version__",
     "backoff_s",

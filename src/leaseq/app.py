@@ -23,7 +23,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leaseq import validate
-from leaseq.errors import InvalidInput, InvalidPayload
+from leaseq.errors import InvalidInput
+
+# PayloadMismatch lives with the other errors; it is imported from here too, where it was.
+from leaseq.errors import PayloadMismatch as PayloadMismatch
 from leaseq.job import EnqueueResult, Job, JobSpec, OnConflict
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
@@ -41,10 +44,6 @@ ENQUEUE_OPTIONS = frozenset({"job_id", "revision", "delay_s", "on_conflict", "co
 #: Task options that are queue-policy fields (the rest of ``@app.task``'s keywords are its own).
 _POLICY_OPTIONS = frozenset({"max_attempts", "lease_s", "heartbeat_every_s", "backoff_base_s",
                              "backoff_cap_s", "snooze_s", "max_snoozes", "max_givebacks"})
-
-
-class PayloadMismatch(InvalidPayload):
-    """A payload does not fit its task's signature (a missing, unknown or mistyped argument)."""
 
 
 @dataclass(frozen=True, slots=True)

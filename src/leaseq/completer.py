@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from leaseq.job import Job, Lease
+from leaseq.job import Completion, Job, Lease
 from leaseq.queue import Queue
 
 log = logging.getLogger("leaseq.worker")
@@ -96,7 +96,7 @@ class Completer:
             try:
                 outcomes = items[0].queue.store.complete_many(
                     items[0].queue.name,
-                    [(i.lease, i.result_json, i.status, i.result_key) for i in items])
+                    [Completion(i.lease, i.result_json, i.status, i.result_key) for i in items])
             except BaseException as exc:  # each waiter decides (retry, give up) on its own
                 _settle(items, exc)
                 continue

@@ -62,6 +62,25 @@ class JobNotFound(LeaseqError, LookupError):
         super().__init__(f"queue {queue!r} has no job {job_id[:200]!r}")
 
 
+class PayloadMismatch(InvalidPayload):
+    """A payload does not fit its task's signature (a missing, unknown or mistyped argument).
+    Also importable from ``leaseq.app``."""
+
+
+class LeaseLost(LeaseqError):
+    """The lease was taken by another claim (or the job was cancelled): nothing was written.
+    Also importable from ``leaseq.job``."""
+
+    def __init__(self, queue: str, job_id: str, lease_epoch: int):
+        self.queue = queue
+        self.job_id = job_id
+        self.lease_epoch = lease_epoch
+        super().__init__(
+            f"queue {queue!r}: lease on job {job_id[:200]!r} (epoch {lease_epoch}) is no longer "
+            "held; the write was refused"
+        )
+
+
 class StoreUnavailable(LeaseqError):
     """The store could not be reached (or was lost). The message never holds a password."""
 

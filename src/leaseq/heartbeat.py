@@ -21,10 +21,11 @@ from collections.abc import Callable
 from leaseq.deadline import within
 from leaseq.errors import LeaseqError
 from leaseq.job import safe_reason
+from leaseq.logfields import job_fields, queue_fields
 from leaseq.redact import Redact, redact, traceback_text
 from leaseq.runner import InFlight
 
-log = logging.getLogger("leaseq.worker")
+log = logging.getLogger(__name__)
 
 #: How soon to try again after the store refused a beat, as a share of the beat interval.
 RETRY_SHARE = 0.25
@@ -109,7 +110,8 @@ class Heartbeat:
             try:
                 self.beat(items)
             except Exception as exc:  # never let the heartbeat die: every lease would lapse
-                log.error("heartbeat failed; trying again\n%s", traceback_text(exc, self.redact))
+                log.error("heartbeat failed; trying again\n%s", traceback_text(exc, self.redact),
+                          extra=queue_fields("heartbeat_failed"))
                 self._stop.wait(0.5)
 
     def _distrust(self, items: list[InFlight], now: float) -> bool:
@@ -156,7 +158,8 @@ class Heartbeat:
                 lost = set(queue.heartbeat([i.job for i in live], lease_s=lease_s))
         except LeaseqError as exc:
             log.warning("heartbeat for queue %s failed: %s", queue.name,
-                        safe_reason(exc, redact=self.redact))
+                        safe_reason(exc, redact=self.redact),
+                        extra=queue_fields("heartbeat_failed", queue.name))
             for item in live:
                 item.next_beat_at = self.clock() + item.heartbeat_every_s * RETRY_SHARE
             return
@@ -166,7 +169,8 @@ class Heartbeat:
         for item in live:
             item.next_beat_at = now + item.heartbeat_every_s
             if item.job.id in lost:
-                log.warning("job %s: lease lost (attempt %d)", item.job.id, item.job.attempts)
+                log.warning("job %s: lease lost (attempt %d)", item.job.id, item.job.attempts,
+                            extra=job_fields("lease_lost", item.job))
                 self.on_lost(item)
             else:
                 self.trust(item, sent_at, lease_s)

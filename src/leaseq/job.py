@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from leaseq.deprecated import module_getattr
-from leaseq.errors import LeaseqError
+
+# LeaseLost lives with the other errors; it is imported from here too, where it always was.
+from leaseq.errors import LeaseLost as LeaseLost
 from leaseq.redact import Redact, redact, redact_tail
 
 
@@ -85,6 +87,26 @@ class Lease:
     lease_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One item of ``Store.complete_many``: finish the job ``lease`` holds, as ``complete``
+    would with the same arguments."""
+
+    lease: Lease
+    result_json: str | None = None
+    status: str = "done"
+    result_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """Jobs that ``Store.complete(then=…)`` enqueues into ``queue`` in the transaction that
+    finishes the job (``on_conflict="keep"``)."""
+
+    queue: str
+    specs: Sequence[JobSpec]
+
+
 @dataclass(slots=True)
 class Job:
     """One job record (DESIGN.md §2). Timestamps are timezone-aware UTC, from the store's clock.
@@ -148,7 +170,7 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (timestamps as ISO 8601 strings)."""
         out: dict[str, Any] = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in self.__slots__:
             if name == "lease_lost":
                 continue
             value = getattr(self, name)
@@ -212,42 +234,6 @@ class Snooze(Exception):
     def __init__(self, delay_s: float | None = None, reason: str = "snoozed"):
         super().__init__(reason)
         self.delay_s = delay_s
-
-
-class LeaseLost(LeaseqError):
-    """The lease was taken by another claim (or the job was cancelled): nothing was written."""
-
-    def __init__(self, queue: str, job_id: str, lease_epoch: int):
-        self.queue = queue
-        self.job_id = job_id
-        self.lease_epoch = lease_epoch
-        super().__init__(
-            f"queue {queue!r}: lease on job {job_id[:200]!r} (epoch {lease_epoch}) is no longer "
-            "held; the write was refused"
-        )
-
-
-EVENTS = (
-    "enqueued",
-    "claimed",
-    "heartbeat_lost",
-    "result_saved",
-    "retry_scheduled",
-    "snoozed",
-    "given_back",
-    "quarantined",
-    "reclaimed",
-    "requeued",
-    "cancelled",
-    "published",
-    "received",
-    "ack_sent",
-    "publish_owed",
-)
-
-
-#: Why a stale job's finish was turned into a give-back (journal reason).
-STALE_REASON = "stale revision: the payload changed while this attempt ran"
 
 
 def snoozed_too_often(snoozes: int) -> str:

@@ -10,23 +10,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 from leaseq.job import JobSpec
 
-
-class ScheduleEvent(StrEnum):
-    """Journal events of a schedule, written under its journal id (``schedule_journal_id``)."""
-
-    REGISTERED = "schedule_registered"
-    CHANGED = "schedule_changed"
-    INACTIVE = "schedule_inactive"
-    PAUSED = "schedule_paused"
-    RESUMED = "schedule_resumed"
-    TICK_SKIPPED = "tick_skipped"
-    TICKS_MISSED = "ticks_missed"
-    TICK_MANUAL = "tick_manual"
+# The schedule's journal events live with the job's (leaseq.journal); imported from here too.
+from leaseq.journal import ScheduleEvent as ScheduleEvent
 
 
 def format_tick(tick: datetime) -> str:
@@ -117,7 +106,7 @@ class TickAdvance:
     def journal(self) -> list[tuple[str, str, dict[str, Any]]]:
         """``(event, reason, data)`` for the schedule's journal: each skipped tick, then the
         missed ones as one entry. Never the payload."""
-        entries = [(ScheduleEvent.TICK_SKIPPED.value,
+        entries: list[tuple[str, str, dict[str, Any]]] = [(ScheduleEvent.TICK_SKIPPED.value,
                     f"overlap: tick {format_tick(tick)} skipped, {self.running} still live",
                     {"tick": format_tick(tick), "running": self.running})
                    for tick in self.skipped]

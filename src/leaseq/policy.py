@@ -52,7 +52,7 @@ class QueuePolicy:
         if self.heartbeat_every_s is None:
             object.__setattr__(self, "heartbeat_every_s", self.lease_s / 3)
         _check_number(self.heartbeat_every_s, "heartbeat_every_s", 0.001)
-        if self.heartbeat_every_s >= self.lease_s:  # type: ignore[operator]
+        if self.heartbeat_every_s >= self.lease_s:  # type: ignore[operator]  # set just above
             raise InvalidPolicy(
                 f"heartbeat_every_s ({self.heartbeat_every_s}) must be shorter than "
                 f"lease_s ({self.lease_s}), or every lease would lapse between beats"

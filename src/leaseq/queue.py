@@ -10,8 +10,10 @@ from leaseq import validate
 from leaseq.deprecated import warn_renamed
 from leaseq.errors import InvalidInput
 from leaseq.job import (
+    Completion,
     EnqueueResult,
     Failure,
+    FollowUp,
     Job,
     JobSpec,
     JournalEntry,
@@ -116,11 +118,11 @@ class Queue:
         return self.spec(item["job_id"], item["payload"], **options)
 
     def _enqueue(
-        self, specs: Sequence[JobSpec], on_conflict: str, connection: Any
+        self, specs: Sequence[JobSpec], on_conflict: OnConflict, connection: Any
     ) -> list[EnqueueResult]:
         if on_conflict not in _ON_CONFLICT:
             raise InvalidInput(f"on_conflict must be one of {', '.join(_ON_CONFLICT)}")
-        results = self.store.enqueue_many(self.name, specs, on_conflict, connection)  # type: ignore[arg-type]
+        results = self.store.enqueue_many(self.name, specs, on_conflict, connection)
         if connection is None:  # in a caller's transaction the job is visible only at commit
             self.store.notify_local(self.name)
         return results
@@ -168,7 +170,8 @@ class Queue:
             follow.setdefault(validate.queue_name(name), []).append(spec)
         done = self.store.complete(
             self.name, _lease(job), result_json, validate.terminal_status(status),
-            validate.result_key(result_key), list(follow.items()),
+            validate.result_key(result_key),
+            [FollowUp(name, specs) for name, specs in follow.items()],
         )
         for name in follow:  # follow-ups are ready now: wake this process's workers
             self.store.notify_local(name)
@@ -183,8 +186,8 @@ class Queue:
         batch = []
         for item in items:
             job, result = item if isinstance(item, tuple) else (item, None)
-            batch.append((_lease(job), validate.result(result, self.policy.max_payload_bytes),
-                          status, None))
+            batch.append(Completion(_lease(job), validate.result(
+                result, self.policy.max_payload_bytes), status))
         return self.store.complete_many(self.name, batch) if batch else []
 
     def retry_later(
@@ -319,8 +322,8 @@ class Queue:
             raise InvalidInput("lease_s must be > 0")
         return value
 
-    # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
-    # built-in for the annotations above ------------------------------------------------------
+    # --- deprecated names (leaseq.deprecated). Keep them last, and add new methods above:
+    # after a method named ``list``, ``list[...]`` in this class body means that method ---------
 
     def list(self, status: str | None = None, limit: int = 100,
              after_id: str | None = None) -> list[Job]:
@@ -342,7 +345,8 @@ class Queue:
 
 def _bound(value: int, name: str) -> int:
     """A snooze or give-back bound, checked as the policy checks its own."""
-    return getattr(QueuePolicy.build(**{name: value}), name)  # type: ignore[no-any-return]
+    bound: int = getattr(QueuePolicy.build(None, **{name: value}), name)
+    return bound
 
 
 def _lease(job: Job | Lease) -> Lease:

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from leaseq.errors import InvalidInput
 
-log = logging.getLogger("leaseq.redact")
+log = logging.getLogger(__name__)
 
 #: A redactor: text in, the same text with its secrets masked out.
 Redact = Callable[[str], str]
@@ -172,6 +172,7 @@ def guarded(custom: Redact) -> Redact:
         return custom
 
     def run(text: str) -> str:
+        shown: object
         try:
             shown = custom(text)
         except Exception as exc:

@@ -24,20 +24,23 @@ from leaseq.app import App, Finish, PayloadMismatch, Task
 from leaseq.completer import Completer
 from leaseq.errors import InvalidInput, LeaseqError, StoreUnavailable
 from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_reason
+from leaseq.journal import JournalEvent
+from leaseq.logfields import job_fields
 from leaseq.metrics import Metrics
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 
-log = logging.getLogger("leaseq.worker")
+log = logging.getLogger(__name__)
 
 #: Pauses between tries of a finishing write the store could not take (a busy database).
 WRITE_RETRY_PAUSES_S = (0.1, 0.5, 2.0)
 #: What ``finish`` returns when the completion went to the completer (not yet written).
 COMPLETING = "completing"
 #: Journal events of a finishing write (the job leaves ``processing`` under its lease).
-FINISH_EVENTS = frozenset({"result_saved", "quarantined", "retry_scheduled", "snoozed",
-                           "given_back"})
+FINISH_EVENTS = frozenset({JournalEvent.RESULT_SAVED, JournalEvent.QUARANTINED,
+                           JournalEvent.RETRY_SCHEDULED, JournalEvent.SNOOZED,
+                           JournalEvent.GIVEN_BACK})
 
 
 def _in_new_thread(fn: Callable[[], None]) -> None:
@@ -120,6 +123,7 @@ class Runner:
                 return "abandoned"
             started = self.clock()
             try:
+                # a job with no task never gets here: ``_prepare`` made it invalid
                 value = item.task.func(**kwargs)  # type: ignore[union-attr]
             except Exception as exc:
                 ran = Ran(error=exc, duration_s=self.clock() - started)
@@ -136,6 +140,7 @@ class Runner:
                 return "abandoned"
             started = self.clock()
             try:
+                # as in run_sync: ``_prepare`` made a job with no task invalid
                 value = await item.task.func(**kwargs)  # type: ignore[union-attr]
             except asyncio.CancelledError:
                 raise  # the worker gave the job back (drain); nothing to write
@@ -250,7 +255,7 @@ class Runner:
         job = item.job
         if job.lease_lost:
             log.warning("job %s: lease lost during attempt %d; result discarded", job.id,
-                        job.attempts)
+                        job.attempts, extra=job_fields("lease_lost", job))
             return "lease_lost"
         action, call = self._decide(item, ran)
         for pause in (*WRITE_RETRY_PAUSES_S, None):
@@ -264,14 +269,15 @@ class Runner:
                     return _label(action, landed)
                 self.lease_lost(item)
                 log.warning("job %s: lease lost before its outcome was saved; result discarded",
-                            job.id)
+                            job.id, extra=job_fields("lease_lost", job))
                 return "lease_lost"
             except StoreUnavailable as exc:
                 unknown = True  # it may have committed: a refused retry is then looked up
                 if pause is None:
                     # Give up: the lease runs out and the job is reclaimed and run again.
                     log.error("job %s: cannot save its outcome (%s); it will be retried after "
-                              "its lease expires", job.id, self._why(exc))
+                              "its lease expires", job.id, self._why(exc),
+                              extra=job_fields("save_failed", job))
                     return "store_error"
                 self.sleep(pause)
         raise AssertionError("unreachable")
@@ -299,11 +305,12 @@ class Runner:
             return "snooze", lambda: queue.snooze(job, delay, str(error),
                                                   max_snoozes=policy.max_snoozes)
         if isinstance(error, _Invalid):
-            log.warning("job %s: quarantined as invalid: %s", job.id, self._why(str(error)))
+            log.warning("job %s: quarantined as invalid: %s", job.id, self._why(str(error)),
+                        extra=job_fields("invalid", job))
             return "fail", lambda: queue.fail(job, str(error), Failure.INVALID)
         if isinstance(error, Permanent) or (item.task and isinstance(error, item.task.permanent)):
             log.warning("job %s: permanent failure on attempt %d: %s", job.id, job.attempts,
-                        self._why(error))
+                        self._why(error), extra=job_fields("permanent", job))
             return "fail", lambda: queue.fail(job, error, Failure.PERMANENT)
         return "retry", lambda: queue.retry_later(job, error, self._retry_delay(item, error))
 
@@ -317,7 +324,7 @@ class Runner:
                                       result_key=done.result_key, then=done.then)
             except InvalidInput as exc:  # not JSON, a live status, a bad key: retrying can't help
                 log.warning("job %s: handler returned a result leaseq cannot store: %s",
-                            job.id, self._why(exc))
+                            job.id, self._why(exc), extra=job_fields("unstorable_result", job))
                 return queue.fail(job, exc, Failure.PERMANENT)
 
         return "complete", complete
@@ -326,7 +333,7 @@ class Runner:
         job = item.job
         if isinstance(error, Retry):
             log.info("job %s: retry requested on attempt %d: %s", job.id, job.attempts,
-                     self._why(error))
+                     self._why(error), extra=job_fields("retry_requested", job))
             if error.delay_s is not None:
                 return error.delay_s
         else:
@@ -334,7 +341,8 @@ class Runner:
             # journal's reason; never the payload.
             log.warning("job %s (task %s) raised on attempt %d of %d: %s\n%s", job.id, job.task,
                         job.attempts, job.max_attempts, self._why(error),
-                        traceback_text(error, self.app.redact))
+                        traceback_text(error, self.app.redact),
+                        extra=job_fields("handler_raised", job))
         policy = _policy(item)
         return None if policy == item.queue.policy else policy.backoff_s(job.attempts)
 

@@ -18,6 +18,7 @@ is free at once, and the abandonment is journaled once the store answers again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -38,20 +39,22 @@ from leaseq.deadline import within
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost, safe_reason
+from leaseq.journal import JournalEvent
+from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
 from leaseq.prefetch import Prefetch
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
 
-log = logging.getLogger("leaseq.worker")
+log = logging.getLogger(__name__)
 
 #: Exit status after a second stop signal: in-flight jobs are left to their leases.
 EXIT_SECOND_SIGNAL = 130
 SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
 PREFETCH_REASON = "prefetched but not started in time: given back to be taken at once"
 #: Journal event of a job this worker stopped trusting its lease for (written when it can).
-ABANDONED_EVENT = "lease_abandoned"
+ABANDONED_EVENT = JournalEvent.LEASE_ABANDONED
 #: How often a worker cut off from its store tries again to journal what it abandoned.
 JOURNAL_RETRY_S = 1.0
 
@@ -220,7 +223,8 @@ class Worker:
                        if self.config.metrics_port is not None else _nothing)
         self._start()
         stop_scheduler = self._start_scheduler()
-        log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues))
+        log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues),
+                 extra=queue_fields("worker_started"))
         try:
             self._work(stop_event)
         finally:
@@ -246,7 +250,8 @@ class Worker:
                 idle_s = self.config.idle_min_s
                 continue
             if self.config.burst and not self._snapshot():
-                log.info("burst: nothing claimable and nothing in flight; stopping")
+                log.info("burst: nothing claimable and nothing in flight; stopping",
+                         extra=queue_fields("burst_done"))
                 return
             self._idle(min(idle_s, max(next_sweep - self.clock(), 0.0)))
             idle_s = min(idle_s * 2, self.config.idle_max_s)
@@ -290,7 +295,8 @@ class Worker:
             try:
                 jobs = queue.claim(self.worker_id, room, lease_s=self._claim_lease_s[queue.name])
             except LeaseqError as exc:
-                log.warning("claim from queue %s failed: %s", queue.name, self._why(exc))
+                log.warning("claim from queue %s failed: %s", queue.name, self._why(exc),
+                            extra=queue_fields("claim_failed", queue.name))
                 continue
             for job in jobs:
                 self._track(queue, job, sent_at)
@@ -305,7 +311,7 @@ class Worker:
         try:
             results = sweeper.run_once(self.store, self.config.sweeper_config())
         except LeaseqError as exc:
-            log.warning("sweep failed: %s", self._why(exc))
+            log.warning("sweep failed: %s", self._why(exc), extra=queue_fields("sweep_failed"))
             return []
         for result in results:
             self.metrics.reclaimed(result.queue, result.reclaimed + result.expired)
@@ -324,6 +330,7 @@ class Worker:
         clock runs from ``sent_at``, when the claim was sent."""
         task = self.app.get_task(job.task)
         policy = task.policy if task else queue.policy
+        # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
         every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
         now = self.clock()
         first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
@@ -376,9 +383,10 @@ class Worker:
             coro = self._runner.run_async(item, self._finish_off_loop)
             future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
         else:
+            # the pool exists while the worker runs
             future = self._pool.submit(self._runner.run_sync, item)  # type: ignore[union-attr]
         item.future = future
-        future.add_done_callback(lambda f, item=item: self._landed(item, f))
+        future.add_done_callback(functools.partial(self._landed, item))
 
     def _finish_off_loop(self, fn: Callable[..., str], *args: Any) -> asyncio.Future[str]:
         loop = asyncio.get_running_loop()
@@ -392,10 +400,12 @@ class Worker:
             if not item.abandoned:  # an abandoned job's slot was freed already
                 self._running -= 1
         self._prefetch.finished(self.clock() - item.slot_taken_at)
-        if future.cancelled() or future.exception() is not None or future.result() != COMPLETING:
-            if not future.cancelled() and future.exception() is not None:
+        error = None if future.cancelled() else future.exception()
+        if future.cancelled() or error is not None or future.result() != COMPLETING:
+            if error is not None:
                 log.error("job %s: worker error\n%s", item.job.id,
-                          traceback_text(future.exception(), self.app.redact))
+                          traceback_text(error, self.app.redact),
+                          extra=job_fields("worker_error", item.job))
             self._settle(item)
         self._start_ready()
         self._wake_loop(item)
@@ -441,8 +451,7 @@ class Worker:
         log.warning("job %s: lease not confirmed for %.1f s; abandoned%s (attempt %d)",
                     item.job.id, silent_s, "" if item.started else " before it started",
                     item.job.attempts,
-                    extra={"action": "lease_abandoned", "job_id": item.job.id,
-                           "queue": item.queue.name})
+                    extra=job_fields("lease_abandoned", item.job))
         if item.future is not None:
             item.future.cancel()  # an async handler is cancelled; a sync one runs on
         self._free_slot(item)
@@ -548,7 +557,7 @@ class Worker:
         deadline = self.clock() + self.config.grace_s
         if self._snapshot():
             log.info("stopping: %d job(s) in flight get up to %.1f s to finish",
-                     len(self._snapshot()), self.config.grace_s)
+                     len(self._snapshot()), self.config.grace_s, extra=queue_fields("stopping"))
         with self._lock:  # jobs that never got a slot go back at once, free
             waiting = [item for _, item in self._ready]
             self._ready.clear()
@@ -556,7 +565,8 @@ class Worker:
             self._give_back(item, PREFETCH_REASON)
             self._settle(item)
         if waiting:
-            log.info("stopping: %d prefetched job(s) given back", len(waiting))
+            log.info("stopping: %d prefetched job(s) given back", len(waiting),
+                     extra=queue_fields("stopping"))
         while self._snapshot() and self.clock() < deadline:
             self._wake.wait(min(deadline - self.clock(), 0.1))
             self._wake.clear()
@@ -581,12 +591,14 @@ class Worker:
                                      max_givebacks=policy.max_givebacks)
                 if reason == SHUTDOWN_REASON:
                     log.warning("job %s: %s after the grace period; given back", item.job.id,
-                                "still running" if item.started else "not started")
+                                "still running" if item.started else "not started",
+                                extra=job_fields("given_back", item.job))
             except LeaseLost:
                 pass  # already taken or cancelled: nothing of ours to give back
             except LeaseqError as exc:
                 log.error("job %s: could not give it back (%s); its lease will expire",
-                          item.job.id, self._why(exc))
+                          item.job.id, self._why(exc),
+                          extra=job_fields("give_back_failed", item.job))
         if item.future is not None:
             item.future.cancel()  # cancels an async handler; a running thread runs on
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from contextlib import AbstractContextManager
 
 from leaseq.signals import StopSignals, stop_event
 
@@ -33,9 +34,10 @@ def test_a_signal_that_was_ignored_stays_ignored() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def test_stop_event_is_set_by_a_watcher_thread_not_by_the_handler() -> None:
+def threads_that_set(stopping: AbstractContextManager[threading.Event]) -> list[str]:
+    """Enter ``stopping``, send this process SIGTERM, and name the threads that set its event."""
     setters: list[str] = []
-    with stop_event() as event:
+    with stopping as event:
         original_set = event.set
 
         def record_set() -> None:
@@ -45,7 +47,11 @@ def test_stop_event_is_set_by_a_watcher_thread_not_by_the_handler() -> None:
         event.set = record_set  # type: ignore[method-assign]
         os.kill(os.getpid(), signal.SIGTERM)
         assert event.wait(10)
-    assert setters == ["leaseq-stop-signals"]
+    return setters
+
+
+def test_stop_event_is_set_by_a_watcher_thread_not_by_the_handler() -> None:
+    assert threads_that_set(stop_event()) == ["leaseq-stop-signals"]
 
 
 def test_a_signal_landing_while_the_main_thread_holds_the_events_lock_does_not_deadlock(
@@ -67,3 +73,15 @@ def test_a_signal_landing_while_the_main_thread_holds_the_events_lock_does_not_d
     # Then the process finishes and the event was set
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "set"
+
+
+def test_the_rabbitmq_entry_points_stop_through_the_watcher_thread() -> None:
+    # Given the event run_dispatcher / run_consumer stop on when the caller gives none
+    from leaseq.delivery.rabbitmq import _stop_on_signals
+
+    # When SIGTERM arrives, Then the watcher thread sets it, not the signal handler
+    assert threads_that_set(_stop_on_signals(None)) == ["leaseq-stop-signals"]
+    # And a caller's own event is used as given
+    own = threading.Event()
+    with _stop_on_signals(own) as event:
+        assert event is own

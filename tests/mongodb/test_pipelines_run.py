@@ -133,7 +133,7 @@ def test_reclaim_step_three_finds_only_pending_jobs_with_attempts_spent():
     assert not matches(documents.pending_spent(), {"_id": "a", "status": "pending"}, NOW)
     failed = after(documents.exhaust_pending(0), spent)
     assert (failed["status"], failed["failure"]) == ("failed", "exhausted")
-    assert failed["error"] == "pending with attempts spent (3 of 2)"
+    assert failed["error"] == "attempts spent while pending (3 of 2)"  # as the SQL stores
 
 
 # --- what is claimable, ready and in flight -----------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from mongo_fakes import FakeDB, Updated
 
 from leaseq.errors import StoreUnavailable
-from leaseq.job import JobSpec, Lease
+from leaseq.job import Completion, JobSpec, Lease
 from leaseq.ledger import TickAdvance
 from leaseq.queue import Queue
 from leaseq.stores.mongodb import MongoStore
@@ -85,7 +85,7 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                  lambda s, db: s.complete("q", LEASE, None).status, "done"),
     "complete_many": (answered("find_one_and_update", doc(status="done")),
                       lambda s, db: [j.status for j in s.complete_many(
-                          "q", [(LEASE, None, "done", None)])], ["done"]),
+                          "q", [Completion(LEASE)])], ["done"]),
     "counts": (answered("aggregate", [{"_id": "pending", "n": 2}]),
                lambda s, db: s.counts("q"), {"pending": 2}),
     "drop": (lambda db: setattr(db, "names", [Q]), lambda s, db: (s.drop(), db.dropped),

@@ -8,6 +8,7 @@ autovacuum's next ANALYZE. The store's connections plan every run instead.
 
 from __future__ import annotations
 
+from leaseq.job import Completion
 from leaseq.stores.postgres import PostgresStore
 
 
@@ -20,7 +21,7 @@ def test_hot_statements_never_run_a_generic_plan(store: PostgresStore) -> None:
         q.enqueue(f"t{i}", {"i": i})
         jobs = q.claim("w1")
         store.heartbeat_many("young", [job.lease for job in jobs], 30)
-        store.complete_many("young", [(job.lease, None, "done", None) for job in jobs])
+        store.complete_many("young", [Completion(job.lease) for job in jobs])
     # When the queue then grows
     q.enqueue_many([q.spec(f"j{i}", {"i": i}) for i in range(2000)])
     (job,) = q.claim("w1", limit=1)

@@ -4,19 +4,11 @@ naming the new one) and does what the new name does."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import leaseq
 import leaseq.job
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[leaseq.Store]:
-    with leaseq.connect(f"sqlite:///{tmp_path / 'jobs.db'}") as store:
-        yield store
 
 
 def test_queue_list_retry_and_claim_id_warn_and_forward(store: leaseq.Store) -> None:

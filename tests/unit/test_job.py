@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from leaseq.errors import JobConflict, JobNotFound, LeaseqError
 from leaseq.job import (
-    EVENTS,
     EnqueueOutcome,
     Failure,
     Job,
@@ -24,6 +23,7 @@ from leaseq.job import (
     is_terminal,
     safe_reason,
 )
+from leaseq.journal import JournalEvent
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -54,7 +54,7 @@ def test_journal_events_are_the_designed_ones() -> None:
     for event in ("enqueued", "claimed", "heartbeat_lost", "result_saved", "retry_scheduled",
                   "snoozed", "given_back", "quarantined", "reclaimed", "requeued", "cancelled",
                   "published", "ack_sent"):
-        assert event in EVENTS
+        assert event in set(JournalEvent)
 
 
 def test_lease_and_attempt_come_from_the_record() -> None:

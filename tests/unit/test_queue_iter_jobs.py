@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 import leaseq
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[leaseq.Store]:
-    with leaseq.connect(f"sqlite:///{tmp_path / 'jobs.db'}") as store:
-        yield store
 
 
 def test_walks_every_job_once_in_id_order_across_pages(store: leaseq.Store) -> None:

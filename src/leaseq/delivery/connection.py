@@ -17,7 +17,7 @@ from leaseq.validate import redact_url
 if TYPE_CHECKING:
     from pika import BlockingConnection
 
-log = logging.getLogger("leaseq.delivery")
+log = logging.getLogger(__name__)
 
 #: ``content_type`` of leaseq's messages; the body never carries the payload, only the id.
 CONTENT_TYPE = "application/vnd.leaseq.job+json"

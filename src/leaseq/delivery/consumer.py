@@ -36,6 +36,8 @@ from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnect
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput
 from leaseq.job import Job, JobStatus, LeaseLost, is_terminal
+from leaseq.journal import JournalEvent
+from leaseq.logfields import job_fields, queue_fields
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 
     from leaseq.queue import Queue
 
-log = logging.getLogger("leaseq.delivery.consumer")
+log = logging.getLogger(__name__)
 
 #: Runs the task of a claimed job, keeps its lease alive meanwhile, writes its outcome through
 #: the Queue and returns the resulting record; raises ``LeaseLost`` when the write was fenced
@@ -137,11 +139,10 @@ class Consumer:
             state = _Session(conn, channel, threading.Event())
             try:
                 for name in self.queues:
-                    channel.basic_consume(
-                        self.topology.work_queue(name),
-                        lambda _ch, m, p, body, q=name: self._on_message(pool, state, q, m, p,
-                                                                         body))
-                log.info("consumer %s: consuming %s", self.worker_id, ", ".join(self.queues))
+                    channel.basic_consume(self.topology.work_queue(name),
+                                          self._callback(pool, state, name))
+                log.info("consumer %s: consuming %s", self.worker_id, ", ".join(self.queues),
+                         extra=queue_fields("consuming"))
                 self._pump(state, stop)
                 self._drain(state)
             finally:
@@ -163,7 +164,14 @@ class Consumer:
         if self._busy:
             log.warning("consumer %s: %d jobs still running after the grace period; their "
                         "messages return to RabbitMQ and their leases expire", self.worker_id,
-                        self._busy)
+                        self._busy, extra=queue_fields("grace_expired"))
+
+    def _callback(self, pool: ThreadPoolExecutor, state: _Session,
+                  queue: str) -> Callable[[Any, Any, Any, bytes], None]:
+        """pika's ``on_message_callback`` for ``queue``."""
+        def on_message(_channel: Any, method: Any, properties: Any, body: bytes) -> None:
+            self._on_message(pool, state, queue, method, properties, body)
+        return on_message
 
     def _on_message(self, pool: ThreadPoolExecutor, state: _Session, queue: str, method: Any,
                     props: Any, body: bytes) -> None:
@@ -183,7 +191,8 @@ class Consumer:
             self._settle(d, job, nack, reason)
         except BaseException as exc:  # a store error: the message must come back, unacked
             log.exception("consumer %s: delivery %d of queue %r not settled; reconnecting so "
-                          "RabbitMQ returns it", self.worker_id, d.tag, d.queue)
+                          "RabbitMQ returns it", self.worker_id, d.tag, d.queue,
+                          extra=queue_fields("unsettled", d.queue))
             d.session.broken = exc if isinstance(exc, amqp_errors()) else Reconnect(str(exc))
         finally:
             with self._lock:
@@ -196,11 +205,11 @@ class Consumer:
             return None, True, "not a leaseq message for this queue"
         queue = self.queues[d.queue]
         job_id = decoded[1]
-        queue.store.append_journal(queue.name, job_id, "received", worker_id=self.worker_id,
-                           reason=(f"redelivered (delivery count {d.delivery_count})"
-                                   if d.redelivered else "first delivery"),
-                           data={"redelivered": d.redelivered,
-                                 "delivery_count": d.delivery_count})
+        queue.store.append_journal(
+            queue.name, job_id, JournalEvent.RECEIVED, worker_id=self.worker_id,
+            reason=(f"redelivered (delivery count {d.delivery_count})" if d.redelivered
+                    else "first delivery"),
+            data={"redelivered": d.redelivered, "delivery_count": d.delivery_count})
         job = queue.claim_one(job_id, self.worker_id)
         if job is None:
             current = queue.get(job_id)
@@ -247,18 +256,21 @@ class Consumer:
             log.warning("consumer %s: %s of delivery %d (job %r) not sent (%s); RabbitMQ will "
                         "redeliver it and the claim will ack it without an effect",
                         self.worker_id, "nack" if nack else "ack", d.tag,
-                        job.id[:200] if job else None, error[0])
+                        job.id[:200] if job else None, error[0],
+                        extra=job_fields("settle_failed", job) if job
+                        else queue_fields("settle_failed", d.queue))
             return
         if job is None:
             return
         try:
             self.queues[d.queue].store.append_journal(
-                d.queue, job.id, "ack_sent", attempt=job.attempts, lease_epoch=job.lease_epoch,
+                d.queue, job.id, JournalEvent.ACK_SENT, attempt=job.attempts,
+                lease_epoch=job.lease_epoch,
                 worker_id=self.worker_id, reason=("nack requeue=false; " if nack else "ack; ")
                 + reason, data={"redelivered": d.redelivered, "nack": nack})
         except Exception:  # the ack is out; a missing journal line must not drop the session
             log.exception("consumer %s: could not journal ack_sent for job %r", self.worker_id,
-                          job.id[:200])
+                          job.id[:200], extra=job_fields("journal_failed", job))
 
 
 def _why_not(job: Job | None) -> str:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from leaseq.delivery.connection import CONTENT_TYPE, decode, encode, reconnecting, session
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput
+from leaseq.journal import JournalEvent
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from leaseq.job import Job
     from leaseq.queue import Queue
 
-log = logging.getLogger("leaseq.delivery.dispatcher")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +196,8 @@ class Dispatcher:
         last_tag = None
         for _ in range(self.config.batch_size):
             method, _props, body = channel.basic_get(name, auto_ack=False)
-            if method is None:
-                break
+            if method is None or body is None:
+                break  # pika gives both or neither
             last_tag = method.delivery_tag
             decoded = decode(body)
             if decoded is None or decoded[0] != queue.name:
@@ -234,10 +235,11 @@ class Dispatcher:
             job = queue.get(sent.id)
             if job is None:
                 continue  # purged meanwhile: no story left to tell
-            queue.store.append_journal(queue.name, sent.id, "published", attempt=sent.attempts,
-                               lease_epoch=sent.lease_epoch,
-                               reason=f"confirmed after the job moved on (now {job.status}, "
-                                      f"epoch {job.lease_epoch})")
+            queue.store.append_journal(
+                queue.name, sent.id, JournalEvent.PUBLISHED, attempt=sent.attempts,
+                lease_epoch=sent.lease_epoch,
+                reason=f"confirmed after the job moved on (now {job.status}, "
+                       f"epoch {job.lease_epoch})")
 
     def _publish(self, channel: BlockingChannel, queue: Queue, job: Job) -> bool:
         """True once the broker confirmed it; False when it was returned or nacked (the job

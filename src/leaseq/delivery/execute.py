@@ -87,6 +87,7 @@ class AppExecutor:
         queue = self.app.queue(job.queue)
         task = self.app.get_task(job.task)
         policy = task.policy if task else queue.policy
+        # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
         every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
         # The claim took the queue's lease; the first beat (within a third of it) sets the
         # task's own, as in the worker.

@@ -20,9 +20,9 @@ def peek(amqp_url: str, topology: Topology, queue: str, limit: int = 20
         items = []
         for _ in range(min(limit, count)):
             method, props, body = channel.basic_get(name, auto_ack=False)
-            if method is None:
-                break
-            items.append(describe(props.headers or {}, body))
+            if method is None or props is None or body is None:
+                break  # pika gives all three or none
+            items.append(describe(dict(props.headers or {}), body))
         channel.close()
     return count, items
 

@@ -13,7 +13,6 @@ docs/rabbitmq.md has the guarantees and the runbook.
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from leaseq.delivery.consumer import Consumer, ConsumerConfig, Execute, new_work
 from leaseq.delivery.dispatcher import Dispatcher, DispatcherConfig
 from leaseq.delivery.execute import AppExecutor
 from leaseq.delivery.topology import Topology
+from leaseq.signals import stop_event
 
 if TYPE_CHECKING:
     from leaseq.app import App
@@ -99,19 +99,11 @@ def declare_topology(queue_names: Sequence[str], amqp_url: str, *,
 
 @contextmanager
 def _stop_on_signals(stop: threading.Event | None) -> Iterator[threading.Event]:
-    """The caller's event, or one that SIGTERM / SIGINT set (main thread only)."""
+    """The caller's event, or one that SIGTERM / SIGINT set (main thread only) through
+    ``leaseq.signals``: a watcher thread sets it, never the signal handler, which could land
+    while the main thread holds the Event's own lock."""
     if stop is not None:
         yield stop
         return
-    event = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
+    with stop_event() as event:
         yield event
-        return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    for sig in previous:
-        signal.signal(sig, lambda *_: event.set())
-    try:
-        yield event
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -172,7 +172,9 @@ class Topology:
                  lambda ch: ch.queue_declare(name, durable=True, arguments=args))
 
 
-def _checked(channel: ChannelFactory, what: str, declare: Callable[[Any], Any]) -> None:
+# ``declare`` is called with the channel alone; ``Callable[..., Any]`` lets the lambdas bind
+# their loop variables as defaults.
+def _checked(channel: ChannelFactory, what: str, declare: Callable[..., Any]) -> None:
     """Run one declare on a fresh channel; turn the broker's refusal into ``TopologyError``."""
     from pika.exceptions import ChannelClosedByBroker
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.job import JobSpec
+from leaseq.journal import OPERATOR
 from leaseq.ledger import ScheduleEvent, ScheduleState, format_tick, schedule_journal_id
 from leaseq.queue import Queue
 from leaseq.scheduler.plan import plan
@@ -173,7 +174,7 @@ def trigger(store: Store, name: str) -> str:
                                           max_attempts=schedule.max_attempts)
     store.enqueue_many(state.queue, [spec], on_conflict="keep")
     store.append_journal(state.queue, schedule_journal_id(name), ScheduleEvent.TICK_MANUAL.value,
-                 reason="operator", data={"job": job_id})
+                 reason=OPERATOR, data={"job": job_id})
     return job_id
 
 

@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from leaseq.deprecated import warn_renamed
 from leaseq.job import (
+    Completion,
     EnqueueOutcome,
     EnqueueResult,
+    FollowUp,
     Job,
     JobSpec,
     JournalEntry,
@@ -46,6 +48,7 @@ from leaseq.job import (
     OnConflict,
     is_terminal,
 )
+from leaseq.journal import REOWE_REASON
 from leaseq.ledger import ScheduleState, TickAdvance
 
 if TYPE_CHECKING:
@@ -172,26 +175,25 @@ class Store(abc.ABC):
         result_json: str | None,
         status: str = "done",
         result_key: str | None = None,
-        then: Sequence[tuple[str, Sequence[JobSpec]]] = (),
+        then: Sequence[FollowUp] = (),
     ) -> Job:
         """Fenced finish: ``status`` (``done`` or an app terminal one), result saved, lease
-        cleared. ``then``: follow-up jobs ``(queue, specs)`` enqueued in the same transaction
+        cleared. ``then``: follow-up jobs enqueued in the same transaction
         (``on_conflict="keep"``). Stale job → stale give-back instead (no follow-ups). Raises
         ``LeaseLost`` when fenced out (and then writes nothing, follow-ups included). Journal:
         ``result_saved``.
         """
 
-    def complete_many(
-        self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
-    ) -> list[Job | LeaseLost]:
-        """Finish many jobs at once: each item is ``(lease, result_json, status, result_key)``
-        and is fenced on its own, exactly as ``complete`` (stale → give-back). Returns, per item
-        in order, the resulting ``Job`` or the ``LeaseLost`` it met (not raised). Stores
-        override this with one transaction for the batch; this fallback loops."""
+    def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
+        """Finish many jobs at once: each item is fenced on its own, exactly as ``complete``
+        (stale → give-back). Returns, per item in order, the resulting ``Job`` or the
+        ``LeaseLost`` it met (not raised). Stores override this with one transaction for the
+        batch; this fallback loops."""
         out: list[Job | LeaseLost] = []
-        for lease, result_json, status, result_key in items:
+        for item in items:
             try:
-                out.append(self.complete(queue, lease, result_json, status, result_key))
+                out.append(self.complete(queue, item.lease, item.result_json, item.status,
+                                         item.result_key))
             except LeaseLost as exc:
                 out.append(exc)
         return out
@@ -374,7 +376,7 @@ class Store(abc.ABC):
     # --- broker outbox: a message that was dead-lettered unsettled -------------------------
 
     #: The journal's reason for ``reowe_publish`` when the caller gives none.
-    REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
+    REOWE_REASON = REOWE_REASON
 
     @abc.abstractmethod
     def reowe_publish(self, queue: str, job_ids: Sequence[str],
@@ -432,8 +434,8 @@ class Store(abc.ABC):
         ``queues`` whose name is not in ``keep``: schedules gone from the code. Returns their
         names, sorted; ``[]`` when none. Journal: ``schedule_inactive``."""
 
-    # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
-    # built-in for the annotations above ------------------------------------------------------
+    # --- deprecated names (leaseq.deprecated). Keep them last, and add new methods above:
+    # after a method named ``list``, ``list[...]`` in this class body means that method ---------
 
     def list(self, queue: str, status: str | None = None, limit: int = 100,
              after_id: str | None = None) -> list[Job]:

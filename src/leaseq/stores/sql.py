@@ -6,6 +6,9 @@ import re
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+#: ``{now}``, ``{event.claimed}``: a placeholder the loader must fill (a JSON or array literal
+#: such as ``'{}'`` or ``'{a,b}'`` is not one).
+_PLACEHOLDER = re.compile(r"\{[a-z_]+(?:\.[a-z_]+)?\}")
 
 
 def load_queries(package: str, filename: str, **substitutions: str) -> dict[str, str]:
@@ -21,6 +24,8 @@ def load_queries(package: str, filename: str, **substitutions: str) -> dict[str,
         sql = body.strip()
         for key, value in substitutions.items():
             sql = sql.replace("{" + key + "}", value)
+        if left := _PLACEHOLDER.search(sql):
+            raise ValueError(f"{filename}: query {name!r} names {left[0]}, which nothing fills")
         if name in queries:
             raise ValueError(f"{filename}: query {name!r} is defined twice")
         queries[name] = sql

@@ -81,7 +81,10 @@ def fresh_store(factory: StoreFactory) -> Iterator[FreshStore]:
 # --- time ----------------------------------------------------------------------------------
 
 
-def seconds_until(store: Store, moment: datetime) -> float:
+def seconds_until(store: Store, moment: datetime | None) -> float:
+    """Seconds from the store's now to ``moment`` (a job's ``lease_until``, which a test
+    passes only where the job has one)."""
+    assert moment is not None, "the job has no lease_until here"
     return (moment - store.server_now()).total_seconds()
 
 
@@ -90,12 +93,12 @@ def advance(store: Store, seconds: float) -> None:
     store.time_offset_s += seconds
 
 
-def advance_past(store: Store, moment: datetime, margin_s: float = 0.05) -> None:
+def advance_past(store: Store, moment: datetime | None, margin_s: float = 0.05) -> None:
     """Move the store's clock to just after ``moment`` (never backwards)."""
     advance(store, max(seconds_until(store, moment) + margin_s, 0.0))
 
 
-def set_clock_before(store: Store, moment: datetime, margin_s: float = 1.0) -> None:
+def set_clock_before(store: Store, moment: datetime | None, margin_s: float = 1.0) -> None:
     """Move the store's clock to ``margin_s`` before ``moment`` (backwards if need be)."""
     advance(store, seconds_until(store, moment) - margin_s)
 
@@ -118,7 +121,7 @@ def shifted_clock(offset_s: float, modules: Sequence[str] = ("leaseq",)) -> Iter
 def _clock_fakes(offset_s: float) -> dict[Any, Any]:
     real_datetime, real_time, real_time_ns = datetime, time.time, time.time_ns
 
-    class ShiftedDatetime(real_datetime):
+    class ShiftedDatetime(datetime):
         @classmethod
         def now(cls, tz: Any = None) -> Any:
             return real_datetime.now(tz) + timedelta(seconds=offset_s)
@@ -213,7 +216,7 @@ def given_claimed(q: Queue, job_id: str = "j1", worker_id: str = W1,
 def given_stolen(q: Queue, job_id: str = "j1", lease_s: float = 60.0) -> tuple[Job, Job]:
     """A job claimed by W1, its lease run out, then claimed by W2: ``(old, new)``."""
     old = given_claimed(q, job_id, W1, lease_s=lease_s)
-    advance_past(q.store, old.lease_until)  # type: ignore[arg-type]
+    advance_past(q.store, old.lease_until)
     (new,) = q.claim(W2, lease_s=LONG_LEASE_S)
     assert new.id == job_id
     return old, new

@@ -114,6 +114,17 @@ def check_ttl_status(status: str) -> str:
         raise InvalidURL(f"ttl= status: {exc}") from None
 
 
+class OffsetClock:
+    """``_off``: the test-only offset that every query document adds to the server's $$NOW,
+    read from ``time_offset_s`` at each call (a test moves it while the store is open)."""
+
+    time_offset_s: float
+
+    @property
+    def _off(self) -> float:
+        return self.time_offset_s
+
+
 def guarded(method: F) -> F:
     """Map pymongo's connection errors and timeouts to ``StoreUnavailable`` (password masked)
     and a transaction on a standalone server to ``UnsupportedOperation``; run the call within
@@ -136,7 +147,7 @@ def guarded(method: F) -> F:
                 raise _unavailable(self, exc) from None
             raise
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
 
 
 def _within_callers_deadline(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

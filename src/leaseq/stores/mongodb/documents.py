@@ -36,7 +36,6 @@ RECORD_FIELDS = sorted(RECORD_KEYS)
 CLAIM_SORT = [("lease_until", 1), ("_id", 1)]
 ID_SORT = [("_id", 1)]
 JOURNAL_SORT = [("at", 1), ("_id", 1)]
-STALE_REASON = "stale revision: the payload changed while this attempt ran"
 
 Doc = dict[str, Any]
 
@@ -378,7 +377,7 @@ def exhaust_pending(offset_s: float) -> list[Doc]:
     """Reclaim step 3: quarantine a pending job whose attempts are spent."""
     return [{"$set": {
         "status": FAILED, "failure": "exhausted", "lease_until": None,
-        "error": {"$concat": ["pending with attempts spent (", {"$toString": attempts()},
+        "error": {"$concat": ["attempts spent while pending (", {"$toString": attempts()},
                               " of ", {"$toString": max_attempts()}, ")"]},
         "updated_at": now(offset_s),
     }}]

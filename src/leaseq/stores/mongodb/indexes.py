@@ -131,9 +131,9 @@ def classify(branch: Sequence[tuple[str, Any]]) -> tuple[set[str], set[str]]:
             for kind, name in _expr_terms(condition):
                 (equal if kind == "eq" else ranged).add(name)
         elif not field.startswith("$"):
-            kind = _condition_kind(condition)
-            if kind is not None:
-                (equal if kind == "eq" else ranged).add(field)
+            condition_kind = _condition_kind(condition)
+            if condition_kind is not None:
+                (equal if condition_kind == "eq" else ranged).add(field)
     return equal, ranged - equal
 
 

@@ -21,6 +21,7 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from leaseq.job import JobSpec
+from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
     ScheduleEvent,
     ScheduleState,
@@ -29,20 +30,20 @@ from leaseq.ledger import (
     schedule_journal_id,
 )
 from leaseq.stores.mongodb import records
-from leaseq.stores.mongodb.connection import guarded
+from leaseq.stores.mongodb.connection import OffsetClock, guarded
 from leaseq.stores.mongodb.documents import lit, now
+from leaseq.stores.mongodb.records import Event, JournalWriter
 
 AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
 Doc = dict[str, Any]
 
 
-class ScheduleLedger:
+class ScheduleLedger(OffsetClock):
     """The ledger primitives of ``Store``, mixed into ``MongoStore``."""
 
     _prefix: str
-    _off: float
     _primary: Any
-    _log: Any
+    _log: JournalWriter
     enqueue_many: Any
 
     @property
@@ -53,14 +54,14 @@ class ScheduleLedger:
     def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
         before = self._insert_schedule(name, queue, spec_json)
         if before is None:
-            self._log_schedule(queue, name, ScheduleEvent.REGISTERED, "registered")
+            self._log_schedule(queue, name, ScheduleEvent.REGISTERED, SCHEDULE_REGISTERED)
         elif before["spec"] != spec_json or before["queue"] != queue or not before["active"]:
             changed = self._ledger.find_one_and_update(
                 {"_id": name, "version": before["version"]},
                 [{"$set": {"spec": lit(spec_json), "queue": lit(queue), "active": True,
                            **self._bumped()}}], return_document=AFTER)
             if changed is not None:  # else another registrar changed it first, and logged it
-                self._log_schedule(queue, name, ScheduleEvent.CHANGED, "spec changed",
+                self._log_schedule(queue, name, ScheduleEvent.CHANGED, SCHEDULE_CHANGED,
                                    schedule_changes(before, queue, spec_json))
         return _state(self._ledger.find_one({"_id": name}))
 
@@ -72,7 +73,7 @@ class ScheduleLedger:
             "created_at": now(self._off), "updated_at": now(self._off)}.items()}
         for tries_left in (1, 0):
             try:
-                return self._ledger.find_one_and_update(  # type: ignore[no-any-return]
+                return self._ledger.find_one_and_update(
                     {"_id": name}, [{"$set": kept}], upsert=True, return_document=BEFORE)
             except DuplicateKeyError:  # a concurrent registrar inserted it first
                 if not tries_left:
@@ -118,8 +119,8 @@ class ScheduleLedger:
             return_document=AFTER)
         if doc is None:
             return False
-        self._log([(doc["queue"], schedule_journal_id(name), event,
-                    {"reason": reason, "data": data})
+        self._log([Event(doc["queue"], schedule_journal_id(name), event,
+                          {"reason": reason, "data": data})
                    for event, reason, data in advance.journal()])
         if jobs:
             self._settle(doc)
@@ -135,7 +136,7 @@ class ScheduleLedger:
         if doc is None:
             return False
         event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED
-        self._log_schedule(doc["queue"], name, event, "operator")
+        self._log_schedule(doc["queue"], name, event, OPERATOR)
         return True
 
     @guarded
@@ -149,7 +150,7 @@ class ScheduleLedger:
                     [{"$set": {"active": False, **self._bumped()}}],
                     return_document=AFTER) is not None:
                 self._log_schedule(doc["queue"], doc["_id"], ScheduleEvent.INACTIVE,
-                                   "gone from the code")
+                                   SCHEDULE_GONE)
                 gone.append(doc["_id"])
         return gone
 
@@ -158,8 +159,8 @@ class ScheduleLedger:
 
     def _log_schedule(self, queue: str, name: str, event: str, reason: str,
                       data: Mapping[str, Any] | None = None) -> None:
-        self._log([(queue, schedule_journal_id(name), str(event),
-                    {"reason": reason, "data": dict(data) if data else None})])
+        self._log([Event(queue, schedule_journal_id(name), str(event),
+                          {"reason": reason, "data": dict(data) if data else None})])
 
 
 def _intent_job(tick: datetime, spec: JobSpec) -> Doc:

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from leaseq.job import Job, JournalEntry, Lease
+from leaseq.journal import LEASE_EXPIRED, LEASE_EXPIRED_STALE, REDELIVERED
 from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
 
-#: The record's counters ``snoozes`` and ``givebacks`` (absent in a document = 0), handed to
-#: ``Job`` when it declares them: the MongoDB store writes them whatever version of ``Job`` it
-#: runs with, and no store's other columns depend on this one.
-COUNTERS = tuple(f.name for f in dataclasses.fields(Job) if f.name in ("snoozes", "givebacks"))
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One journal entry to write: whose, what happened, and its fields (``attempt``,
+    ``lease_epoch``, ``worker_id``, ``reason``, ``data``)."""
+
+    queue: str
+    job_id: str
+    event: str
+    fields: dict[str, Any]
+
+
+class JournalWriter(Protocol):
+    """``MongoStore._log`` as the mixins see it: append these entries (in ``session``)."""
+
+    def __call__(self, events: Sequence[Event], session: Any = None) -> None: ...
 
 
 def dt(value: Any) -> datetime | None:
@@ -35,7 +48,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
         lease_until=dt(doc.get("lease_until")), lease_epoch=int(doc.get("lease_epoch") or 0),
         worker_id=doc.get("worker_id"), error=doc.get("error"), failure=doc.get("failure"),
         revision=doc.get("revision"), stale=bool(doc.get("stale")),
-        **{name: int(doc.get(name) or 0) for name in COUNTERS},
+        snoozes=int(doc.get("snoozes") or 0), givebacks=int(doc.get("givebacks") or 0),
         result=json.loads(result) if isinstance(result, str) else result,
         result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
         updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
@@ -45,6 +58,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
 
 def entry(doc: Mapping[str, Any]) -> JournalEntry:
     return JournalEntry(
+        # every entry is written with its ``at``
         at=dt(doc.get("at")), job_id=doc["job_id"], event=doc["event"],  # type: ignore[arg-type]
         attempt=doc.get("attempt"), lease_epoch=doc.get("lease_epoch"),
         worker_id=doc.get("worker_id"), reason=doc.get("reason"), data=doc.get("data"),
@@ -56,18 +70,11 @@ def claimed_fields(found: Job) -> dict[str, Any]:
     refunded (attempts are, by a snooze or a give-back)."""
     return {"attempt": found.attempts, "lease_epoch": found.lease_epoch,
             "worker_id": found.worker_id,
-            "reason": "redelivered" if found.lease_epoch > 1 else None}
+            "reason": REDELIVERED if found.lease_epoch > 1 else None}
 
 
 def reclaim_reason(doc: Mapping[str, Any]) -> str:
-    if doc.get("stale"):
-        return "lease expired; stale revision, attempts reset"
-    return "lease expired"
-
-
-def spent_reason(doc: Mapping[str, Any]) -> str:
-    return (f"exhausted: pending with attempts spent ({doc.get('attempts', 0)} of "
-            f"{doc.get('max_attempts', DEFAULT_MAX_ATTEMPTS)})")
+    return LEASE_EXPIRED_STALE if doc.get("stale") else LEASE_EXPIRED
 
 
 def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:

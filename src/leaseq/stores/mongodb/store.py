@@ -39,6 +39,7 @@ from leaseq.job import (
     Lease,
     OnConflict,
 )
+from leaseq.journal import EXPIRED, OPERATOR, SPENT_WHILE_PENDING, JournalEvent
 from leaseq.stores.base import Store
 from leaseq.stores.mongodb import documents, records, upserts
 from leaseq.stores.mongodb.connection import (
@@ -49,7 +50,8 @@ from leaseq.stores.mongodb.connection import (
     secrets_of,
 )
 from leaseq.stores.mongodb.ledger import ScheduleLedger
-from leaseq.stores.mongodb.workers import Event, WorkerWrites
+from leaseq.stores.mongodb.records import Event
+from leaseq.stores.mongodb.workers import WorkerWrites
 
 AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
 SCHEMA_VERSION = 1
@@ -73,7 +75,7 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
         self.secrets = secrets_of(url)  # masked in every error text
         self.time_offset_s = time_offset_s
         self._db = database
-        self._client = client if client is not None else getattr(database, "client", None)
+        self._client: Any = client if client is not None else getattr(database, "client", None)
         self._owns_client = client is not None
         self._prefix = prefix
         self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
@@ -98,10 +100,6 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
             raise
 
     # --- plumbing ---------------------------------------------------------------------------
-
-    @property
-    def _off(self) -> float:
-        return self.time_offset_s
 
     @guarded
     def _probe_transactions(self) -> bool:
@@ -143,9 +141,9 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
         """Append journal entries, stamped by the server clock, in one round trip."""
         if not events:
             return
-        ops = [UpdateOne({"_id": ObjectId()},
-                         documents.journal_entry(q, job_id, event, fields, self._off), upsert=True)
-               for q, job_id, event, fields in events]
+        ops = [UpdateOne({"_id": ObjectId()}, documents.journal_entry(
+                   e.queue, e.job_id, e.event, e.fields, self._off), upsert=True)
+               for e in events]
         self._journal.bulk_write(ops, ordered=True, session=session)
 
     def _transaction(self, work: Callable[[Any], Any]) -> Any:
@@ -166,7 +164,7 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
     @guarded
     def server_now(self) -> Any:
         local = records.dt(self._db.command("hello")["localTime"])
-        return local + timedelta(seconds=self._off)  # type: ignore[operator]
+        return local + timedelta(seconds=self._off)  # type: ignore[operator]  # hello has it
 
     @guarded
     def queues(self) -> list[str]:
@@ -223,7 +221,7 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
                 conflicts.append(spec.job_id)
             elif outcome in _WRITTEN:
                 data = {"revision": spec.revision} if spec.revision else None
-                events.append((queue, spec.job_id, "enqueued",
+                events.append(Event(queue, spec.job_id, JournalEvent.ENQUEUED,
                                {"reason": outcome.value, "data": data}))
         self._log(events, session)
         if conflicts:  # in a transaction this aborts it; see _refuse_conflicts otherwise
@@ -269,12 +267,12 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
                               documents.return_expired(self._off), documents.PENDING)
         exhausted = self._move(queue, documents.pending_spent(),
                                documents.exhaust_pending(self._off), documents.FAILED)
-        self._log([(queue, d["_id"], "quarantined", records.moved(d, "expired: lease ran out"))
+        self._log([Event(queue, d["_id"], JournalEvent.QUARANTINED, records.moved(d, EXPIRED))
                    for d in spent])
-        self._log([(queue, d["_id"], "reclaimed", records.moved(d, records.reclaim_reason(d)))
-                   for d in returned])
-        self._log([(queue, d["_id"], "quarantined", records.moved(d, records.spent_reason(d)))
-                   for d in exhausted])
+        self._log([Event(queue, d["_id"], JournalEvent.RECLAIMED,
+                         records.moved(d, records.reclaim_reason(d))) for d in returned])
+        self._log([Event(queue, d["_id"], JournalEvent.QUARANTINED,
+                         records.moved(d, SPENT_WHILE_PENDING)) for d in exhausted])
         return len(spent) + len(exhausted), len(returned)
 
     def _move(self, queue: str, query: dict[str, Any], update: list[dict[str, Any]],
@@ -316,12 +314,12 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
     @guarded
     def requeue(self, queue: str, job_id: str) -> bool:
         return self._operator(queue, job_id, documents.operator_requeueable(job_id),
-                              documents.operator_requeue(self._off), "requeued")
+                              documents.operator_requeue(self._off), JournalEvent.REQUEUED)
 
     @guarded
     def cancel(self, queue: str, job_id: str) -> bool:
         return self._operator(queue, job_id, documents.cancellable(job_id),
-                              documents.operator_cancel(self._off), "cancelled")
+                              documents.operator_cancel(self._off), JournalEvent.CANCELLED)
 
     def _operator(self, queue: str, job_id: str, query: dict[str, Any],
                   update: list[dict[str, Any]], event: str) -> bool:
@@ -331,9 +329,9 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
             if coll.find_one({"_id": job_id}, {"_id": 1}) is None:
                 raise JobNotFound(queue, job_id)
             return False
-        self._log([(queue, job_id, event, {"attempt": doc.get("attempts", 0),
-                                           "lease_epoch": doc.get("lease_epoch", 0),
-                                           "reason": "operator"})])
+        self._log([Event(queue, job_id, event, {"attempt": doc.get("attempts", 0),
+                                                "lease_epoch": doc.get("lease_epoch", 0),
+                                                "reason": OPERATOR})])
         return True
 
     # --- broker outbox --------------------------------------------------------------------
@@ -354,7 +352,8 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
         pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
         marked = self._move(queue, documents.unpublished(pairs, self._off),
                             documents.mark_published(self._off), documents.PENDING)
-        self._log([(queue, d["_id"], "published", records.moved(d, None)) for d in marked])
+        self._log([Event(queue, d["_id"], JournalEvent.PUBLISHED, records.moved(d, None))
+                   for d in marked])
         return [d["_id"] for d in marked]
 
     # --- inspection ------------------------------------------------------------------------
@@ -401,7 +400,7 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
                        attempt: int | None = None, lease_epoch: int | None = None,
                        worker_id: str | None = None, reason: str | None = None,
                        data: Mapping[str, Any] | None = None) -> None:
-        self._log([(queue, job_id, event, {
+        self._log([Event(queue, job_id, event, {
             "attempt": attempt, "lease_epoch": lease_epoch, "worker_id": worker_id,
             "reason": reason, "data": dict(data) if data else None})])
 
@@ -414,5 +413,6 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
             return []
         owed = self._move(queue, documents.published(job_ids), documents.unpublish(),
                           documents.PENDING)
-        self._log([(queue, d["_id"], "publish_owed", records.moved(d, reason)) for d in owed])
+        self._log([Event(queue, d["_id"], JournalEvent.PUBLISH_OWED, records.moved(d, reason))
+                   for d in owed])
         return [d["_id"] for d in owed]

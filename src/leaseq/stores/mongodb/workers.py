@@ -15,22 +15,22 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
-from leaseq.job import Job, JobSpec, Lease, LeaseLost
+from leaseq.job import Failure, FollowUp, Job, Lease, LeaseLost
+from leaseq.journal import STALE_REASON, JournalEvent, quarantine_reason
 from leaseq.stores.mongodb import documents, records
-from leaseq.stores.mongodb.connection import guarded
+from leaseq.stores.mongodb.connection import OffsetClock, guarded
+from leaseq.stores.mongodb.records import Event, JournalWriter
 
 AFTER = ReturnDocument.AFTER
-Event = tuple[str, str, str, dict[str, Any]]  # queue, job id, event, fields
 UNDONE_REASON = "claim undone: the store failed before the worker had the job"
 
 
-class WorkerWrites:
+class WorkerWrites(OffsetClock):
     """The worker-side primitives of the store protocol (see ``leaseq.stores.base``)."""
 
     supports_transactions: bool
-    _off: float
     _coll: Callable[[str], Any]
-    _log: Callable[..., None]
+    _log: JournalWriter
     _transaction: Callable[[Callable[[Any], Any]], Any]
     _enqueue: Callable[..., Any]
 
@@ -40,7 +40,8 @@ class WorkerWrites:
         claim per id by ``_id`` (each re-checks the whole claimable filter, so two workers
         never both win). Ids another worker took in between are skipped; when it took all
         of them the read is repeated, so an answer of ``[]`` always means none was claimable."""
-        coll, jobs = self._coll(queue), []
+        coll = self._coll(queue)
+        jobs: list[Job] = []
         while len(jobs) < limit:
             ids = [d["_id"] for d in coll.find(documents.claimable(self._off), {"_id": 1},
                                                sort=documents.CLAIM_SORT, limit=limit - len(jobs))]
@@ -103,7 +104,7 @@ class WorkerWrites:
         update = documents.give_back(False, 0, self._off)
 
         def journal(doc: dict[str, Any]) -> list[Event]:
-            return [(queue, doc["_id"], "given_back", records.fields(
+            return [Event(queue, doc["_id"], JournalEvent.GIVEN_BACK, records.fields(
                 doc, Lease(doc["_id"], doc.get("lease_epoch", 0)), UNDONE_REASON))]
 
         for found in jobs:
@@ -122,7 +123,7 @@ class WorkerWrites:
         now = {d["_id"]: d for d in coll.find({"_id": {"$in": [p[0] for p in pairs]}},
                                               documents.FENCE_PROJECTION)}
         lost = [lease for lease in leases if not records.holds(now.get(lease.job_id), lease)]
-        self._log([(queue, lease.job_id, "heartbeat_lost",
+        self._log([Event(queue, lease.job_id, JournalEvent.HEARTBEAT_LOST,
                     records.lost_fields(now[lease.job_id], lease))
                    for lease in lost if lease.job_id in now])
         return [lease.job_id for lease in lost]
@@ -146,8 +147,8 @@ class WorkerWrites:
             documents.stale_give_back(self._off), return_document=AFTER, session=session)
         if doc is None:
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
-        self._log([(queue, lease.job_id, "given_back",
-                    records.fields(doc, lease, documents.STALE_REASON))], session)
+        self._log([Event(queue, lease.job_id, JournalEvent.GIVEN_BACK,
+                    records.fields(doc, lease, STALE_REASON))], session)
         return doc, True
 
     def _fenced(self, queue: str, lease: Lease, update: list[dict[str, Any]],
@@ -167,19 +168,18 @@ class WorkerWrites:
 
     @guarded
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
-                 result_key: str | None = None,
-                 then: Sequence[tuple[str, Sequence[JobSpec]]] = ()) -> Job:
-        for next_queue, _ in then:
-            self._coll(next_queue)  # indexes before the transaction
+                 result_key: str | None = None, then: Sequence[FollowUp] = ()) -> Job:
+        for follow in then:
+            self._coll(follow.queue)  # indexes before the transaction
 
         def work(session: Any) -> Job:
             doc, stale = self._finish(queue, lease, documents.complete(
                 status, result_json, result_key, self._off), session)
             if not stale:
                 saved = records.fields(doc, lease, status)
-                self._log([(queue, lease.job_id, "result_saved", saved)], session)
-                for next_queue, specs in then:
-                    self._enqueue(session, next_queue, specs, "keep")
+                self._log([Event(queue, lease.job_id, JournalEvent.RESULT_SAVED, saved)], session)
+                for follow in then:
+                    self._enqueue(session, follow.queue, follow.specs, "keep")
             return records.job(queue, doc)
 
         self._coll(queue)
@@ -190,12 +190,13 @@ class WorkerWrites:
                     delay_s: float) -> Job:
         def journal(doc: dict[str, Any]) -> list[Event]:
             if doc["status"] == documents.FAILED:
-                return [(queue, lease.job_id, "quarantined",
-                         records.fields(doc, lease, f"exhausted: {reason}"))]
-            return [(queue, lease.job_id, "retry_scheduled",
+                return [Event(queue, lease.job_id, JournalEvent.QUARANTINED,
+                         records.fields(doc, lease, quarantine_reason(Failure.EXHAUSTED, reason)))]
+            return [Event(queue, lease.job_id, JournalEvent.RETRY_SCHEDULED,
                      {**records.fields(doc, lease, reason), "data": {"delay_s": delay_s}})]
 
-        return self._fenced(queue, lease, documents.retry_later(error, delay_s, self._off), journal)
+        update = documents.retry_later(error, delay_s, self._off)
+        return self._fenced(queue, lease, update, journal)
 
     @guarded
     def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed",
@@ -203,7 +204,7 @@ class WorkerWrites:
         def journal(doc: dict[str, Any]) -> list[Event]:
             if doc["status"] == documents.FAILED:
                 return [_quarantined(queue, doc, lease)]
-            return [(queue, lease.job_id, "snoozed",
+            return [Event(queue, lease.job_id, JournalEvent.SNOOZED,
                      {**records.fields(doc, lease, reason), "data": {"delay_s": delay_s}})]
 
         update = documents.snooze(delay_s, max_snoozes, self._off)
@@ -215,7 +216,7 @@ class WorkerWrites:
         def journal(doc: dict[str, Any]) -> list[Event]:
             if doc["status"] == documents.FAILED:
                 return [_quarantined(queue, doc, lease)]
-            return [(queue, lease.job_id, "given_back",
+            return [Event(queue, lease.job_id, JournalEvent.GIVEN_BACK,
                      {**records.fields(doc, lease, reason), "data": {"started": started}})]
 
         update = documents.give_back(started, max_givebacks, self._off)
@@ -224,16 +225,16 @@ class WorkerWrites:
     @guarded
     def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
         def journal(doc: dict[str, Any]) -> list[Event]:
-            return [(queue, lease.job_id, "quarantined",
-                     records.fields(doc, lease, f"{failure}: {reason}"))]
+            return [Event(queue, lease.job_id, JournalEvent.QUARANTINED,
+                     records.fields(doc, lease, quarantine_reason(failure, reason)))]
 
         return self._fenced(queue, lease, documents.fail(error, failure, self._off), journal)
 
 
 def _claimed(queue: str, found: Job) -> Event:
-    return (queue, found.id, "claimed", records.claimed_fields(found))
+    return Event(queue, found.id, JournalEvent.CLAIMED, records.claimed_fields(found))
 
 
 def _quarantined(queue: str, doc: dict[str, Any], lease: Lease) -> Event:
-    return (queue, lease.job_id, "quarantined",
-            records.fields(doc, lease, f"exhausted: {doc.get('error')}"))
+    return Event(queue, lease.job_id, JournalEvent.QUARANTINED,
+            records.fields(doc, lease, quarantine_reason(Failure.EXHAUSTED, str(doc.get("error")))))

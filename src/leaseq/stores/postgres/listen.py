@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-log = logging.getLogger("leaseq.postgres")
+log = logging.getLogger(__name__)
 
 #: How often the listening thread looks at its stop flag while no notification arrives.
 POLL_S = 0.25

@@ -58,7 +58,7 @@ ins AS (
     FROM new ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, 'enqueued', 'created', data::json FROM new ORDER BY n),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', data::json FROM new ORDER BY n),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s) WHERE EXISTS (SELECT 1 FROM new))
 SELECT id, unchanged FROM u WHERE unchanged IS NOT NULL
@@ -139,7 +139,7 @@ WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: journal_enqueued
 INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-SELECT %(queue)s, u.id, {now}, 'enqueued', u.reason, u.data::json
+SELECT %(queue)s, u.id, {now}, {event.enqueued}, u.reason, u.data::json
 FROM unnest(%(ids)s::text[], %(reasons)s::text[], %(data)s::text[]) WITH ORDINALITY
      AS u(id, reason, data, n)
 ORDER BY u.n;
@@ -173,8 +173,8 @@ taken AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
-           CASE WHEN lease_epoch > 1 THEN 'redelivered' END
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
@@ -195,8 +195,8 @@ taken AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'claimed', attempts, lease_epoch, worker_id,
-           CASE WHEN lease_epoch > 1 THEN 'redelivered' END
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
     FROM taken)
 SELECT * FROM taken;
 
@@ -213,7 +213,7 @@ held AS (
     RETURNING j.id, j.lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
-    SELECT j.queue, j.id, {now}, 'heartbeat_lost', j.attempts, l.lease_epoch,
+    SELECT j.queue, j.id, {now}, {event.heartbeat_lost}, j.attempts, l.lease_epoch,
            'lease epoch ' || l.lease_epoch || ' lost; job is ' || j.status
            || ' at epoch ' || j.lease_epoch
     FROM l JOIN {jobs} j ON j.queue = %(queue)s AND j.id = l.id
@@ -248,11 +248,11 @@ finished AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'result_saved', attempts, lease_epoch, worker_id, status
+    SELECT queue, id, {now}, {event.result_saved}, attempts, lease_epoch, worker_id, status
     FROM finished)
 SELECT *, true AS was_stale FROM restarted
 UNION ALL
@@ -288,15 +288,15 @@ retried AS (
 log AS (
     INSERT INTO {journal}
         (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text, NULL::json
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            'exhausted: ' || %(reason)s::text, NULL::json
     FROM exhausted
     UNION ALL
-    SELECT queue, id, {now}, 'retry_scheduled', attempts, lease_epoch, worker_id, %(reason)s::text,
+    SELECT queue, id, {now}, {event.retry_scheduled}, attempts, lease_epoch, worker_id, %(reason)s::text,
            %(data)s::json
     FROM retried)
 SELECT *, true AS was_stale FROM restarted
@@ -325,11 +325,11 @@ failed AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            %(failure)s::text || ': ' || %(reason)s::text
     FROM failed)
 SELECT *, true AS was_stale FROM restarted
@@ -367,15 +367,15 @@ snoozed AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            'exhausted: ' || error
     FROM snoozed_out
     UNION ALL
-    SELECT queue, id, {now}, 'snoozed', attempts, lease_epoch, worker_id, %(reason)s::text
+    SELECT queue, id, {now}, {event.snoozed}, attempts, lease_epoch, worker_id, %(reason)s::text
     FROM snoozed)
 SELECT *, true AS was_stale FROM restarted
 UNION ALL
@@ -419,15 +419,15 @@ given AS (
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id,
            %(stale_reason)s::text
     FROM restarted
     UNION ALL
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
            'exhausted: ' || error
     FROM exhausted
     UNION ALL
-    SELECT queue, id, {now}, 'given_back', attempts, lease_epoch, worker_id, %(reason)s::text
+    SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id, %(reason)s::text
     FROM given)
 SELECT *, true AS was_stale FROM restarted
 UNION ALL
@@ -447,8 +447,8 @@ WITH spent AS (
     RETURNING queue, id, attempts, lease_epoch, worker_id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
-           'expired: lease ran out'
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
+           {reason.expired}
     FROM spent ORDER BY id)
 SELECT count(*) AS n FROM spent;
 
@@ -462,7 +462,8 @@ WITH returned AS (
     RETURNING queue, id, attempts, lease_epoch, worker_id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'reclaimed', attempts, lease_epoch, worker_id, 'lease expired'
+    SELECT queue, id, {now}, {event.reclaimed}, attempts, lease_epoch, worker_id,
+           {reason.lease_expired}
     FROM returned ORDER BY id)
 SELECT count(*) AS n FROM returned;
 
@@ -477,8 +478,8 @@ WITH stuck AS (
     RETURNING queue, id, attempts, lease_epoch, worker_id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
-    SELECT queue, id, {now}, 'quarantined', attempts, lease_epoch, worker_id,
-           'exhausted: attempts spent while pending'
+    SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
+           {reason.spent_while_pending}
     FROM stuck ORDER BY id)
 SELECT count(*) AS n FROM stuck;
 
@@ -492,7 +493,8 @@ WITH changed AS (
     RETURNING queue, id, attempts, lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
-    SELECT queue, id, {now}, 'requeued', attempts, lease_epoch, 'operator' FROM changed)
+    SELECT queue, id, {now}, {event.requeued}, attempts, lease_epoch, {reason.operator}
+    FROM changed)
 SELECT count(*) AS n FROM changed;
 
 -- name: operator_cancel
@@ -503,7 +505,8 @@ WITH changed AS (
     RETURNING queue, id, attempts, lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
-    SELECT queue, id, {now}, 'cancelled', attempts, lease_epoch, 'operator' FROM changed)
+    SELECT queue, id, {now}, {event.cancelled}, attempts, lease_epoch, {reason.operator}
+    FROM changed)
 SELECT count(*) AS n FROM changed;
 
 -- name: exists
@@ -585,7 +588,7 @@ marked AS (
     RETURNING j.queue, j.id, j.attempts, j.lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch)
-    SELECT queue, id, {now}, 'published', attempts, lease_epoch FROM marked ORDER BY id)
+    SELECT queue, id, {now}, {event.published}, attempts, lease_epoch FROM marked ORDER BY id)
 SELECT id FROM marked;
 
 -- Only a job still pending with its publish marked (see the SQLite twin of this query).

@@ -24,23 +24,23 @@ from psycopg.rows import dict_row, tuple_row
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
-    STALE_REASON,
+    Completion,
     EnqueueOutcome,
     EnqueueResult,
+    FollowUp,
     Job,
     JobSpec,
     Lease,
     LeaseLost,
     OnConflict,
 )
-from leaseq.ledger import (
-    ScheduleEvent,
-    ScheduleState,
-    TickAdvance,
-    schedule_changes,
-    schedule_journal_id,
+from leaseq.journal import (
+    STALE_REASON,
+    JournalEvent,
+    sql_literals,
 )
 from leaseq.stores.base import Store
+from leaseq.stores.postgres.ledger import ScheduleLedger
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
@@ -52,7 +52,6 @@ from leaseq.stores.sqlbase import SQLStore
 NOW = "(now() + make_interval(secs => %(off)s))"
 _SAVEPOINT = "leaseq_enqueue"
 T = TypeVar("T")
-FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 #: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
 #: Every loss means a competing transaction committed (its rows are then seen and decided like
 #: any existing job), so losses are bounded by the number of concurrent producers of the same
@@ -60,7 +59,7 @@ FollowUps = Sequence[tuple[str, Sequence[JobSpec]]]
 _INSERT_RACES = 64
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(ScheduleLedger, SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -71,7 +70,7 @@ class PostgresStore(SQLStore):
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal",
-                                    schedules=f"{self._schema}.schedules")
+                                    schedules=f"{self._schema}.schedules", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
         self._session = Session(conninfo, url, options)
         self.url = self._session.url
@@ -307,7 +306,7 @@ class PostgresStore(SQLStore):
         held = set(rows)  # (id, lease_epoch)
         return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
 
-    def _finish(self, queue: str, lease: Lease, name: str, then: FollowUps = (),
+    def _finish(self, queue: str, lease: Lease, name: str, then: Sequence[FollowUp] = (),
                 **params: Any) -> Job:
         """Run one fenced finish; follow-ups only when the job really finished. Without
         follow-ups it is one autocommitted statement."""
@@ -320,8 +319,8 @@ class PostgresStore(SQLStore):
             job = _jobs(cols, rows)[0]
             if rows[0][cols["was_stale"]]:
                 return job, True  # given back for its new revision: ready again at once
-            for next_queue, specs in then:
-                self._enqueue(conn, next_queue, specs, "keep")
+            for follow in then:
+                self._enqueue(conn, follow.queue, follow.specs, "keep")
             return job, job.status == "pending" and not params.get("delay_s")
         if then:
             return self._session.run(lambda conn: self._notify_if(conn, queue, *work(conn)))
@@ -342,33 +341,30 @@ class PostgresStore(SQLStore):
         return job
 
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
-                 result_key: str | None = None,
-                 then: FollowUps = ()) -> Job:
+                 result_key: str | None = None, then: Sequence[FollowUp] = ()) -> Job:
         # One item of the batch statement: complete and complete_many fence alike by design.
         return self._finish(queue, lease, "complete_many", then, ids=[lease.job_id],
                             epochs=[lease.lease_epoch], statuses=[status], results=[result_json],
                             result_keys=[result_key])
 
-    def complete_many(self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
-                      ) -> list[Job | LeaseLost]:
+    def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
         if not items:
             return []
-        def work(conn: psycopg.Connection) -> dict[str, Job]:
+        def work(conn: psycopg.Connection) -> dict[tuple[str, int], Job]:
             cols, rows = self._tuples(
                 conn, "complete_many", queue=queue,
-                ids=[lease.job_id for lease, *_ in items],
-                epochs=[lease.lease_epoch for lease, *_ in items],
-                statuses=[status for _, _, status, _ in items],
-                results=[result for _, result, _, _ in items],
-                result_keys=[key for *_, key in items], stale_reason=STALE_REASON)
+                ids=[c.lease.job_id for c in items],
+                epochs=[c.lease.lease_epoch for c in items],
+                statuses=[c.status for c in items], results=[c.result_json for c in items],
+                result_keys=[c.result_key for c in items], stale_reason=STALE_REASON)
             stale = cols.get("was_stale", -1)
             # Keyed by lease, not id: a batch may hold a lost lease and the current one of the
             # same job, and only the current one finished (a finish keeps the epoch).
             by_lease = {(job.id, job.lease_epoch): job for job in _jobs(cols, rows)}
             return self._wake_after(conn, queue, by_lease, any(r[stale] for r in rows))
         by_lease = self._session.run(work, autocommit=True)
-        return [by_lease.get((lease.job_id, lease.lease_epoch))
-                or LeaseLost(queue, lease.job_id, lease.lease_epoch) for lease, *_ in items]
+        return [by_lease.get((c.lease.job_id, c.lease.lease_epoch))
+                or LeaseLost(queue, c.lease.job_id, c.lease.lease_epoch) for c in items]
 
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
                     delay_s: float) -> Job:
@@ -446,7 +442,6 @@ class PostgresStore(SQLStore):
 
     # --- journal ---------------------------------------------------------------------------
 
-
     def append_journal(self, queue: str, job_id: str, event: str, *,
                        attempt: int | None = None, lease_epoch: int | None = None,
                        worker_id: str | None = None, reason: str | None = None,
@@ -475,77 +470,9 @@ class PostgresStore(SQLStore):
             return []
         # Safe to retry: a commit that went through left nothing published among these ids.
         rows = self._session.run(lambda conn: self._rows(
-            conn, "reowe_publish", queue=queue, ids=list(job_ids), event="publish_owed",
+            conn, "reowe_publish", queue=queue, ids=list(job_ids), event=JournalEvent.PUBLISH_OWED,
             reason=_text(reason)), idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
-
-    # --- periodic jobs: the schedule ledger -----------------------------------------------
-
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
-        params = {"schedule": name, "queue": queue, "spec": spec_json}
-
-        def work(conn: psycopg.Connection) -> ScheduleState:
-            if self._rows(conn, "schedule_insert", **params):
-                self._log_schedule(conn, queue, name, ScheduleEvent.REGISTERED, "registered")
-            else:
-                old = self._rows(conn, "schedule_lock", schedule=name)[0]
-                if self._rows(conn, "schedule_respec", **params):
-                    self._log_schedule(conn, queue, name, ScheduleEvent.CHANGED,
-                                       "spec changed", schedule_changes(old, queue, spec_json))
-            return _schedule(self._rows(conn, "schedule_get", schedule=name)[0])
-        return self._session.run(work)
-
-    def _log_schedule(self, conn: psycopg.Connection, queue: str, name: str, event: str,
-                      reason: str, data: Mapping[str, Any] | None = None) -> None:
-        self._exec(conn, "append_journal", queue=queue, id=schedule_journal_id(name),
-                   event=str(event), attempt=None, lease_epoch=None, worker_id=None,
-                   reason=reason, data=json.dumps(dict(data)) if data else None)
-
-    def schedule_state(self, name: str) -> ScheduleState | None:
-        rows = self._read("schedule_get", schedule=name)
-        return _schedule(rows[0]) if rows else None
-
-    def schedules(self) -> list[ScheduleState]:
-        return [_schedule(r) for r in self._read("schedule_list")]
-
-    def advance_schedule(self, name: str, version: int, advance: TickAdvance) -> bool:
-        last_tick, last_job = advance.last or (None, None)
-
-        def work(conn: psycopg.Connection) -> str | None:
-            rows = self._rows(conn, "schedule_advance", schedule=name, version=version,
-                              cursor=advance.cursor, skipped=len(advance.skipped),
-                              last_tick=last_tick, last_job_id=last_job)
-            if not rows:
-                return None
-            queue: str = rows[0]["queue"]
-            if advance.jobs:  # NOTIFYs the workers at commit
-                self._enqueue(conn, queue, [spec for _, spec in advance.jobs], "keep")
-            for event, reason, data in advance.journal():
-                self._log_schedule(conn, queue, name, event, reason, data)
-            return queue
-        queue = self._session.run(work)
-        if queue is not None and advance.jobs:
-            self.notify_local(queue)
-        return queue is not None
-
-    def pause_schedule(self, name: str, paused: bool) -> bool:
-        event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED
-
-        def work(conn: psycopg.Connection) -> bool:
-            rows = self._rows(conn, "schedule_pause", schedule=name, paused=paused)
-            for row in rows:
-                self._log_schedule(conn, row["queue"], name, event, "operator")
-            return bool(rows)
-        return self._session.run(work)
-
-    def deactivate_schedules(self, queues: Sequence[str], keep: Sequence[str]) -> list[str]:
-        def work(conn: psycopg.Connection) -> list[str]:
-            rows = self._rows(conn, "schedule_deactivate", queues=list(queues), keep=list(keep))
-            for row in rows:
-                self._log_schedule(conn, row["queue"], row["name"], ScheduleEvent.INACTIVE,
-                                   "gone from the code")
-            return sorted(r["name"] for r in rows)
-        return self._session.run(work)
 
 
 def _check_text(specs: Sequence[JobSpec]) -> None:
@@ -573,13 +500,6 @@ def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     if not rows:
         return []
     at = [(cols[f], f in _TIMES) for f in _FIELDS]
-    return [Job(*[_dt(row[i]) if t else row[i] for i, t in at]) for row in rows]
-
-
-def _schedule(row: dict[str, Any]) -> ScheduleState:
-    return ScheduleState(
-        name=row["name"], queue=row["queue"], spec_json=row["spec"],
-        cursor=_dt(row["cursor"]), version=row["version"],  # type: ignore[arg-type]
-        last_tick=_dt(row["last_tick"]), last_job_id=row["last_job_id"],
-        skipped=row["skipped"], paused=row["paused"], active=row["active"],
-        updated_at=_dt(row["updated_at"]))
+    # Positional, in Job's field order: mypy cannot match a list's items to the fields.
+    return [Job(*[_dt(row[i]) if t else row[i] for i, t in at])  # type: ignore[arg-type]
+            for row in rows]

@@ -76,7 +76,7 @@ RETURNING id;
 
 -- name: journal_heartbeat_lost
 INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, reason)
-SELECT queue, id, {now}, 'heartbeat_lost', attempts, :lease_epoch,
+SELECT queue, id, {now}, {event.heartbeat_lost}, attempts, :lease_epoch,
        'lease epoch ' || :lease_epoch || ' lost; job is ' || status || ' at epoch ' || lease_epoch
 FROM leaseq_jobs WHERE queue = :queue AND id = :id;
 

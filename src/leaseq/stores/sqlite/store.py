@@ -20,10 +20,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import (
-    STALE_REASON,
+    Completion,
     EnqueueOutcome,
     EnqueueResult,
     Failure,
+    FollowUp,
     Job,
     JobSpec,
     Lease,
@@ -32,17 +33,22 @@ from leaseq.job import (
     given_back_too_often,
     snoozed_too_often,
 )
-from leaseq.ledger import (
-    ScheduleEvent,
-    ScheduleState,
-    TickAdvance,
-    schedule_changes,
-    schedule_journal_id,
+from leaseq.journal import (
+    EXPIRED,
+    LEASE_EXPIRED,
+    OPERATOR,
+    REDELIVERED,
+    SPENT_WHILE_PENDING,
+    STALE_REASON,
+    JournalEvent,
+    quarantine_reason,
+    sql_literals,
 )
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
+from leaseq.stores.sqlite.ledger import ScheduleLedger
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
@@ -51,10 +57,10 @@ NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
 
-Q = load_queries(__package__, "queries.sql", now=NOW)
+Q = load_queries(__package__, "queries.sql", now=NOW, **sql_literals())
 
 
-class SQLiteStore(SQLStore):
+class SQLiteStore(ScheduleLedger, SQLStore):
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -212,7 +218,7 @@ class SQLiteStore(SQLStore):
 
     def _enqueued(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
                   outcome: EnqueueOutcome) -> EnqueueOutcome:
-        self._journal(conn, queue, spec.job_id, "enqueued", reason=outcome.value,
+        self._journal(conn, queue, spec.job_id, JournalEvent.ENQUEUED, reason=outcome.value,
                       data={"revision": spec.revision} if spec.revision else None)
         return outcome
 
@@ -223,7 +229,7 @@ class SQLiteStore(SQLStore):
             rows = self._rows(conn, "claim", queue=queue, worker_id=worker_id, lease_s=lease_s,
                               limit=limit)
             self._journal_claims(conn, queue, rows)
-        return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))  # type: ignore[arg-type, return-value]
+        return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))
 
     def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
         with self._tx() as conn:
@@ -236,8 +242,8 @@ class SQLiteStore(SQLStore):
                         rows: list[dict[str, Any]]) -> None:
         # From the epoch, not the attempts: a snooze or a give-back refunds the attempt, but
         # the claim after it is still a redelivery.
-        self._journal_rows(conn, queue, rows, "claimed",
-                           lambda r: "redelivered" if r["lease_epoch"] > 1 else None)
+        self._journal_rows(conn, queue, rows, JournalEvent.CLAIMED,
+                           lambda r: REDELIVERED if r["lease_epoch"] > 1 else None)
 
     def _journal_rows(self, conn: sqlite3.Connection, queue: str, rows: Iterable[dict[str, Any]],
                       event: str, reason: Callable[[dict[str, Any]], str | None]) -> None:
@@ -276,33 +282,32 @@ class SQLiteStore(SQLStore):
     def _restart_stale(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> Job:
         """A stale job's finish: given back, the new revision to start afresh."""
         row = self._finish(conn, queue, lease, "restart_revision")
-        self._journal(conn, queue, lease.job_id, "given_back", row["attempts"],
+        self._journal(conn, queue, lease.job_id, JournalEvent.GIVEN_BACK, row["attempts"],
                       lease.lease_epoch, row["worker_id"], STALE_REASON)
         return _job(row)
 
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
-                 result_key: str | None = None,
-                 then: Sequence[tuple[str, Sequence[JobSpec]]] = ()) -> Job:
+                 result_key: str | None = None, then: Sequence[FollowUp] = ()) -> Job:
         with self._tx() as conn:
             if self._fenced(conn, queue, lease)["stale"]:
                 return self._restart_stale(conn, queue, lease)
             row = self._finish(conn, queue, lease, "complete", status=status,
                                result=result_json, result_key=result_key)
-            self._journal(conn, queue, lease.job_id, "result_saved", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.RESULT_SAVED, row["attempts"],
                           lease.lease_epoch, row["worker_id"], status)
-            for next_queue, specs in then:
-                self._enqueue(conn, next_queue, specs, "keep")
+            for follow in then:
+                self._enqueue(conn, follow.queue, follow.specs, "keep")
         return _job(row)
 
-    def complete_many(self, queue: str, items: Sequence[tuple[Lease, str | None, str, str | None]]
-                      ) -> list[Job | LeaseLost]:
-        payload = json.dumps([[lease.job_id, lease.lease_epoch, status, result, key]
-                              for lease, result, status, key in items])
+    def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
+        payload = json.dumps([[c.lease.job_id, c.lease.lease_epoch, c.status, c.result_json,
+                               c.result_key] for c in items])
         with self._tx() as conn:
             done = {r["id"]: r for r in self._rows(conn, "complete_many", queue=queue,
                                                    items=payload)}
-            self._journal_rows(conn, queue, done.values(), "result_saved", lambda r: r["status"])
-            return [self._settle(conn, queue, lease, done) for lease, *_ in items]
+            self._journal_rows(conn, queue, done.values(), JournalEvent.RESULT_SAVED,
+                               lambda r: r["status"])
+            return [self._settle(conn, queue, c.lease, done) for c in items]
 
     def _settle(self, conn: sqlite3.Connection, queue: str, lease: Lease,
                 done: dict[str, dict[str, Any]]) -> Job | LeaseLost:
@@ -325,7 +330,7 @@ class SQLiteStore(SQLStore):
             if fenced["attempts"] >= fenced["max_attempts"]:
                 return self._fail_in(conn, queue, lease, error, reason, Failure.EXHAUSTED)
             row = self._finish(conn, queue, lease, "retry_later", error=error, delay_s=delay_s)
-            self._journal(conn, queue, lease.job_id, "retry_scheduled", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.RETRY_SCHEDULED, row["attempts"],
                           lease.lease_epoch, row["worker_id"], reason, {"delay_s": delay_s})
         return _job(row)
 
@@ -339,11 +344,12 @@ class SQLiteStore(SQLStore):
             if snoozes > max_snoozes:
                 error = snoozed_too_often(snoozes)
                 row = self._finish(conn, queue, lease, "snoozed_out", error=error)
-                self._journal(conn, queue, lease.job_id, "quarantined", row["attempts"],
-                              lease.lease_epoch, row["worker_id"], f"exhausted: {error}")
+                self._journal(conn, queue, lease.job_id, JournalEvent.QUARANTINED,
+                              row["attempts"], lease.lease_epoch, row["worker_id"],
+                              quarantine_reason(Failure.EXHAUSTED, error))
                 return _job(row)
             row = self._finish(conn, queue, lease, "snooze", delay_s=delay_s)
-            self._journal(conn, queue, lease.job_id, "snoozed", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.SNOOZED, row["attempts"],
                           lease.lease_epoch, row["worker_id"], reason)
         return _job(row)
 
@@ -359,7 +365,7 @@ class SQLiteStore(SQLStore):
                 return self._fail_in(conn, queue, lease, error, error, Failure.EXHAUSTED)
             row = self._finish(conn, queue, lease, "give_back", refund=int(free),
                                counted=int(started and free))
-            self._journal(conn, queue, lease.job_id, "given_back", row["attempts"],
+            self._journal(conn, queue, lease.job_id, JournalEvent.GIVEN_BACK, row["attempts"],
                           lease.lease_epoch, row["worker_id"], reason)
         return _job(row)
 
@@ -372,8 +378,8 @@ class SQLiteStore(SQLStore):
     def _fail_in(self, conn: sqlite3.Connection, queue: str, lease: Lease, error: str,
                  reason: str, failure: str) -> Job:
         row = self._finish(conn, queue, lease, "fail", error=error, failure=failure)
-        self._journal(conn, queue, lease.job_id, "quarantined", row["attempts"],
-                      lease.lease_epoch, row["worker_id"], f"{failure}: {reason}")
+        self._journal(conn, queue, lease.job_id, JournalEvent.QUARANTINED, row["attempts"],
+                      lease.lease_epoch, row["worker_id"], quarantine_reason(failure, reason))
         return _job(row)
 
     # --- upkeep ----------------------------------------------------------------------------
@@ -383,11 +389,11 @@ class SQLiteStore(SQLStore):
             spent = self._rows(conn, "expire_spent", queue=queue)
             returned = self._rows(conn, "return_expired", queue=queue)
             stuck = self._rows(conn, "exhaust_pending", queue=queue)
-            self._journal_rows(conn, queue, spent, "quarantined",
-                               lambda _: "expired: lease ran out")
-            self._journal_rows(conn, queue, returned, "reclaimed", lambda _: "lease expired")
-            self._journal_rows(conn, queue, stuck, "quarantined",
-                               lambda _: "exhausted: attempts spent while pending")
+            self._journal_rows(conn, queue, spent, JournalEvent.QUARANTINED, lambda _: EXPIRED)
+            self._journal_rows(conn, queue, returned, JournalEvent.RECLAIMED,
+                               lambda _: LEASE_EXPIRED)
+            self._journal_rows(conn, queue, stuck, JournalEvent.QUARANTINED,
+                               lambda _: SPENT_WHILE_PENDING)
         return len(spent) + len(stuck), len(returned)
 
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
@@ -402,10 +408,10 @@ class SQLiteStore(SQLStore):
     # --- operators -------------------------------------------------------------------------
 
     def requeue(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_requeue", "requeued")
+        return self._operator(queue, job_id, "operator_requeue", JournalEvent.REQUEUED)
 
     def cancel(self, queue: str, job_id: str) -> bool:
-        return self._operator(queue, job_id, "operator_cancel", "cancelled")
+        return self._operator(queue, job_id, "operator_cancel", JournalEvent.CANCELLED)
 
     def _operator(self, queue: str, job_id: str, query: str, event: str) -> bool:
         with self._tx() as conn:
@@ -415,7 +421,7 @@ class SQLiteStore(SQLStore):
                     raise JobNotFound(queue, job_id)
                 return False
             self._journal(conn, queue, job_id, event, rows[0]["attempts"],
-                          rows[0]["lease_epoch"], reason="operator")
+                          rows[0]["lease_epoch"], reason=OPERATOR)
         return True
 
     # --- wake-ups -------------------------------------------------------------------------
@@ -460,11 +466,10 @@ class SQLiteStore(SQLStore):
         pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
         with self._tx() as conn:
             rows = self._rows(conn, "mark_published", queue=queue, leases=pairs)
-            self._journal_rows(conn, queue, rows, "published", lambda _: None)
+            self._journal_rows(conn, queue, rows, JournalEvent.PUBLISHED, lambda _: None)
         return [r["id"] for r in rows]
 
     # --- journal ---------------------------------------------------------------------------
-
 
     def append_journal(self, queue: str, job_id: str, event: str, *,
                        attempt: int | None = None, lease_epoch: int | None = None,
@@ -482,78 +487,9 @@ class SQLiteStore(SQLStore):
             return []
         with self._tx() as conn:
             rows = self._rows(conn, "reowe_publish", queue=queue, ids=json.dumps(list(job_ids)))
-            self._journal_rows(conn, queue, rows, "publish_owed", lambda _: reason)
+            self._journal_rows(conn, queue, rows, JournalEvent.PUBLISH_OWED, lambda _: reason)
         return [r["id"] for r in rows]
-
-    # --- periodic jobs: the schedule ledger -----------------------------------------------
-
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
-        with self._tx() as conn:
-            old = self._rows(conn, "schedule_get", schedule=name)
-            params = {"schedule": name, "queue": queue, "spec": spec_json}
-            if not old and self._rows(conn, "schedule_insert", **params):
-                self._journal(conn, queue, schedule_journal_id(name),
-                              ScheduleEvent.REGISTERED.value, reason="registered")
-            elif old and self._rows(conn, "schedule_respec", **params):
-                self._journal(conn, queue, schedule_journal_id(name),
-                              ScheduleEvent.CHANGED.value, reason="spec changed",
-                              data=schedule_changes(old[0], queue, spec_json))
-            return _schedule(self._rows(conn, "schedule_get", schedule=name)[0])
-
-    def schedule_state(self, name: str) -> ScheduleState | None:
-        rows = self._read("schedule_get", schedule=name)
-        return _schedule(rows[0]) if rows else None
-
-    def schedules(self) -> list[ScheduleState]:
-        return [_schedule(r) for r in self._read("schedule_list")]
-
-    def advance_schedule(self, name: str, version: int, advance: TickAdvance) -> bool:
-        last_tick, last_job = advance.last or (None, None)
-        with self._tx() as conn:
-            rows = self._rows(conn, "schedule_advance", schedule=name, version=version,
-                              cursor=advance.cursor.timestamp(), skipped=len(advance.skipped),
-                              last_tick=last_tick.timestamp() if last_tick else None,
-                              last_job_id=last_job)
-            if not rows:
-                return False
-            queue = rows[0]["queue"]
-            if advance.jobs:
-                self._enqueue(conn, queue, [spec for _, spec in advance.jobs], "keep")
-            for event, reason, data in advance.journal():
-                self._journal(conn, queue, schedule_journal_id(name), event, reason=reason,
-                              data=data)
-        if advance.jobs:
-            self.notify_local(queue)
-        return True
-
-    def pause_schedule(self, name: str, paused: bool) -> bool:
-        event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED
-        with self._tx() as conn:
-            rows = self._rows(conn, "schedule_pause", schedule=name, paused=int(paused))
-            for row in rows:
-                self._journal(conn, row["queue"], schedule_journal_id(name), event.value,
-                              reason="operator")
-        return bool(rows)
-
-    def deactivate_schedules(self, queues: Sequence[str], keep: Sequence[str]) -> list[str]:
-        with self._tx() as conn:
-            rows = self._rows(conn, "schedule_deactivate", queues=json.dumps(list(queues)),
-                              keep=json.dumps(list(keep)))
-            for row in rows:
-                self._journal(conn, row["queue"], schedule_journal_id(row["name"]),
-                              ScheduleEvent.INACTIVE.value, reason="gone from the code")
-        return sorted(r["name"] for r in rows)
 
 
 #: The write paths map the rows their statements return as the reads do.
 _job = SQLiteStore._job
-
-
-def _schedule(row: dict[str, Any]) -> ScheduleState:
-    return ScheduleState(
-        name=row["name"], queue=row["queue"], spec_json=row["spec"],
-        cursor=SQLiteStore._time(row["cursor"]), version=row["version"],  # type: ignore[arg-type]
-        last_tick=SQLiteStore._time(row["last_tick"]), last_job_id=row["last_job_id"],
-        skipped=row["skipped"], paused=bool(row["paused"]), active=bool(row["active"]),
-        updated_at=SQLiteStore._time(row["updated_at"]))
-

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from leaseq.job import Job, is_terminal
+from leaseq.journal import JournalEvent
 from leaseq.queue import Queue
 from leaseq.testing.chaos.ledger import Ledger
 from leaseq.testing.chaos.run import Run
@@ -73,7 +74,7 @@ def settle(r: Run, q: Queue, ids: Sequence[str], ledger: Ledger | None, *,
     return jobs
 
 
-_FINISH_EVENTS = ("result_saved", "quarantined", "cancelled")
+_FINISH_EVENTS = (JournalEvent.RESULT_SAVED, JournalEvent.QUARANTINED, JournalEvent.CANCELLED)
 
 
 def _finishes(q: Queue, ids: Sequence[str]) -> dict[str, int]:

@@ -230,7 +230,7 @@ class WorkerProc:
         """SIGKILL and reap."""
         if self.alive():
             self.signal(signal.SIGKILL)
-            self.proc.wait(30)  # type: ignore[union-attr]
+            self.proc.wait(30)  # type: ignore[union-attr]  # alive() means proc was started
 
     def kill_hard(self) -> None:
         if self.alive():

@@ -71,8 +71,9 @@ class ClaimSuite:
         # Then it is processing for W1; attempts and epoch are counted at claim
         assert (job.id, job.status, job.worker_id) == ("j1", "processing", W1)
         assert (job.attempts, job.lease_epoch) == (1, 1)
-        lease_from = (job.lease_until - before).total_seconds()  # type: ignore[operator]
-        lease_to = (job.lease_until - after).total_seconds()  # type: ignore[operator]
+        assert job.lease_until is not None
+        lease_from = (job.lease_until - before).total_seconds()
+        lease_to = (job.lease_until - after).total_seconds()
         assert 120 - CLOCK_SLACK_S <= lease_to <= lease_from <= 120 + CLOCK_SLACK_S
         assert must_get(q, "j1") == job
 

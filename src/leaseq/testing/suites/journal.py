@@ -79,7 +79,7 @@ class JournalSuite:
         q.heartbeat([job])
         q.retry_later(job, "transient", delay_s=0)
         (job,) = q.claim(W1, lease_s=60)
-        advance_past(leaseq_store.store, job.lease_until)  # type: ignore[arg-type]
+        advance_past(leaseq_store.store, job.lease_until)
         q.reclaim_expired()
         (job,) = q.claim(W1)
         q.fail(job, "bad input")

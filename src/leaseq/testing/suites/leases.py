@@ -22,6 +22,7 @@ from leaseq.testing.harness import (
     given_claimed,
     given_stolen,
     must_get,
+    seconds_until,
 )
 
 #: The writes an old holder may try after its lease was taken; each must raise LeaseLost.
@@ -44,7 +45,7 @@ class LeaseSuite:
         assert q.heartbeat([job], lease_s=60) == []
         # Then the lease runs 60 s from now, so 30 s later still nobody else can claim it
         renewed = must_get(q, job.id)
-        left = (renewed.lease_until - leaseq_store.store.server_now()).total_seconds()  # type: ignore[operator]
+        left = seconds_until(leaseq_store.store, renewed.lease_until)
         assert 60 - CLOCK_SLACK_S <= left <= 60 + CLOCK_SLACK_S
         advance(leaseq_store.store, 30)
         assert q.claim(W2) == []
@@ -107,7 +108,7 @@ class LeaseSuite:
         for attempt in (1, 2, 3):
             (job,) = q.claim(f"host:{attempt}:dead{attempt:04d}", lease_s=60)
             assert job.attempts == attempt
-            advance_past(leaseq_store.store, job.lease_until)  # type: ignore[arg-type]
+            advance_past(leaseq_store.store, job.lease_until)
         # Then the spent job is not claimable, and reclaim quarantines it
         assert q.claim(W1) == []
         assert q.ready() == 0
@@ -123,7 +124,7 @@ class LeaseSuite:
         for attempt in (1, 2, 3):
             (job,) = q.claim(W1, lease_s=60)
             assert job.attempts == attempt
-            advance_past(leaseq_store.store, job.lease_until)  # type: ignore[arg-type]
+            advance_past(leaseq_store.store, job.lease_until)
             expected = (1, 0) if attempt == 3 else (0, 1)
             assert q.reclaim_expired() == expected
         _assert_failed_expired(q, "j1", claims=3)
@@ -136,7 +137,8 @@ class LeaseSuite:
         spent = given_claimed(q, "spent", lease_s=60, max_attempts=1)
         left = given_claimed(q, "left", lease_s=60, max_attempts=2)
         given_claimed(q, "live", lease_s=LONG_LEASE_S)
-        advance_past(leaseq_store.store, max(spent.lease_until, left.lease_until))  # type: ignore[type-var]
+        assert spent.lease_until is not None and left.lease_until is not None
+        advance_past(leaseq_store.store, max(spent.lease_until, left.lease_until))
         # When reclaimed
         assert q.reclaim_expired() == (1, 1)
         # Then

@@ -3,6 +3,7 @@ error text, and the stale revision."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,11 +25,18 @@ from leaseq.testing.harness import (
 )
 from leaseq.validate import MAX_ERROR_CHARS
 
+
+def _one_of_many(q: Queue, job: Job) -> Job:
+    (finished,) = q.complete_many([(job, {"r": 1})])
+    assert isinstance(finished, Job), finished
+    return finished
+
+
 #: A worker's finishing writes; on a stale job each one must become a give-back that starts
 #: the new revision afresh.
 FINISHES: dict[str, Callable[[Queue, Job], Job]] = {
     "complete": lambda q, job: q.complete(job, {"r": 1}, then=[q.spec("follow-up", {})]),
-    "complete_many": lambda q, job: q.complete_many([(job, {"r": 1})])[0],  # type: ignore[return-value]
+    "complete_many": lambda q, job: _one_of_many(q, job),
     "retry_later": lambda q, job: q.retry_later(job, "boom", delay_s=300),
     "fail": lambda q, job: q.fail(job, "boom"),
     "snooze": lambda q, job: q.snooze(job, 300),
@@ -56,13 +64,13 @@ class RetrySuite:
             assert job.attempts == n
             # When the worker asks for a retry with the policy's delay
             back, shortest, longest = _not_before_delay(
-                leaseq_store.store, job, lambda job=job: q.retry_later(job, "try again"))
+                leaseq_store.store, job, functools.partial(q.retry_later, job, "try again"))
             # Then not-before lands in the band, it is not claimable just before, and is after
             assert back.status == "pending"
             assert low - CLOCK_SLACK_S <= shortest <= longest <= 1.5 * low + CLOCK_SLACK_S
-            set_clock_before(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+            set_clock_before(leaseq_store.store, back.lease_until)
             assert q.claim(W2) == [] and q.ready() == 0
-            advance_past(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+            advance_past(leaseq_store.store, back.lease_until)
 
     def test_retry_later_with_explicit_delay(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
@@ -117,9 +125,9 @@ class RetrySuite:
         back, shortest, longest = _not_before_delay(
             leaseq_store.store, job, lambda: q.snooze(job, 30))
         assert 30 - CLOCK_SLACK_S <= shortest <= longest <= 30 + CLOCK_SLACK_S
-        set_clock_before(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+        set_clock_before(leaseq_store.store, back.lease_until)
         assert q.claim(W1) == []
-        advance_past(leaseq_store.store, back.lease_until)  # type: ignore[arg-type]
+        advance_past(leaseq_store.store, back.lease_until)
         assert len(q.claim(W1)) == 1
 
     def test_snooze_without_a_delay_waits_the_policys_snooze_s(
@@ -188,7 +196,7 @@ class RetrySuite:
         q = leaseq_store.queue(max_attempts=1)
         job = given_claimed(q, revision="r1", lease_s=60)
         q.enqueue(job.id, {"v": 2}, revision="r2")
-        advance_past(leaseq_store.store, job.lease_until)  # type: ignore[arg-type]
+        advance_past(leaseq_store.store, job.lease_until)
         # When the lease is reclaimed (or the next claim takes it)
         if how == "reclaim":
             assert q.reclaim_expired() == (0, 1)

@@ -92,22 +92,25 @@ class ScheduleSuite:
         other = leaseq_store.open()
         try:
             other.time_offset_s = store.time_offset_s
-            states = [store.schedule_state("hourly"), other.schedule_state("hourly")]
+            mine, theirs = store.schedule_state("hourly"), other.schedule_state("hourly")
+            assert mine is not None and theirs is not None
             now = store.server_now()
             schedule = app.schedules["hourly"]
             spec_for = Scheduler(app)._spec
-            advances = [plan(schedule, s, now, None, 60, lambda t: spec_for(schedule, t))
-                        for s in states]  # type: ignore[arg-type]
+            my_plan, their_plan = (plan(schedule, s, now, None, 60,
+                                        lambda t: spec_for(schedule, t)) for s in (mine, theirs))
+            assert my_plan is not None and their_plan is not None
             # When both compare-and-set the same version
-            won = [store.advance_schedule("hourly", states[0].version, advances[0]),  # type: ignore[union-attr, arg-type]
-                   other.advance_schedule("hourly", states[1].version, advances[1])]  # type: ignore[union-attr, arg-type]
+            won = [store.advance_schedule("hourly", mine.version, my_plan),
+                   other.advance_schedule("hourly", theirs.version, their_plan)]
         finally:
             other.close()
         # Then one wins, and the tick is one job
         assert sorted(won) == [False, True]
         tick = hour + timedelta(hours=1)
         assert _tick_ids(store, "hourly@") == [schedule.job_id(tick)]
-        assert store.schedule_state("hourly").version == states[0].version + 1  # type: ignore[union-attr]
+        after = store.schedule_state("hourly")
+        assert after is not None and after.version == mine.version + 1
 
     def test_many_schedulers_looking_at_once_enqueue_each_tick_once(
         self, leaseq_store: FreshStore
@@ -160,7 +163,8 @@ class ScheduleSuite:
         assert _tick_ids(store, "hourly@") == sorted(schedule.job_id(t)
                                                      for t in ticks[10 - fired:])
         entries = store.journal(QUEUE, schedule_journal_id("hourly"))
-        found = [e.data["count"] for e in entries if e.event == ScheduleEvent.TICKS_MISSED]
+        found = [e.data["count"] for e in entries
+                 if e.event == ScheduleEvent.TICKS_MISSED and e.data is not None]
         assert found == ([missed] if missed else [])
         state = store.schedule_state("hourly")
         assert state.cursor == ticks[-1]  # type: ignore[union-attr]
@@ -283,8 +287,8 @@ class ScheduleLedgerSuite:
         scheduler.run_once()
         # Then only the tick after the resume fired; an advance planned before is refused
         assert len(_tick_ids(store, "hourly@")) == 1
-        assert store.advance_schedule("hourly", state.version,  # type: ignore[union-attr]
-                                      _stale_advance(state)) is False  # type: ignore[arg-type]
+        assert state is not None
+        assert store.advance_schedule("hourly", state.version, _stale_advance(state)) is False
         assert events(store.journal(QUEUE, schedule_journal_id("hourly")))[-2:] == [
             ScheduleEvent.PAUSED, ScheduleEvent.RESUMED]
 

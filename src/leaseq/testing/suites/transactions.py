@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from leaseq.job import JobSpec
+from leaseq.job import FollowUp, JobSpec
 from leaseq.testing.harness import FreshStore, events, given_claimed, must_get
 
 NO_TRANSACTIONS = "store has no transactions"
@@ -87,8 +87,7 @@ class TransactionSuite:
         q = leaseq_store.queue()
         job = given_claimed(q)
         # When it completes with a follow-up that is written, then one that fails
-        then: list[tuple[str, Sequence[JobSpec]]] = [
-            (q.name, [q.spec("next-1", {})]), ("other", _Unwritable())]
+        then = [FollowUp(q.name, [q.spec("next-1", {})]), FollowUp("other", _Unwritable())]
         with pytest.raises(FollowUpFailed):
             leaseq_store.store.complete(q.name, job.lease, '{"r": 1}', "done", None, then)
         # Then neither the completion nor the first follow-up happened

@@ -176,7 +176,9 @@ class InspectionSuite:
         q = leaseq_store.queue()
         ids = [f"job-{i:02d}" for i in range(25)]
         q.enqueue_many([q.spec(job_id, {"i": i}) for i, job_id in reversed(list(enumerate(ids)))])
-        q.complete(q.claim_one("job-07", W1))  # type: ignore[arg-type]
+        job = q.claim_one("job-07", W1)
+        assert job is not None
+        q.complete(job)
         assert q.get("missing") is None
         pages, after = [], None
         while page := q.list_jobs(limit=10, after_id=after):
@@ -281,7 +283,8 @@ class ClockSuite:
     def test_server_now_is_utc_and_follows_time_offset(self, leaseq_store: FreshStore) -> None:
         store = leaseq_store.store
         now = store.server_now()
-        assert now.utcoffset() is not None and now.utcoffset().total_seconds() == 0
+        offset = now.utcoffset()
+        assert offset is not None and offset.total_seconds() == 0
         advance(store, HOUR_S)
         ahead = (store.server_now() - now).total_seconds()
         assert HOUR_S <= ahead <= HOUR_S + 60
@@ -317,9 +320,9 @@ class ClockSuite:
 def _assert_from_store_clock(q: Any, claimed_id: str, before: Any, after: Any) -> None:
     """The lease (60 s) and the not-before (100 s) were set from the store's clock, read
     before and after: a clock an hour off would put them far outside."""
-    lease = must_get(q, claimed_id).lease_until - before  # type: ignore[operator]
+    lease = must_get(q, claimed_id).lease_until - before
     assert lease.total_seconds() >= 60 - CLOCK_SLACK_S
     assert (must_get(q, claimed_id).lease_until - after).total_seconds() <= 60 + CLOCK_SLACK_S
     not_before = must_get(q, "delayed").lease_until
-    assert (not_before - before).total_seconds() >= 100 - CLOCK_SLACK_S  # type: ignore[operator]
-    assert (not_before - after).total_seconds() <= 100 + CLOCK_SLACK_S  # type: ignore[operator]
+    assert (not_before - before).total_seconds() >= 100 - CLOCK_SLACK_S
+    assert (not_before - after).total_seconds() <= 100 + CLOCK_SLACK_S

@@ -1,0 +1,90 @@
+"""The journal's words, defined once: the event names and the fixed reasons every store writes.
+
+Python code imports them from here. The SQL stores' ``queries.sql`` name them as
+``{event.claimed}`` / ``{reason.redelivered}``, which ``sql_literals`` fills in when the
+queries are loaded (the same text as a literal: the statements and their plans do not change),
+and a reason that varies per call (``stale_reason``, ``reason``) is a bound parameter.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JournalEvent(StrEnum):
+    """What happened to a job; one journal row each."""
+
+    ENQUEUED = "enqueued"  # reason: the enqueue outcome (created / updated / revived)
+    CLAIMED = "claimed"  # reason REDELIVERED on every claim after the first
+    HEARTBEAT_LOST = "heartbeat_lost"
+    RESULT_SAVED = "result_saved"  # reason: the terminal status written
+    RETRY_SCHEDULED = "retry_scheduled"
+    SNOOZED = "snoozed"
+    GIVEN_BACK = "given_back"
+    QUARANTINED = "quarantined"  # reason: "<failure>: <why>" (``quarantine_reason``)
+    RECLAIMED = "reclaimed"
+    REQUEUED = "requeued"  # the operator's re-drive (``requeue``)
+    CANCELLED = "cancelled"
+    PUBLISHED = "published"
+    RECEIVED = "received"  # broker delivery: the message arrived (``append_journal``)
+    ACK_SENT = "ack_sent"
+    PUBLISH_OWED = "publish_owed"
+    LEASE_ABANDONED = "lease_abandoned"  # the worker's lease clock ran out (``append_journal``)
+
+
+class ScheduleEvent(StrEnum):
+    """Journal events of a schedule (periodic jobs), written under its journal id
+    (``leaseq.ledger.schedule_journal_id``)."""
+
+    REGISTERED = "schedule_registered"
+    CHANGED = "schedule_changed"
+    INACTIVE = "schedule_inactive"
+    PAUSED = "schedule_paused"
+    RESUMED = "schedule_resumed"
+    TICK_SKIPPED = "tick_skipped"
+    TICKS_MISSED = "ticks_missed"
+    TICK_MANUAL = "tick_manual"
+
+
+#: Event names that older journal rows carry, by the event they mean today: rows are never
+#: rewritten, so readers (the CLI's story, a query of the journal) accept both.
+RENAMED_EVENTS = {"retried": JournalEvent.REQUEUED}
+
+#: ``claimed`` after the first claim of a job (read from ``lease_epoch``, never refunded).
+REDELIVERED = "redelivered"
+#: ``requeued`` / ``cancelled``: an operator did it.
+OPERATOR = "operator"
+#: Why a stale job's finish was turned into a give-back (``given_back``).
+STALE_REASON = "stale revision: the payload changed while this attempt ran"
+#: ``reclaimed``: the lease ran out and the job is ready again.
+LEASE_EXPIRED = "lease expired"
+#: ``reclaimed`` of a stale job (MongoDB says so; its attempts were reset with the revision).
+LEASE_EXPIRED_STALE = "lease expired; stale revision, attempts reset"
+#: ``quarantined`` by reclaim: the lease ran out on the last attempt.
+EXPIRED = "expired: lease ran out"
+#: ``quarantined`` by reclaim's third step: a pending job whose attempts are spent.
+SPENT_WHILE_PENDING = "exhausted: attempts spent while pending"
+#: A schedule's ``schedule_registered`` / ``schedule_changed`` / ``schedule_inactive`` (its
+#: declaration is no longer in the app's code).
+SCHEDULE_REGISTERED = "registered"
+SCHEDULE_CHANGED = "spec changed"
+SCHEDULE_GONE = "gone from the code"
+#: ``publish_owed`` when ``reowe_publish`` is given no reason.
+REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
+
+#: The fixed reasons the SQL text names, as ``{reason.<key>}``.
+_SQL_REASONS = {"redelivered": REDELIVERED, "operator": OPERATOR, "lease_expired": LEASE_EXPIRED,
+                "expired": EXPIRED, "spent_while_pending": SPENT_WHILE_PENDING}
+
+
+def quarantine_reason(failure: str, why: str) -> str:
+    """``quarantined``'s reason: the failure kind, then why."""
+    return f"{failure}: {why}"
+
+
+def sql_literals() -> dict[str, str]:
+    """``{event.<name>}`` and ``{reason.<key>}`` → the SQL string literal, for
+    ``leaseq.stores.sql.load_queries`` (none of these texts holds a quote: a unit test checks)."""
+    words = {f"event.{e.value}": e.value for e in JournalEvent}
+    words.update({f"reason.{key}": text for key, text in _SQL_REASONS.items()})
+    return {key: f"'{text}'" for key, text in words.items()}
