@@ -45,7 +45,7 @@ def test_a_write_that_landed_but_lost_its_answer_is_found_saved(
     calls = _commit_then_lose(app.store, write)
     job_id = task.enqueue(fail=outcome == "retried").job_id
     q = app.queue("work")
-    caplog.set_level(logging.INFO, logger="leaseq.worker")
+    caplog.set_level(logging.INFO, logger="leaseq")
     with running(app, concurrency=1):
         # When the worker finishes the job
         wait_until(lambda: "unknown outcome had been saved" in caplog.text, 10,

@@ -82,7 +82,7 @@ WITH ins AS (
     RETURNING id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, 'enqueued', 'created', %(data)s::json FROM ins),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', %(data)s::json FROM ins),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s) FROM ins)
 SELECT count(*) AS inserted FROM note;
