@@ -19,7 +19,7 @@ from rich.console import Console
 from bench import report
 from bench.adapters import COMPETITORS
 from bench.adapters.leaseq import WORKER_MODES, real_worker_available
-from bench.runner import run_all
+from bench.runner import FULL_SET, run_all
 from bench.scenarios import Plan
 from bench.targets import DEFAULT_POSTGRES_URL, kind_of, postgres_reachable
 
@@ -49,7 +49,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json-out", metavar="PATH", help="where to write the JSON")
     p.add_argument("--worker", choices=WORKER_MODES, default="auto",
                    help="leaseq's drain worker: the real one, or the Queue-API stand-in")
-    p.add_argument("--concurrency", type=int, help="handler slots per worker process")
+    p.add_argument("--concurrency", type=int,
+                   help="handler slots per worker process (default: leaseq's worker at its own "
+                        "default, the others at 16)")
+    p.add_argument("--scenario", action="append", metavar="NAME", choices=FULL_SET,
+                   help="run only these scenarios (repeatable: " + ", ".join(FULL_SET) + ")")
     p.add_argument("--repeats", type=int, help="runs per scenario (default 3)")
     p.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     return p.parse_args(argv)
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     console.log(f"stores: {', '.join(stores)}; systems: {', '.join(systems)}; "
                 f"leaseq worker: {worker}")
     info = report.machine(stores)
-    run = run_all(plan, stores, systems, console, worker)
+    run = run_all(plan, stores, systems, console, worker, args.scenario)
     info["leaseq_worker"] = worker
     info["loadavg_at_end"] = os.getloadavg()
     report.print_tables(run, console, info)

@@ -3,8 +3,8 @@
 No journal, no fencing token, no payload decoding, no retries: the least work a database-backed
 queue can do per job with the same claim shape as leaseq. PostgreSQL claims with ``FOR UPDATE
 SKIP LOCKED`` and completes the batch with one ``UPDATE … = ANY``; SQLite does the same two
-statements, each under ``BEGIN IMMEDIATE``. leaseq's drain divided by this is "how close to the
-limit" (target ≥ 50 %).
+statements, each under ``BEGIN IMMEDIATE``. It claims the batch leaseq's worker claims (its
+slots plus its prefetch). leaseq's drain divided by this is "how close to the limit".
 
     python -m bench.ceiling worker KIND LOCATION --batch 16 [--burst]
 """
@@ -102,8 +102,18 @@ class RawSQLSystem(System):
         where = (self.target.sqlite_path if self.target.kind == "sqlite"
                  else f"{self.target.pg_conninfo} {self.target.pg_schema}")
         argv = python_argv("bench.ceiling", "worker", self.target.kind, str(where),
-                           "--batch", str(spec.concurrency))
+                           "--batch", str(worker_claim_batch(spec)))
         return [*argv, "--burst"] if spec.burst else argv
+
+
+def worker_claim_batch(spec: WorkerSpec) -> int:
+    """The batch leaseq's worker claims in a drain of no-op jobs: its slots plus its default
+    prefetch (measured: 36–40 of the 42 a default worker may take), so the ceiling runs at the
+    batch size the worker really uses."""
+    from leaseq.worker import WorkerConfig
+
+    defaults = WorkerConfig()
+    return (spec.concurrency or defaults.concurrency) + defaults.prefetch
 
 
 def work_sqlite(path: str, batch: int, burst: bool) -> None:

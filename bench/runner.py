@@ -33,7 +33,8 @@ class Run:
 
 
 def run_all(plan: sc.Plan, stores: Sequence[str], systems: Sequence[str],
-            console: Console, leaseq_worker: str = "auto") -> Run:
+            console: Console, leaseq_worker: str = "auto",
+            only_scenarios: Sequence[str] | None = None) -> Run:
     run = Run(plan)
     for url in stores:
         kind = kind_of(url)
@@ -44,6 +45,8 @@ def run_all(plan: sc.Plan, stores: Sequence[str], systems: Sequence[str],
             factory = (functools.partial(cls, worker=leaseq_worker) if name == "leaseq"
                        else cls)
             for scenario in SCENARIOS[name]:
+                if only_scenarios and scenario not in only_scenarios:
+                    continue
                 _run_scenario(run, console, name, kind, url, scenario, factory)
     return run
 

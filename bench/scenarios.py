@@ -36,7 +36,7 @@ class Plan:
     backlog: tuple[int, ...] = ()  # e.g. (10_000, 1_000_000) with --full
     backlog_window: int = 10_000  # jobs drained per measurement at each backlog size
     repeats: int = 3
-    concurrency: int = 16
+    concurrency: int | None = None  # None: leaseq's worker at its default, the others at 16
     timeout_s: float = 600.0  # one drain may not take longer than this
 
     @classmethod
@@ -130,7 +130,7 @@ def drain(system: System, goal: int, processes: int, plan: Plan, sample_rss: boo
             # the CPU the workers need.
             interval = max(0.02, 4 * (now - polled))
             if first is None and done > 0:
-                first = (now, done)
+                first = (polled, done)
             if sample_rss and done > 0:
                 samples.append((done, sum(rss_bytes(pid) for pid in workers.pids)))
             if done >= goal:
@@ -143,9 +143,12 @@ def drain(system: System, goal: int, processes: int, plan: Plan, sample_rss: boo
         workers.stop(now=stop_early)
     wall = goal / (now - spawned)
     t0, d0 = first or (spawned, 0)
-    # When the first poll already saw most of the work done, the window is too short to mean
-    # anything: fall back to the rate with start-up included.
-    rate = (goal - d0) / (now - t0) if now - t0 > 0.05 and d0 < goal / 2 else wall
+    # Counts are as of each poll's start (the count's snapshot), and the jobs counted are all
+    # that were done then: in a backlog the workers go on past the goal, and a count of a large
+    # table is coarse, so `done` may be well past `goal` by the last poll. When the first poll
+    # already saw most of the work done, the window is too short to mean anything: fall back
+    # to the rate with start-up included.
+    rate = ((done - d0) / (polled - t0) if polled - t0 > 0.05 and d0 < goal / 2 else wall)
     return Drain(rate, wall, samples)
 
 

@@ -22,15 +22,23 @@ from bench.targets import Target
 
 #: Environment variable naming the file where benchmark handlers append "<i> <unix time>".
 STARTS_ENV = "LEASEQ_BENCH_STARTS"
+#: Handler slots of the competitors' workers when no ``--concurrency`` is given.
+DEFAULT_SLOTS = 16
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
     """How a scenario wants the worker run."""
 
-    concurrency: int  # handler slots per process (threads, tasks or batch size)
+    concurrency: int | None  # handler slots per process; None: leaseq at its own default
     burst: bool  # exit when the queue is empty (libraries without it are stopped by signal)
     starts_path: str | None = None  # where handlers record their start time (latency)
+
+    @property
+    def slots(self) -> int:
+        """The slots a competitor gets (threads, tasks or batch size): ``concurrency``, or
+        ``DEFAULT_SLOTS`` when leaseq runs at its own default."""
+        return self.concurrency or DEFAULT_SLOTS
 
 
 class System(abc.ABC):

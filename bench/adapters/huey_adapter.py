@@ -53,7 +53,7 @@ class HueySystem(System):
 
     def worker_argv(self, spec: WorkerSpec) -> list[str]:
         return python_argv("bench.adapters.huey_adapter", "worker", str(self.target.sqlite_path),
-                           "--workers", str(spec.concurrency))
+                           "--workers", str(spec.slots))
 
 
 def main(argv: list[str] | None = None) -> int:

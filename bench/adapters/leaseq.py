@@ -67,7 +67,9 @@ class LeaseqSystem(System):
     def worker_commands(self, spec: WorkerSpec, processes: int) -> list[list[str]]:
         if self.worker == "queue-api":
             return super().worker_commands(spec, processes)
-        options = ["--concurrency", str(spec.concurrency), "--processes", str(processes)]
+        options = ["--processes", str(processes)]
+        if spec.concurrency is not None:
+            options += ["--concurrency", str(spec.concurrency)]
         if _cli_available():
             argv = [sys.executable, "-c", "import sys; from leaseq.cli import main; main()",
                     "worker", "bench.tasks:app", "--url", self.target.url,
@@ -78,5 +80,5 @@ class LeaseqSystem(System):
 
     def worker_argv(self, spec: WorkerSpec) -> list[str]:
         argv = python_argv("bench.queue_worker", self.target.url,
-                           "--concurrency", str(spec.concurrency))
+                           "--concurrency", str(spec.slots))
         return [*argv, "--burst"] if spec.burst else argv

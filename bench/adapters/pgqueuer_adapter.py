@@ -69,7 +69,7 @@ class PgQueuerSystem(System):
     def worker_argv(self, spec: WorkerSpec) -> list[str]:
         argv = python_argv("bench.adapters.pgqueuer_adapter", "worker",
                            str(self.target.pg_conninfo), str(self.target.pg_schema),
-                           "--batch", str(spec.concurrency))
+                           "--batch", str(spec.slots))
         return [*argv, "--burst"] if spec.burst else argv
 
 

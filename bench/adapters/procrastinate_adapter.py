@@ -78,7 +78,7 @@ class ProcrastinateSystem(System):
 
     def worker_argv(self, spec: WorkerSpec) -> list[str]:
         argv = python_argv("bench.adapters.procrastinate_adapter", "worker", self.conninfo,
-                           "--concurrency", str(spec.concurrency))
+                           "--concurrency", str(spec.slots))
         return [*argv, "--burst"] if spec.burst else argv
 
 

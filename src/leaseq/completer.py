@@ -1,21 +1,30 @@
 """Group commit for finished jobs: many completions, one fenced statement.
 
-Handler threads hand their result to the completer and wait; one thread takes everything that
-is waiting, writes it with ``Store.complete_many`` (one transaction per queue), and answers each
-waiter with its own outcome. Nothing waits on a timer: a lone job is written at once, and under
-load the batch is simply whatever finished while the previous write ran. A handler's slot is
-freed only after its result is durable, exactly as with a direct ``complete``.
+Handler threads hand their result to the completer (``submit``) and go on to their next job;
+one thread takes everything that is waiting, writes it with ``Store.complete_many`` (one
+transaction per queue), and answers each item with its own outcome through its callback. Nothing
+waits on a timer: a lone job is written at once, and under load the batch is simply whatever
+finished while the previous write ran. A job counts as finished only when its batch committed:
+until it is answered the worker keeps it in flight, under lease and heartbeat.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from leaseq.job import Completion, Job, Lease, LeaseLost
+from leaseq.job import Completion, Job, Lease
+from leaseq.logfields import queue_fields
 from leaseq.queue import Queue
+
+log = logging.getLogger(__name__)
+
+#: What a completion is answered with: the finished ``Job``, the ``LeaseLost`` it met (fenced
+#: out), or the store's error.
+Answer = Callable[["Job | BaseException"], None]
 
 #: Most completions written in one statement. Defaults to 256.
 MAX_BATCH = 256
@@ -28,7 +37,8 @@ class _Item:
     result_json: str | None
     status: str
     result_key: str | None
-    future: Future[Job]
+    answer: Answer
+    answered: bool = False
 
 
 class Completer:
@@ -40,19 +50,23 @@ class Completer:
         self._thread = threading.Thread(target=self._run, name="leaseq-completer", daemon=True)
         self._thread.start()
 
-    def complete(self, queue: Queue, lease: Lease, result_json: str | None, status: str,
-                 result_key: str | None) -> Job:
-        """Write one completion in the next batch and wait for it. Raises ``LeaseLost`` (the
-        item was fenced out) or the store's error, like ``Queue.complete``."""
-        item = _Item(queue, lease, result_json, status, result_key, Future())
+    def submit(self, queue: Queue, lease: Lease, result_json: str | None, status: str,
+               result_key: str | None, answer: Answer) -> None:
+        """Queue one completion for the next batch without waiting. ``answer`` is called once,
+        after the batch committed (on the completer's thread): with the finished ``Job``,
+        ``LeaseLost`` (fenced out) or the store's error. After ``close`` the completion is
+        written at once, in the caller's thread."""
+        item = _Item(queue, lease, result_json, status, result_key, answer)
         with self._cond:  # decided under the lock, so an item is written by one side only
             write_here = self._closed
             if not write_here:
                 self._waiting.append(item)
                 self._cond.notify()
         if write_here:
-            self._write([item])  # a handler that outlived its worker writes on its own
-        return item.future.result()
+            try:
+                self._write([item])  # a handler that outlived its worker writes on its own
+            except BaseException as exc:
+                _settle([item], exc)
 
     def close(self) -> None:
         """Write what is waiting, then stop; later completions are written one by one."""
@@ -88,16 +102,22 @@ class Completer:
                 _settle(items, exc)
                 continue
             for item, outcome in zip(items, outcomes, strict=True):
-                if item.future.done():
-                    continue
-                if isinstance(outcome, LeaseLost):
-                    item.future.set_exception(outcome)
-                else:
-                    item.future.set_result(outcome)
+                _answer(item, outcome)
+
+
+def _answer(item: _Item, outcome: Job | BaseException) -> None:
+    if item.answered:
+        return
+    item.answered = True
+    try:
+        item.answer(outcome)
+    except Exception as exc:  # one waiter's failure must not leave the others unanswered
+        log.error("job %s: handling its completion failed (%s)", item.lease.job_id,
+                  type(exc).__name__,
+                  extra=queue_fields("worker_error", item.queue.name, item.lease.job_id))
 
 
 def _settle(items: list[_Item], exc: BaseException) -> None:
     """Fail the waiters not yet answered (an earlier write may already have answered some)."""
     for item in items:
-        if not item.future.done():
-            item.future.set_exception(exc)
+        _answer(item, exc)

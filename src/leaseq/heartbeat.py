@@ -62,7 +62,7 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._tick()
-            items = [i for i in self.in_flight() if not i.finished and not i.job.lease_lost]
+            items = [i for i in self.in_flight() if _beaten(i)]
             due_at = min((i.next_beat_at for i in items), default=None)
             wait_s = 1.0 if due_at is None else due_at - self.clock()
             if wait_s > 0:
@@ -101,7 +101,7 @@ class Heartbeat:
             # order would report a job that just completed as a lost lease.
             for item in group:
                 locks.enter_context(item.lock)
-            live = [i for i in group if not i.finished and not i.job.lease_lost]
+            live = [i for i in group if _beaten(i)]
             if not live:
                 return
             queue, lease_s = live[0].queue, live[0].lease_s
@@ -121,3 +121,9 @@ class Heartbeat:
                     log.warning("job %s: lease lost (attempt %d)", item.job.id,
                                 item.job.attempts, extra=job_fields("lease_lost", item.job))
                     self.on_lost(item)
+
+
+def _beaten(item: InFlight) -> bool:
+    """Whether a beat extends this lease: not once its outcome is written or being written (a
+    beat after the commit would see a finished job and call the lease lost)."""
+    return not (item.finished or item.completing or item.job.lease_lost)

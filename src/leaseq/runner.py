@@ -34,6 +34,16 @@ log = logging.getLogger(__name__)
 
 #: Pauses between tries of a finishing write the store could not take (a busy database).
 WRITE_RETRY_PAUSES_S = (0.1, 0.5, 2.0)
+#: What ``finish`` returns when the completion went to the completer (not yet written).
+COMPLETING = "completing"
+
+
+def _in_new_thread(fn: Callable[[], None]) -> None:
+    threading.Thread(target=fn, name="leaseq-finish-again", daemon=True).start()
+
+
+def _nothing(item: object) -> None:
+    return None
 
 
 @dataclass(eq=False)
@@ -54,6 +64,11 @@ class InFlight:
     started: bool = False
     """Set (under ``lock``) just before the handler is called: a give-back at shutdown is free
     for a job whose handler never started, and counted for one that did."""
+    slot_taken_at: float = 0.0
+    """When the job got a slot (worker clock): how long handlers hold one paces prefetch."""
+    completing: bool = False
+    """Set (under ``lock``) when the completion went to the completer: the job stays in
+    flight until its batch commits, but is neither beaten nor given back any more."""
     future: Future[Any] | None = None
 
 
@@ -68,9 +83,15 @@ class Ran:
 
 class Runner:
     def __init__(self, app: App, metrics: Metrics, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, completer: Completer | None = None):
+                 clock: Callable[[], float] = time.monotonic, completer: Completer | None = None,
+                 fallback: Callable[[Callable[[], None]], object] = _in_new_thread,
+                 on_settled: Callable[[InFlight], None] = _nothing):
         self.completer = completer
         """Batches plain completions into one statement; None writes each on its own."""
+        self.fallback = fallback
+        """Runs a completion again on its own after the completer's batch failed."""
+        self.on_settled = on_settled
+        """Told when a job handed to the completer is settled (its outcome written or lost)."""
         self.app = app
         self.metrics = metrics
         self.sleep = sleep
@@ -137,17 +158,77 @@ class Runner:
 
     def finish(self, item: InFlight, ran: Ran) -> str:
         """Write the outcome (fenced) unless the lease is gone; record it. Returns the outcome
-        label used in ``leaseq_processed_total``."""
+        label used in ``leaseq_processed_total``, or ``COMPLETING`` when a plain completion
+        went to the completer: the item is then settled (``on_settled``) once its batch
+        committed, and the calling thread is free for its next job at once."""
         with item.lock:
-            if item.finished:
+            if item.finished or item.completing:
                 return "abandoned"  # the worker already gave the job back at shutdown
+            handed = self._hand_over(item, ran)
+            if handed is None:
+                try:
+                    outcome = self._write_outcome(item, ran)
+                finally:
+                    item.finished = True
+        if handed is not None:
+            # Outside the item's lock: after ``close`` the completer answers in this thread.
+            self.completer.submit(item.queue, item.job.lease, *handed,  # type: ignore[union-attr]
+                                  lambda answer: self._completed(item, ran, answer))
+            return COMPLETING
+        self._record(item, outcome, ran)
+        return outcome
+
+    def _hand_over(self, item: InFlight, ran: Ran) -> tuple[str | None, str, str | None] | None:
+        """A plain completion for the next group commit: its (result_json, status,
+        result_key); None when this outcome needs its own write (no completer, an error,
+        follow-up jobs, a result leaseq cannot store: the direct path then quarantines it
+        with the reason)."""
+        if self.completer is None or ran.error is not None or item.job.lease_lost:
+            return None
+        done = ran.value if isinstance(ran.value, Finish) else Finish(result=ran.value)
+        if done.then:
+            return None
+        try:
+            result_json = validate.result(done.result, item.queue.policy.max_payload_bytes)
+            status = validate.terminal_status(done.status)
+            result_key = validate.result_key(done.result_key)
+        except InvalidInput:
+            return None
+        # Set under the item's lock, like ``finished``: the heartbeat leaves the job alone from
+        # here (a beat after the commit would report it lost) and a give-back cannot take it.
+        item.completing = True
+        return result_json, status, result_key
+
+    def _completed(self, item: InFlight, ran: Ran, answer: Job | BaseException) -> None:
+        """The completer answered (its thread): record the outcome and settle the item. A
+        write the store could not take is tried again on its own, off the completer."""
+        if isinstance(answer, BaseException) and not isinstance(answer, LeaseLost):
+            self.fallback(lambda: self._complete_directly(item, ran))
+            return
+        if isinstance(answer, Job):
+            outcome = _label("complete", answer)
+        else:
+            self.lease_lost(item)
+            log.warning("job %s: lease lost before its outcome was saved; result discarded",
+                        item.job.id, extra=job_fields("lease_lost", item.job))
+            outcome = "lease_lost"
+        with item.lock:
+            item.finished = True
+        self._record(item, outcome, ran)
+        self.on_settled(item)
+
+    def _complete_directly(self, item: InFlight, ran: Ran) -> None:
+        with item.lock:
             try:
                 outcome = self._write_outcome(item, ran)
             finally:
                 item.finished = True
+        self._record(item, outcome, ran)
+        self.on_settled(item)
+
+    def _record(self, item: InFlight, outcome: str, ran: Ran) -> None:
         if outcome != "lease_lost":
             self.metrics.job_finished(item.queue.name, outcome, ran.duration_s)
-        return outcome
 
     def _write_outcome(self, item: InFlight, ran: Ran) -> str:
         job = item.job
@@ -200,13 +281,8 @@ class Runner:
 
         def complete() -> Job:
             try:
-                if self.completer is None or done.then:
-                    return queue.complete(job, done.result, status=done.status,
-                                          result_key=done.result_key, then=done.then)
-                result_json = validate.result(done.result, queue.policy.max_payload_bytes)
-                return self.completer.complete(queue, job.lease, result_json,
-                                               validate.terminal_status(done.status),
-                                               validate.result_key(done.result_key))
+                return queue.complete(job, done.result, status=done.status,
+                                      result_key=done.result_key, then=done.then)
             except InvalidInput as exc:  # not JSON, a live status, a bad key: retrying can't help
                 log.warning("job %s: handler returned a result leaseq cannot store: %s",
                             job.id, self._why(exc), extra=job_fields("unstorable_result", job))

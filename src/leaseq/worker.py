@@ -1,8 +1,13 @@
-"""The worker: claims up to its free slots, runs handlers, keeps their leases, drains on stop.
+"""The worker: claims its free slots and a bounded prefetch, runs handlers, keeps their leases,
+drains on stop.
 
-One main loop claims (one ``Queue.claim(limit=free)`` per queue), sync handlers run in a thread
-pool, ``async def`` handlers on one event loop in its own thread, and one heartbeat thread
-extends every in-flight lease. ``Runner`` turns each handler's outcome into one fenced write.
+One main loop claims (one ``Queue.claim`` per queue, for the free slots plus what ``Prefetch``
+allows), sync handlers run in a thread pool, ``async def`` handlers on one event loop in its own
+thread, and one heartbeat thread extends every in-flight lease. Claimed jobs wait in ``_ready``
+until a slot frees; the handler that frees a slot starts the next one itself. ``Runner`` turns
+each outcome into one fenced write; plain completions go to the ``Completer``, which commits
+them in batches on its own connection while the claims go on: a job stays in flight, under
+lease and heartbeat, until its batch committed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,15 +36,17 @@ from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost, safe_reason
 from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
+from leaseq.prefetch import Prefetch
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
-from leaseq.runner import InFlight, LoopThread, Runner
+from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
 
 log = logging.getLogger(__name__)
 
 #: Exit status after a second stop signal: in-flight jobs are left to their leases.
 EXIT_SECOND_SIGNAL = 130
 SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
+PREFETCH_REASON = "prefetched but not started in time: given back to be taken at once"
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,14 @@ class WorkerConfig:
     """On stop, how long in-flight jobs may finish before they are given back. Defaults to 30 s."""
     sweep_every_s: float = 30.0
     """How often the worker runs the sweeper (reclaim, retention purge). Defaults to 30 s."""
+    prefetch: int = 32
+    """Most jobs claimed ahead of free slots, so one claim statement takes a big batch. A
+    worker only claims ahead as many jobs as its handlers' pace starts within half of
+    ``prefetch_wait_s`` even if they all finish at once (handlers that hold a slot longer:
+    none), and never for a queue with claim limits. 0 turns it off. Defaults to 32."""
+    prefetch_wait_s: float = 0.5
+    """How long a prefetched job may wait for a slot; one that waited longer is given back at
+    once (free) for another worker to start. Defaults to 0.5 s."""
     claim_gather_s: float = 0.002
     """With jobs in flight and few slots free, how long to wait for more slots to free before
     claiming, so one claim takes several jobs. Defaults to 2 ms."""
@@ -77,7 +93,11 @@ class WorkerConfig:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or not (
                 1 <= self.concurrency <= 10_000):
             raise InvalidInput(f"concurrency must be 1 to 10000, got {self.concurrency!r}")
-        for name in ("grace_s", "sweep_every_s", "claim_gather_s", "idle_min_s", "idle_max_s"):
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or not (
+                0 <= self.prefetch <= 10_000):
+            raise InvalidInput(f"prefetch must be 0 to 10000, got {self.prefetch!r}")
+        for name in ("grace_s", "sweep_every_s", "claim_gather_s", "idle_min_s", "idle_max_s",
+                     "prefetch_wait_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInput(f"{name} must be a number of seconds ≥ 0, got {value!r}")
@@ -118,13 +138,21 @@ class Worker:
         self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
         if app.schedules and self.config.scheduler:
             self.metrics.watch_schedules(self.store)
-        self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock)
+        self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
+                              on_settled=self._settle)
         self._completer: Completer | None = None
         self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact,
                                     on_tick=self._register)
         self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
+        """Every job under this worker's lease: waiting for a slot, running, or completing."""
+        self._ready: deque[tuple[float, InFlight]] = deque()
+        """Claimed jobs waiting for a slot, oldest first, with the time they must start by."""
+        self._running = 0
+        """Slots taken: handlers started or about to start (sync and async together)."""
+        self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
+                                  self.config.concurrency)
         self._stop = threading.Event()
         self._signals = 0  # set from signal handlers, which must not take locks
         self._wake = threading.Event()
@@ -187,8 +215,9 @@ class Worker:
             if self.clock() >= next_sweep:
                 self.sweep()
                 next_sweep = self.clock() + self.config.sweep_every_s
+            self._give_back_overdue()
             self._gather_slots()
-            if self._free() > 0 and self._claim_round():
+            if self._wants_claim() and self._claim_round():
                 idle_s = self.config.idle_min_s
                 continue
             if self.config.burst and not self._snapshot():
@@ -203,12 +232,20 @@ class Worker:
         statement for several jobs instead of one each. Waits at most ``claim_gather_s``."""
         want = max(1, self.config.concurrency // 4)
         deadline = self.clock() + self.config.claim_gather_s
-        while 0 < self._free() < want and self.clock() < deadline and self._snapshot():
+        while 0 < self._room() < want and self.clock() < deadline and self._snapshot():
             self._wake.wait(self.config.claim_gather_s / 4)
             self._wake.clear()
 
+    def _wants_claim(self) -> bool:
+        """Claim when there is room, and no more than half the prefetch is still waiting (the
+        jobs already claimed keep the slots busy meanwhile, so the claim's batch grows)."""
+        with self._lock:
+            waiting = len(self._ready)
+        return self._room() > 0 and waiting <= self._prefetch.allowance() // 2
+
     def _idle(self, timeout_s: float) -> None:
-        if self._free() > 0 and not (self.config.burst and self._snapshot()):
+        timeout_s = min(timeout_s, self._until_overdue())
+        if self._room() > 0 and not (self.config.burst and self._snapshot()):
             # Woken at once by an enqueue in this process, or a push wake-up (NOTIFY).
             self.store.wait_for_work([q.name for q in self.queues], timeout_s)
         else:
@@ -216,23 +253,26 @@ class Worker:
             self._wake.clear()
 
     def _claim_round(self) -> int:
-        """Claim up to the free slots, one claim call per queue, starting with a different
-        queue each round so that one busy queue cannot starve the others."""
+        """Claim up to the room (free slots plus prefetch), one claim call per queue, starting
+        with a different queue each round so that one busy queue cannot starve the others."""
         order = self.queues[self._rotation:] + self.queues[:self._rotation]
         self._rotation = (self._rotation + 1) % len(self.queues)
         claimed = 0
         for queue in order:
-            free = self._free()
-            if free <= 0:
-                break
+            room = self._room(prefetch=_may_prefetch(queue))
+            if room <= 0:
+                continue
             try:
-                jobs = queue.claim(self.worker_id, free, lease_s=self._claim_lease_s[queue.name])
+                jobs = queue.claim(self.worker_id, room, lease_s=self._claim_lease_s[queue.name])
             except LeaseqError as exc:
                 log.warning("claim from queue %s failed: %s", queue.name, self._why(exc),
                             extra=queue_fields("claim_failed", queue.name))
                 continue
             for job in jobs:
-                self._launch(queue, job)
+                self._track(queue, job)
+            if jobs:
+                self._heartbeat.wake()  # their first beats may be due before its next one
+            self._start_ready()
             claimed += len(jobs)
         return claimed
 
@@ -255,17 +295,53 @@ class Worker:
         leases = {t.policy.lease_s for t in self.app.tasks.values() if t.queue == queue.name}
         return leases.pop() if len(leases) == 1 else queue.policy.lease_s
 
-    def _launch(self, queue: Queue, job: Job) -> None:
+    def _track(self, queue: Queue, job: Job) -> None:
+        """A claimed job: under lease from now on, waiting in ``_ready`` for a slot."""
         task = self.app.get_task(job.task)
         policy = task.policy if task else queue.policy
         # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
         every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
+        now = self.clock()
         first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
-        item = InFlight(job, task, queue, policy.lease_s, every_s, self.clock() + first_beat_s)
+        item = InFlight(job, task, queue, policy.lease_s, every_s, now + first_beat_s)
         with self._lock:
             self._in_flight[(queue.name, job.id)] = item
-        self._heartbeat.wake()
+            self._ready.append((now + self.config.prefetch_wait_s, item))
+
+    def _start_ready(self) -> None:
+        """Start waiting jobs while slots are free (called by the loop after a claim, and by
+        each handler that frees its slot, so a slot never waits for the loop)."""
+        while not self._stop.is_set():
+            with self._lock:
+                if not self._ready or self._running >= self.config.concurrency:
+                    return
+                _, item = self._ready.popleft()
+                self._running += 1
+            self._launch(item)
+
+    def _give_back_overdue(self) -> None:
+        """Prefetched jobs that waited longer than ``prefetch_wait_s`` go back at once, free,
+        for a worker with a free slot to start; and this worker stops claiming ahead until its
+        handlers finish jobs again."""
+        now = self.clock()
+        overdue: list[InFlight] = []
+        with self._lock:
+            while self._ready and self._ready[0][0] <= now:
+                overdue.append(self._ready.popleft()[1])
+        if overdue:
+            self._prefetch.reset()
+            for item in overdue:
+                self._give_back(item, PREFETCH_REASON)
+                self._settle(item)
+
+    def _until_overdue(self) -> float:
+        with self._lock:
+            return max(self._ready[0][0] - self.clock(), 0.0) if self._ready else float("inf")
+
+    def _launch(self, item: InFlight) -> None:
+        item.slot_taken_at = self.clock()
         future: Future[Any]
+        task = item.task
         if task is not None and task.is_async:
             coro = self._runner.run_async(item, self._finish_off_loop)
             future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
@@ -280,19 +356,40 @@ class Worker:
         return loop.run_in_executor(self._finisher, fn, *args)
 
     def _landed(self, item: InFlight, future: Future[Any]) -> None:
+        """The handler is done with its slot. The job stays in flight while the completer
+        writes it (``COMPLETING``); any other outcome is written already."""
+        with self._lock:
+            self._running -= 1
+        self._prefetch.finished(self.clock() - item.slot_taken_at)
+        if future.cancelled() or future.exception() is not None or future.result() != COMPLETING:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                log.error("job %s: worker error\n%s", item.job.id,
+                          traceback_text(error, self.app.redact),
+                          extra=job_fields("worker_error", item.job))
+            self._settle(item)
+        self._start_ready()
+        self._wake_loop(item)
+
+    def _settle(self, item: InFlight) -> None:
+        """The job's outcome is written (or given up): it leaves this worker's lease."""
         with self._lock:
             key = (item.queue.name, item.job.id)
             # Only this attempt's entry: after a lapsed lease this worker may hold the same
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
-        error = None if future.cancelled() else future.exception()
-        if error is not None:
-            log.error("job %s: worker error\n%s", item.job.id,
-                      traceback_text(error, self.app.redact),
-                      extra=job_fields("worker_error", item.job))
-        self._wake.set()
-        self.store.notify_local(item.queue.name)  # a slot is free: claim again now
+        self._wake_loop(item)
+
+    def _wake_loop(self, item: InFlight) -> None:
+        """Room again: wake the loop to claim, unless more than half the prefetch limit still
+        waits for a slot (``_wants_claim`` would not claim then). Waking it for every job
+        would cost more than the claims it saves."""
+        with self._lock:
+            waiting = len(self._ready)
+        if waiting <= self._prefetch.limit // 2:
+            self._wake.set()
+            self.store.notify_local(item.queue.name)
 
     def _why(self, error: BaseException) -> str:
         """An error as a log line shows it: type and message, with the app's redactor."""
@@ -302,9 +399,16 @@ class Worker:
         with self._lock:
             return list(self._in_flight.values())
 
-    def _free(self) -> int:
+    def _room(self, prefetch: bool = True) -> int:
+        """Jobs the next claim may take: the free slots, plus the prefetch allowance, minus
+        the jobs already waiting; and never more leases than twice slots plus prefetch (jobs
+        whose completion is still being written hold theirs)."""
+        allowance = self._prefetch.allowance() if prefetch else 0
+        concurrency = self.config.concurrency
         with self._lock:
-            return self.config.concurrency - len(self._in_flight)
+            room = concurrency + allowance - self._running - len(self._ready)
+            leases = 2 * (concurrency + self._prefetch.limit) - len(self._in_flight)
+        return min(room, leases)
 
     # --- start, drain, shutdown ------------------------------------------------------------
 
@@ -312,6 +416,8 @@ class Worker:
         self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="leaseq-job")
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
         self._completer = self._runner.completer = Completer()
+        finisher = self._finisher
+        self._runner.fallback = lambda fn: finisher.submit(fn)
         self._heartbeat.start()
 
     def _start_scheduler(self) -> Callable[[], None]:
@@ -338,29 +444,41 @@ class Worker:
         if self._snapshot():
             log.info("stopping: %d job(s) in flight get up to %.1f s to finish",
                      len(self._snapshot()), self.config.grace_s, extra=queue_fields("stopping"))
+        with self._lock:  # jobs that never got a slot go back at once, free
+            waiting = [item for _, item in self._ready]
+            self._ready.clear()
+        for item in waiting:
+            self._give_back(item, PREFETCH_REASON)
+            self._settle(item)
+        if waiting:
+            log.info("stopping: %d prefetched job(s) given back", len(waiting),
+                     extra=queue_fields("stopping"))
         while self._snapshot() and self.clock() < deadline:
             self._wake.wait(min(deadline - self.clock(), 0.1))
             self._wake.clear()
         for item in self._snapshot():
-            self._give_back(item)
+            self._give_back(item, SHUTDOWN_REASON)
+            if item.future is None:
+                self._settle(item)
 
-    def _give_back(self, item: InFlight) -> None:
+    def _give_back(self, item: InFlight, reason: str) -> None:
         """Give the job back. Free when its handler never started (under the same lock the
         runner takes to start it, so it then never will); counted toward the policy's
         ``max_givebacks`` when it ran, so a job that outlives every grace period still
-        spends its attempts and ends."""
+        spends its attempts and ends. A job whose completion is being written is left to it."""
         with item.lock:
-            if item.finished:
+            if item.finished or item.completing:
                 return
             item.finished = True
             item.job.lease_lost = True  # the handler may notice; its result will be discarded
             policy = item.task.policy if item.task else item.queue.policy
             try:
-                item.queue.give_back(item.job, item.started, SHUTDOWN_REASON,
+                item.queue.give_back(item.job, item.started, reason,
                                      max_givebacks=policy.max_givebacks)
-                log.warning("job %s: %s after the grace period; given back", item.job.id,
-                            "still running" if item.started else "not started",
-                            extra=job_fields("given_back", item.job))
+                if reason == SHUTDOWN_REASON:
+                    log.warning("job %s: %s after the grace period; given back", item.job.id,
+                                "still running" if item.started else "not started",
+                                extra=job_fields("given_back", item.job))
             except LeaseLost:
                 pass  # already taken or cancelled: nothing of ours to give back
             except LeaseqError as exc:
@@ -410,6 +528,15 @@ class Worker:
                 signal.signal(sig, handler)
 
         return restore
+
+
+def _may_prefetch(queue: Queue) -> bool:
+    """Whether the claim may take more than the free slots. Not for a queue whose claim is
+    limited (DESIGN §8: ``key_limit`` per concurrency key, ``rate_per_s``): a prefetched job
+    would hold a key's slot or a rate token while it waits, so such a queue claims only free
+    slots. The policy declares those limits where it has them."""
+    policy = queue.policy
+    return not (getattr(policy, "key_limit", None) or getattr(policy, "rate_per_s", None))
 
 
 def _nothing() -> None:

@@ -35,3 +35,11 @@ def quick(n: int) -> int:
 @app.task(queue="work")
 def crash(code: int) -> None:
     os._exit(code)
+
+
+@app.task(queue="work")
+def long_job(starts: str, n: int, seconds: float) -> None:
+    """Appends ``n <wall clock>`` to ``starts`` as it starts, then holds its slot."""
+    with open(starts, "a") as f:
+        f.write(f"{n} {time.time():.6f}\n")
+    time.sleep(seconds)

@@ -65,6 +65,28 @@ SELECT id, unchanged FROM u WHERE unchanged IS NOT NULL
 UNION ALL
 SELECT NULL, NULL FROM note;
 
+-- enqueue_fast for one new job, with scalar parameters, prepared. The row exists already
+-- (a replay, an update, a conflict, or a concurrent enqueue's insert): DO NOTHING on the
+-- primary key writes nothing, and the caller takes the careful path. `inserted` is 1 when the
+-- job, its journal row and its NOTIFY were written. No lookup to plan: the arbiter index is
+-- the primary key by definition, so it runs on the session's second pool, where a prepared
+-- statement keeps its generic plan (planning this one on every run cost as much as running
+-- it). Only on leaseq's own connections: a caller's connection= takes enqueue_fast.
+-- name: enqueue_one
+WITH ins AS (
+    INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
+                        lease_epoch, revision, created_at, updated_at, first_seen_at)
+    VALUES (%(queue)s, %(id)s, %(task)s, 'pending', %(payload)s::json, 0, %(max_attempts)s,
+            {now} + make_interval(secs => %(delay_s)s), 0, %(revision)s, {now}, {now}, {now})
+    ON CONFLICT (queue, id) DO NOTHING
+    RETURNING id),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, reason, data)
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', %(data)s::json FROM ins),
+note AS (
+    SELECT pg_notify(%(channel)s, %(queue)s) FROM ins)
+SELECT count(*) AS inserted FROM note;
+
 -- Locks the existing rows of one enqueue batch (in id order, so two batches can't deadlock).
 -- name: find_existing
 SELECT id, status, payload::text AS payload, revision FROM {jobs}

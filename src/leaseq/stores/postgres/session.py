@@ -19,6 +19,7 @@ trip when checked out (see ``_dead``), so they cost a retry, not an unknown outc
 from __future__ import annotations
 
 import select
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -56,6 +57,8 @@ class Session:
         self._password = _password(url)
         self._options = options
         self._pool: ConnectionPool | None = None
+        self._generic_pool: ConnectionPool | None = None
+        self._generic_lock = threading.Lock()
 
     def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
         """Run ``work`` (the migration) over a direct connection, then open the pool.
@@ -77,20 +80,25 @@ class Session:
             name=f"leaseq-{options.schema}", timeout=max(options.reconnect_s, 1.0))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        with self._generic_lock:
+            pools, self._generic_pool = [self._pool, self._generic_pool], None
+        for pool in pools:
+            if pool is not None:
+                pool.close()
 
     def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
-            autocommit: bool = False) -> T:
+            autocommit: bool = False, generic_plans: bool = False) -> T:
         """``work(conn)`` in one transaction, committed; see the module's docstring.
         ``autocommit``: ``work`` runs one statement, which is its own transaction.
         ``idempotent``: running ``work`` twice is harmless, so it is run again even when the
-        connection was lost during its COMMIT."""
+        connection was lost during its COMMIT. ``generic_plans``: on a connection of the
+        second pool, whose prepared statements are planned once (see ``_configure``): only
+        for statements that scan nothing."""
         deadline = time.monotonic() + self._options.reconnect_s
         pause = FIRST_PAUSE_S
         while True:
             try:
-                return self._attempt(work, idempotent, autocommit, deadline)
+                return self._attempt(work, idempotent, autocommit, deadline, generic_plans)
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
@@ -100,11 +108,12 @@ class Session:
                 pause = min(pause * 2, MAX_PAUSE_S)
 
     def _attempt(self, work: Callable[[psycopg.Connection], T], idempotent: bool,
-                 autocommit: bool, deadline: float) -> T:
-        if self._pool is None:
+                 autocommit: bool, deadline: float, generic_plans: bool) -> T:
+        pool = self._generic() if generic_plans else self._pool
+        if pool is None:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
         try:
-            conn = self._pool.getconn(timeout=max(deadline - time.monotonic(), 0.05))
+            conn = pool.getconn(timeout=max(deadline - time.monotonic(), 0.05))
         except PoolClosed:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is closed") from None
         except psycopg.OperationalError as exc:  # PoolTimeout: no connection came back in time
@@ -117,7 +126,19 @@ class Session:
                 return self._statement(conn, work, idempotent)
             return self._transaction(conn, work, idempotent)
         finally:
-            self._pool.putconn(conn)
+            pool.putconn(conn)
+
+    def _generic(self) -> ConnectionPool | None:
+        """The second pool, opened on first use (most processes never enqueue one by one)."""
+        with self._generic_lock:
+            if self._generic_pool is None and self._pool is not None:
+                options = self._options
+                self._generic_pool = ConnectionPool(
+                    self._conninfo, min_size=1, max_size=options.pool_max,
+                    configure=_configure_time_zone, kwargs={"autocommit": True}, open=True,
+                    name=f"leaseq-{options.schema}-generic",
+                    timeout=max(options.reconnect_s, 1.0))
+            return self._generic_pool
 
     def _statement(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
                    idempotent: bool) -> T:
@@ -162,8 +183,9 @@ class Session:
         if conn.broken or conn.closed:
             # After a server restart every idle connection in the pool is dead too: test them
             # now rather than fail once per connection.
-            if self._pool is not None:
-                self._pool.check()
+            for pool in (self._pool, self._generic_pool):
+                if pool is not None:
+                    pool.check()
             return
         with suppress(psycopg.Error):
             conn.rollback()
@@ -184,8 +206,12 @@ def _configure(conn: psycopg.Connection) -> None:
     young (an idle worker's empty claims), and a sequential scan chosen on a few rows would
     then be kept while the queue grows — measured: a claim 60x slower until autovacuum's
     next ANALYZE. Planning costs ~0.1-0.4 ms per statement, spread over a whole batch."""
-    conn.execute("SET TIME ZONE 'UTC'")
+    _configure_time_zone(conn)
     conn.execute("SET plan_cache_mode = force_custom_plan")
+
+
+def _configure_time_zone(conn: psycopg.Connection) -> None:
+    conn.execute("SET TIME ZONE 'UTC'")
 
 
 def _dead(conn: psycopg.Connection) -> bool:

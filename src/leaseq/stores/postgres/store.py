@@ -181,8 +181,10 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
         if connection is None:
             # New ids and exact replays: one autocommitted statement. Anything else: the
             # careful path, in a transaction of its own (the fast try wrote nothing then).
-            results = self._session.run(lambda conn: self._enqueue_fast(conn, queue, specs),
-                                        autocommit=True)
+            one = len(specs) == 1  # planned once: it scans nothing (see enqueue_one)
+            fast = self._enqueue_one if one else self._enqueue_fast
+            results = self._session.run(lambda conn: fast(conn, queue, specs),
+                                        autocommit=True, generic_plans=one)
             if results is not None:
                 return results
             return self._session.run(
@@ -247,6 +249,18 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
             return None
         return [EnqueueResult(i, EnqueueOutcome.UNCHANGED if i in unchanged
                               else EnqueueOutcome.CREATED) for i in ids]
+
+    def _enqueue_one(self, conn: psycopg.Connection, queue: str,
+                     specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """One new job in one prepared statement (see ``enqueue_one``); None, having written
+        nothing, when the id exists: the careful path decides (replay, update, conflict)."""
+        spec = specs[0]
+        _, rows = self._tuples(
+            conn, "enqueue_one", queue=queue, channel=self.options.channel, id=spec.job_id,
+            task=spec.task, payload=spec.payload_json, revision=spec.revision,
+            delay_s=float(spec.delay_s), max_attempts=spec.max_attempts,
+            data=json.dumps({"revision": spec.revision}) if spec.revision else None)
+        return [EnqueueResult(spec.job_id, EnqueueOutcome.CREATED)] if rows[0][0] else None
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
                       on_conflict: OnConflict) -> list[EnqueueResult] | None:

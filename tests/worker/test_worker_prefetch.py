@@ -1,0 +1,97 @@
+"""Prefetch: a worker claims ahead of its free slots only as far as its handlers keep up, and
+a prefetched job that cannot start soon goes back at once, free, for another worker."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from test_worker_processes import proc_app, worker_process  # noqa: F401 (fixture)
+from worker_helpers import wait_until
+
+import leaseq
+from leaseq.worker import PREFETCH_REASON, Worker, WorkerConfig
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_prefetched_job_that_waits_too_long_goes_back_free(app: leaseq.App) -> None:
+    # Given a worker (4 slots, prefetch up to 8) whose clock stands still, so its handlers'
+    # recent finishes keep earning it a prefetch allowance
+    gate = threading.Event()
+
+    @app.task(queue="work")
+    def quick() -> None:
+        return None
+
+    @app.task(queue="work")
+    def blocked() -> None:
+        gate.wait(30)
+
+    q = app.queue("work")
+    clock = ManualClock()
+    worker = Worker(app, WorkerConfig(concurrency=4, prefetch=8, prefetch_wait_s=0.25,
+                                      idle_max_s=0.05), clock=clock)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        for i in range(8):
+            quick.enqueue(job_id=f"q{i}")
+        wait_until(lambda: q.counts().get("done") == 8, what="the quick jobs")
+        # When 8 jobs that hold their slot arrive at once
+        for i in range(8):
+            blocked.enqueue(job_id=f"b{i}")
+        # Then the worker takes all 8 in one claim: 4 run, 4 wait for a slot
+        wait_until(lambda: q.counts().get("processing") == 8, what="8 jobs claimed")
+        claims = {e.worker_id for i in range(8) for e in q.journal(f"b{i}")
+                  if e.event == "claimed"}
+        assert claims == {worker.worker_id}
+        # When the waiting ones have waited longer than prefetch_wait_s
+        clock.now += 0.3
+        # Then they go back at once, free (attempt refunded, not a counted give-back) ...
+        wait_until(lambda: q.counts().get("pending") == 4, what="4 jobs given back")
+        back = [q.get(f"b{i}") for i in range(8)]
+        given = [j for j in back if j is not None and j.status == "pending"]
+        assert [(j.attempts, j.givebacks) for j in given] == [(0, 0)] * 4
+        assert all(q.journal(j.id)[-1].reason == PREFETCH_REASON for j in given)
+        # ... and the worker, its slots full, does not take them again
+        wait_until(lambda: not worker._ready, what="the prefetch queue to empty")
+        assert worker._room() == 0
+        assert q.counts().get("pending") == 4
+    finally:
+        gate.set()
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_two_workers_start_8_long_jobs_within_a_second(
+    proc_app: leaseq.App, url: str, tmp_path: Path  # noqa: F811 (fixture)
+) -> None:
+    # Given two worker processes with 4 slots each, warmed up by quick jobs so that both have
+    # earned a prefetch allowance
+    starts = tmp_path / "starts"
+    tasks = proc_app.tasks
+    with worker_process(url, "--concurrency", "4"), worker_process(url, "--concurrency", "4"):
+        # When 8 jobs of 5 s each are queued right behind 64 quick ones (the worker that
+        # takes the quick jobs' tail claims long ones ahead of its slots)
+        q = proc_app.queue("work")
+        proc_app.enqueue_many([*(tasks["quick"].spec(n=i, job_id=f"a{i:03}") for i in range(64)),
+                        *(tasks["long_job"].spec(starts=str(starts), n=i, seconds=5.0,
+                                                 job_id=f"b{i}") for i in range(8))])
+        # Then all 8 start within 1 s of each other: none waits behind another's 5 s
+        wait_until(lambda: _started(starts) == 8, timeout_s=20, what="8 long jobs started")
+        times = sorted(float(line.split()[1]) for line in starts.read_text().splitlines())
+        assert times[-1] - times[0] < 1.0, times
+        # And a job given back from a prefetch was free: every long job is on attempt 1
+        assert all(q.get(f"b{i}").attempts == 1 for i in range(8))  # type: ignore[union-attr]
+
+
+def _started(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
