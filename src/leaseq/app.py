@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leaseq import validate
+from leaseq.aio import AsyncAppMethods, AsyncTaskMethods
 from leaseq.errors import InvalidInput
 
 # PayloadMismatch lives with the other errors; it is imported from here too, where it was.
@@ -61,7 +62,7 @@ class Finish:
     then: Sequence[tuple[str, JobSpec]] = ()
 
 
-class App:
+class App(AsyncAppMethods):
     """A registry of tasks over one store.
 
     ``url`` defaults to ``$LEASEQ_URL``, then ``sqlite:///leaseq.db``; the store is opened on
@@ -121,6 +122,10 @@ class App:
             if self._store is None:
                 self._store = connect(self.url)
             return self._store
+
+    def has_open_store(self) -> bool:
+        """Whether the store is open already (then ``queue()`` does no I/O)."""
+        return self._store is not None
 
     def use_store(self, store: Store) -> None:
         """Work on this store from now on (the worker CLI's ``--url`` wins over the app's)."""
@@ -230,11 +235,14 @@ class App:
     def enqueue(self, task: str | Task, payload: Mapping[str, Any] | None = None,
                 **options: Any) -> EnqueueResult:
         """Enqueue a task by name with a payload dict (see ``Task.enqueue`` for options)."""
+        return self._find_task(task).enqueue_payload(dict(payload or {}), **options)
+
+    def _find_task(self, task: str | Task) -> Task:
         found = task if isinstance(task, Task) else self._tasks.get(task)
         if found is None:
             raise InvalidInput(f"no task named {str(task)[:100]!r}; known: "
                                f"{', '.join(sorted(self._tasks)) or 'none'}")
-        return found.enqueue_payload(dict(payload or {}), **options)
+        return found
 
     def enqueue_many(self, specs: Iterable[tuple[str, JobSpec]], *,
                      on_conflict: OnConflict = "raise", connection: Any = None
@@ -252,7 +260,7 @@ class App:
         return [results[i] for i in sorted(results)]
 
 
-class Task:
+class Task(AsyncTaskMethods):
     """A registered function. Call it directly to run it in-process; ``.enqueue`` to queue it."""
 
     def __init__(self, app: App, func: Callable[..., Any], name: str, queue: str,

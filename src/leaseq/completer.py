@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from leaseq.job import Completion, Job, Lease
+from leaseq.logfields import queue_fields
 from leaseq.queue import Queue
 
-log = logging.getLogger("leaseq.worker")
+log = logging.getLogger(__name__)
 
 #: What a completion is answered with: the finished ``Job``, the ``LeaseLost`` it met (fenced
 #: out), or the store's error.
@@ -110,8 +111,10 @@ def _answer(item: _Item, outcome: Job | BaseException) -> None:
     item.answered = True
     try:
         item.answer(outcome)
-    except Exception:  # one waiter's failure must not leave the others of its batch unanswered
-        log.exception("job %s: handling its completion failed", item.lease.job_id)
+    except Exception as exc:  # one waiter's failure must not leave the others unanswered
+        log.error("job %s: handling its completion failed (%s)", item.lease.job_id,
+                  type(exc).__name__,
+                  extra=queue_fields("worker_error", item.queue.name, item.lease.job_id))
 
 
 def _settle(items: list[_Item], exc: BaseException) -> None:

@@ -39,15 +39,27 @@ BUSY_RETRY_S = 0.05
 
 def _untrusted_never(item: InFlight) -> bool:
     return True  # only reached by a job some caller ``trust``ed
+#: Seconds between two calls of the ``on_tick`` hook (the worker registry's beat). Defaults
+#: to 10 s: one small upsert per worker, whatever its concurrency or throughput.
+TICK_EVERY_S = 10.0
+#: Longest the ``on_tick`` hook may wait for the store: it must not hold up the leases.
+TICK_BOUND_S = 0.5
 
 
 class Heartbeat:
     def __init__(self, in_flight: Callable[[], list[InFlight]],
                  on_lost: Callable[[InFlight], None],
-                 clock: Callable[[], float] = time.monotonic, redact: Redact = redact, *,
+                 clock: Callable[[], float] = time.monotonic, redact: Redact = redact,
+                 on_tick: Callable[[], None] | None = None,
+                 tick_every_s: float = TICK_EVERY_S, *,
                  on_untrusted: Callable[[InFlight], bool] = _untrusted_never,
                  margin_s: float = 1.0, timeout_s: float | None = None):
         self.in_flight = in_flight
+        self.on_tick = on_tick
+        """Called from this thread every ``tick_every_s``, busy or idle (the worker registry
+        beat); its errors are logged and never stop the leases' beat."""
+        self.tick_every_s = tick_every_s
+        self._next_tick_at: float | None = None
         self.redact = redact
         """Masks secrets in the errors this thread logs (the app's redactor)."""
         self.on_lost = on_lost
@@ -96,6 +108,8 @@ class Heartbeat:
             items = self.in_flight()
             busy = self._distrust(items, now)
             items = [i for i in items if _beaten(i)]
+            self._tick(min((i.trusted_until for i in items), default=float("inf")))
+            now = self.clock()
             due_at = min((i.next_beat_at for i in items), default=None)
             trust_at = min((i.trusted_until for i in items if i.trusted_until > now),
                            default=float("inf"))
@@ -122,6 +136,19 @@ class Heartbeat:
             if _beaten(item) and item.trusted_until <= now:
                 busy = not self.on_untrusted(item) or busy
         return busy
+
+    def _tick(self, trust_at: float) -> None:
+        """Call ``on_tick`` when due, bounded so that it never holds up the next lease-clock
+        deadline (``trust_at``) or the beats."""
+        now = self.clock()
+        if self.on_tick is None or (self._next_tick_at is not None and now < self._next_tick_at):
+            return
+        self._next_tick_at = now + self.tick_every_s
+        try:
+            with within(max(min(TICK_BOUND_S, trust_at - now), MIN_BOUND_S)):
+                self.on_tick()
+        except Exception as exc:  # the registry is for people; the leases come first
+            log.warning("worker registry beat failed: %s", safe_reason(exc, redact=self.redact))
 
     def beat(self, items: list[InFlight]) -> None:
         """Extend every lease in ``items`` now; one store call per (queue, lease length).

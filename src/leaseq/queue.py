@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leaseq import validate
+from leaseq.aio import AsyncQueueMethods
 from leaseq.deprecated import warn_renamed
 from leaseq.errors import InvalidInput
 from leaseq.job import (
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 _ON_CONFLICT = ("raise", "keep", "replace")
 
 
-class Queue:
+class Queue(AsyncQueueMethods):
     """The low-level API: ``while jobs := q.claim(worker_id): ...``. Thread-safe."""
 
     def __init__(self, store: Store, name: str, policy: QueuePolicy | None = None, *,

@@ -227,7 +227,7 @@ class Runner:
         else:
             self.lease_lost(item)
             log.warning("job %s: lease lost before its outcome was saved; result discarded",
-                        item.job.id)
+                        item.job.id, extra=job_fields("lease_lost", item.job))
             outcome = "lease_lost"
         with item.lock:
             item.finished = True

@@ -31,8 +31,13 @@ class SweeperConfig:
     ``{"done": 7 * 86400, "tombstone": 30 * 86400}``. Defaults to keeping everything: a purged
     job id is forgotten, so a replay of it would create a new job."""
 
+    workers_gone_after_s: float = 300.0
+    """Seconds after its last registry beat that a worker is forgotten (a killed worker never
+    unregisters). Defaults to 300 s, thirty registry beats."""
+
     def __post_init__(self) -> None:
         validate.delay_s(self.every_s, "every_s")
+        validate.delay_s(self.workers_gone_after_s, "workers_gone_after_s")
         if self.every_s <= 0:
             raise InvalidInput("every_s must be > 0")
         for status, age in self.retention_s.items():
@@ -55,6 +60,7 @@ def run_once(store: Store, config: SweeperConfig | None = None,
              queues: Sequence[str] | None = None) -> list[SweepResult]:
     """One sweep over every queue of the store (or just ``queues``); one result per queue."""
     config = config or SweeperConfig()
+    store.prune_workers(config.workers_gone_after_s)
     results = []
     for name in queues or store.queues():
         queue = Queue(store, name)

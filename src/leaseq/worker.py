@@ -18,6 +18,7 @@ is free at once, and the abandonment is journaled once the store answers again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -165,6 +166,7 @@ class Worker:
                               on_settled=self._settle)
         self._completer: Completer | None = None
         self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact,
+                                    on_tick=self._register,
                                     on_untrusted=self._abandon,
                                     margin_s=self.config.lease_margin_s,
                                     timeout_s=self.config.beat_timeout_s)
@@ -602,8 +604,15 @@ class Worker:
         if item.future is not None:
             item.future.cancel()  # cancels an async handler; a running thread runs on
 
+    def _register(self) -> None:
+        """The worker registry's beat (dashboard, ``leaseq doctor``), from the heartbeat."""
+        self.store.register_worker(self.worker_id, [q.name for q in self.queues],
+                                   len(self._snapshot()))
+
     def _shutdown(self) -> None:
         self._heartbeat.stop()
+        with contextlib.suppress(LeaseqError):  # a killed worker is pruned by the sweeper
+            self.store.unregister_worker(self.worker_id)
         for pool in (self._pool, self._finisher):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)

@@ -16,8 +16,10 @@ from leaseq.stores.mongodb import MongoStore, indexes
 def assert_indexed(db: FakeDB) -> None:
     job = [keys for keys, _ in indexes.job_indexes({})]
     journal = [keys for keys, _ in indexes.journal_indexes()]
+    workers = [[("last_beat_at", 1)]]
     for collection, query, sort in queries(db):
-        served_by = journal if collection.endswith("journal") else job
+        served_by = (journal if collection.endswith("journal")
+                     else workers if collection.endswith("__workers") else job)
         missing = indexes.unserved(query, sort, served_by)
         assert not missing, f"no index serves {query} sorted by {sort} on {collection}"
 

@@ -223,3 +223,55 @@ def queries(db: FakeDB) -> Iterator[tuple[str, dict[str, Any], list[tuple[str, i
             yield collection, first.get("$match", {}), []
         else:
             yield collection, given.get("filter") or {}, list(given.get("sort") or [])
+
+
+# --- pymongo's async API over the same recording fake (leaseq.stores.mongodb.aio) ----------
+
+
+class FakeAsyncCursor:
+    def __init__(self, docs: list[Any]):
+        self.docs = docs
+
+    async def to_list(self, length: int | None = None) -> list[Any]:
+        return list(self.docs)
+
+
+class FakeAsyncCollection:
+    """``AsyncCollection``'s read methods, recorded on the blocking fake's collection (so
+    the index check of conftest.py sees them too)."""
+
+    def __init__(self, sync: FakeCollection):
+        self.sync = sync
+
+    def with_options(self, **options: Any) -> FakeAsyncCollection:
+        self.sync.with_options(**options)
+        return self
+
+    async def find_one(self, *a: Any, **k: Any) -> Any:
+        return self.sync.find_one(*a, **k)
+
+    async def aggregate(self, *a: Any, **k: Any) -> FakeAsyncCursor:
+        return FakeAsyncCursor(list(self.sync.aggregate(*a, **k)))
+
+    def find(self, *a: Any, **k: Any) -> FakeAsyncCursor:
+        return FakeAsyncCursor(self.sync.find(*a, **k))
+
+
+class FakeAsyncDB:
+    def __init__(self, db: FakeDB):
+        self.db = db
+        self.opened = 0
+        self.closed = 0
+
+    def __getitem__(self, name: str) -> FakeAsyncCollection:
+        return FakeAsyncCollection(self.db[name])
+
+    def opener(self) -> Callable[[], tuple[Any, Callable[[], Any]]]:
+        """What ``MongoStore(async_database=...)`` takes: a new "client" per event loop."""
+        def open_database() -> tuple[Any, Callable[[], Any]]:
+            self.opened += 1
+            return self, self._close
+        return open_database
+
+    async def _close(self) -> None:
+        self.closed += 1

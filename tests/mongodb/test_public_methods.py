@@ -5,6 +5,8 @@ call is also an index test (see conftest.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import inspect
 import json
 from collections.abc import Callable
@@ -13,16 +15,21 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from mongo_fakes import FakeDB, Updated
+from mongo_fakes import FakeAsyncDB, FakeDB, Updated
 
+from leaseq.browse import BulkAction, JobFilter
 from leaseq.errors import StoreUnavailable
 from leaseq.job import Completion, JobSpec, Lease
 from leaseq.ledger import TickAdvance
 from leaseq.queue import Queue
 from leaseq.stores.mongodb import MongoStore
 from leaseq.stores.mongodb.connection import parse_url
+from leaseq.stores.watch import FINISH_POLL_S
 
 Q = "leaseq_q"
+WORKERS = "leaseq__workers"
+HOUR = datetime(2024, 5, 1, 10, tzinfo=UTC)
+LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
 LEASE = Lease("j1", 3)
 
 
@@ -47,6 +54,11 @@ def from_url(store: MongoStore, db: FakeDB) -> None:
         with pytest.raises(StoreUnavailable):
             MongoStore.from_url("mongodb://h/jobs")
         assert client.close.called
+
+
+def with_async(store: MongoStore, db: FakeDB) -> MongoStore:
+    """A store over the same fake with the async client (``from_url`` gives one)."""
+    return MongoStore(db, url=store.url, async_database=FakeAsyncDB(db).opener())
 
 
 def deprecated(call: Callable[[], Any]) -> Any:
@@ -144,6 +156,24 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "snooze": (answered("find_one_and_update", doc(status="pending")),
                lambda s, db: s.snooze("q", LEASE, 5).status, "pending"),
     "wait_for_work": (lambda db: None, lambda s, db: s.wait_for_work(["q"], 0.0), False),
+    # the async API (leaseq.aio; stores/mongodb/aio.py): native reads, writes on a thread
+    "aenqueue_many": (lambda db: None, lambda s, db: [r.outcome.value for r in asyncio.run(
+        s.aenqueue_many("q", [spec("n")]))], ["created"]),
+    "aget": (answered("find_one", doc()),
+             lambda s, db: asyncio.run(with_async(s, db).aget("q", "j1")).lease, LEASE),
+    "acounts": (answered("aggregate", [{"_id": "done", "n": 4}]),
+                lambda s, db: asyncio.run(with_async(s, db).acounts("q")), {"done": 4}),
+    "ajournal": (lambda db: db["leaseq_journal"].answer("find", [
+                     {"job_id": "j1", "event": "claimed", "attempt": 1}]),
+                 lambda s, db: [e.event for e in asyncio.run(
+                     with_async(s, db).ajournal("q", "j1"))], ["claimed"]),
+    "arequeue": (answered("find_one_and_update", doc(status="pending")),
+                 lambda s, db: asyncio.run(s.arequeue("q", "j1")), True),
+    "acancel": (answered("find_one_and_update", doc(status="cancelled")),
+                lambda s, db: asyncio.run(s.acancel("q", "j1")), True),
+    "aclose": (lambda db: None, lambda s, db: asyncio.run(with_async(s, db).aclose()), None),
+    "watch_finish": (lambda db: None,
+                     lambda s, db: s.watch_finish("q", "j1").poll_s, FINISH_POLL_S),
     # the deprecated names (leaseq.deprecated): each warns, then answers as its new name
     "list": (answered("find", [doc("a")]),
              lambda s, db: deprecated(lambda: [j.id for j in s.list("q")]), ["a"]),
@@ -170,6 +200,42 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "deactivate_schedules": (lambda db: (ledger("find", [ledger_doc("old")])(db),
                                          ledger("find_one_and_update", ledger_doc("old"))(db)),
                              lambda s, db: s.deactivate_schedules(["q"], ["new"]), ["old"]),
+
+    "find_jobs": (answered("find", [{"_id": "a", "task": "t"}, {"_id": "b"}], [doc("a")]),
+                  lambda s, db: [j.id for j in s.find_jobs(JobFilter("q", task="t")).jobs],
+                  ["a"]),
+    "snapshot_ids": (answered("find", [{"_id": "a"}], [doc("a")]),
+                     lambda s, db: s.snapshot_ids(JobFilter("q")), ["a"]),
+    "act_on_jobs": (answered("find_one_and_update", doc("a", status="cancelled"), None),
+                    lambda s, db: dataclasses.astuple(
+                        s.act_on_jobs("q", BulkAction.CANCEL, ["a", "b"], "me")),
+                    (["a"], ["b"])),
+    "requeue_edited": (lambda db: (db[Q].answer("find_one", doc(a=1)),
+                                   db[Q].answer("find_one_and_update", doc(status="pending"))),
+                       lambda s, db: s.requeue_edited("q", "j1", '{"b":2}', "me"), True),
+    "journal_hourly": (lambda db: db["leaseq_journal"].answer("aggregate", [
+                           {"_id": {"hour": HOUR, "event": "claimed"}, "n": 3}]),
+                       lambda s, db: [(c.hour, c.event, c.count)
+                                      for c in s.journal_hourly("q", 2)],
+                       [(HOUR, "claimed", 3)]),
+    "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 5),
+                                  db[Q].answer("find", [{"_id": "a", "lease_until": LONG_AGO}])),
+                      lambda s, db: (lambda r: ({k: str(c) for k, c in r.counts.items()},
+                                                str(r.ready), r.oldest_ready_s > 0))(
+                          s.queue_summary("q", cap=5)),
+                      ({"pending": "3", "processing": "0", "done": "5+", "failed": "0",
+                        "cancelled": "0"}, "5+", True)),
+    "table_health": (lambda db: None, lambda s, db: s.table_health(), []),
+    "register_worker": (lambda db: None, lambda s, db: s.register_worker("w", ["q"], 1), None),
+    "unregister_worker": (lambda db: None, lambda s, db: s.unregister_worker("w"), None),
+    "list_workers": (lambda db: db[WORKERS].answer("find", [
+                         {"_id": "w", "queues": ["q"], "in_flight": 1, "started_at": HOUR,
+                          "last_beat_at": HOUR}]),
+                     lambda s, db: [(w.worker_id, w.queues, w.in_flight, w.last_beat_at)
+                                    for w in s.list_workers()],
+                     [("w", ["q"], 1, HOUR)]),
+    "prune_workers": (lambda db: db[WORKERS].answer("delete_many", mock.Mock(deleted_count=2)),
+                      lambda s, db: s.prune_workers(60), 2),
 }
 
 

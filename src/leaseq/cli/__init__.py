@@ -80,9 +80,9 @@ def main() -> None:
 def _register_commands() -> None:
     # Imported here, after the shared options exist: each module decorates with them. The
     # broker commands import pika only when they run, so the core install stays light.
-    from leaseq.cli import broker, demo, jobs, ops, schedules, worker
+    from leaseq.cli import broker, dashboard, demo, doctor, jobs, ops, schedules, worker
 
-    for module in (worker, jobs, ops, broker, demo, schedules):
+    for module in (worker, jobs, ops, broker, demo, schedules, doctor, dashboard):
         for command in module.COMMANDS:
             cli.add_command(command)
 

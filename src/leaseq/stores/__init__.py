@@ -44,6 +44,7 @@ BUILTIN_STORES: dict[str, StoreEntry] = {
     "postgres": StoreEntry("leaseq.stores.postgres:PostgresStore", "leaseq", "postgres"),
     "mongodb": StoreEntry("leaseq.stores.mongodb:MongoStore", "leaseq", "mongo"),
     "mongodb+srv": StoreEntry("leaseq.stores.mongodb:MongoStore", "leaseq", "mongo"),
+    "django": StoreEntry("leaseq.contrib.django.store:DjangoStore", "leaseq", "django"),
 }
 
 

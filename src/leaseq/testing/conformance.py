@@ -32,12 +32,14 @@ whose ``supports_transactions`` is False has ``TransactionSuite`` skipped, with 
 from collections.abc import Iterable
 
 from leaseq.testing.harness import FreshStore, StoreFactory, fresh_store
+from leaseq.testing.suites.async_api import AsyncApiSuite
 from leaseq.testing.suites.claim import ClaimSuite
 from leaseq.testing.suites.enqueue import EnqueueSuite
 from leaseq.testing.suites.finish import FinishSuite
 from leaseq.testing.suites.giveback import GiveBackSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
+from leaseq.testing.suites.operators import OperatorToolsSuite
 from leaseq.testing.suites.outbox import OutboxSuite
 from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
 from leaseq.testing.suites.retry import RetrySuite
@@ -63,6 +65,8 @@ ALL_SUITES: tuple[type, ...] = (
     OutboxReoweSuite,
     ScheduleSuite,
     ScheduleLedgerSuite,
+    OperatorToolsSuite,
+    AsyncApiSuite,
 )
 
 
@@ -89,6 +93,7 @@ __all__ = [
     "JournalSuite",
     "LeaseSuite",
     "OperatorSuite",
+    "OperatorToolsSuite",
     "OutboxReoweSuite",
     "OutboxSuite",
     "RetrySuite",

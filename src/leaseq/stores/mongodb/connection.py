@@ -92,6 +92,18 @@ def open_client(url: str) -> tuple[MongoOptions, MongoClient[Any]]:
         raise InvalidURL(f"cannot use {validate.redact_url(url)}: {text[:300]}") from None
 
 
+def async_opener(parsed: MongoOptions) -> Callable[[], tuple[Any, Callable[[], Any]]]:
+    """Opens the async database of a URL on a new ``AsyncMongoClient`` (lazy: it connects on
+    first use), with the blocking client's options."""
+    def open_database() -> tuple[Any, Callable[[], Any]]:
+        from pymongo import AsyncMongoClient
+
+        client: Any = AsyncMongoClient(parsed.mongo_url, **parsed.client_options)
+        return client[parsed.database], client.close
+
+    return open_database
+
+
 def parse_ttl(text: str) -> dict[str, float]:
     """``"tombstone:2592000,done:86400"`` → ``{"tombstone": 2592000.0, "done": 86400.0}``."""
     rules: dict[str, float] = {}

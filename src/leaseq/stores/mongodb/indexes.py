@@ -39,6 +39,12 @@ PURGE_INDEX: list[Key] = [("status", 1), ("updated_at", 1)]
 #: A job's journal in order.
 JOURNAL_INDEX: list[Key] = [("queue", 1), ("job_id", 1), ("at", 1), ("_id", 1)]
 ID_INDEX: list[Key] = [("_id", 1)]
+#: The job browser: one status newest first (keyset on ``updated_at``, ``_id``).
+RECENT_INDEX: list[Key] = [("status", 1), ("updated_at", 1), ("_id", 1)]
+#: The job browser: one task in id order (a task is written at enqueue only).
+TASK_INDEX: list[Key] = [("task", 1), ("_id", 1)]
+#: Journal counts per hour: one queue's events from a time on.
+JOURNAL_TIME_INDEX: list[Key] = [("queue", 1), ("at", 1)]
 
 _EQUALITY_OPS = {"$eq", "$in"}
 _RANGE_OPS = {"$gt", "$gte", "$lt", "$lte", "$type"}
@@ -56,7 +62,8 @@ def job_indexes(ttl_s: Mapping[str, float]) -> list[IndexSpec]:
     a bare TTL index on ``updated_at`` would delete every job, live ones included."""
     specs: list[IndexSpec] = [
         (keys, {"name": name_of(keys)})
-        for keys in (CLAIM_INDEX, OUTBOX_INDEX, SPENT_INDEX, LISTING_INDEX, PURGE_INDEX)
+        for keys in (CLAIM_INDEX, OUTBOX_INDEX, SPENT_INDEX, LISTING_INDEX, PURGE_INDEX,
+                     RECENT_INDEX, TASK_INDEX)
     ]
     for status, seconds in sorted(ttl_s.items()):
         specs.append(([("updated_at", 1)], {
@@ -68,7 +75,7 @@ def job_indexes(ttl_s: Mapping[str, float]) -> list[IndexSpec]:
 
 
 def journal_indexes() -> list[IndexSpec]:
-    return [(JOURNAL_INDEX, {"name": name_of(JOURNAL_INDEX)})]
+    return [(keys, {"name": name_of(keys)}) for keys in (JOURNAL_INDEX, JOURNAL_TIME_INDEX)]
 
 
 # --- the ESR rule ----------------------------------------------------------------------------

@@ -42,7 +42,9 @@ from leaseq.job import (
 from leaseq.journal import EXPIRED, OPERATOR, SPENT_WHILE_PENDING, JournalEvent
 from leaseq.stores.base import Store
 from leaseq.stores.mongodb import documents, records, upserts
+from leaseq.stores.mongodb.aio import AsyncMongo, AsyncOpener
 from leaseq.stores.mongodb.connection import (
+    async_opener,
     check_ttl_status,
     guarded,
     no_transactions_message,
@@ -50,6 +52,7 @@ from leaseq.stores.mongodb.connection import (
     secrets_of,
 )
 from leaseq.stores.mongodb.ledger import ScheduleLedger
+from leaseq.stores.mongodb.operators import OperatorTools
 from leaseq.stores.mongodb.records import Event
 from leaseq.stores.mongodb.workers import WorkerWrites
 
@@ -65,12 +68,12 @@ _OUTCOMES = {upserts.CREATE: EnqueueOutcome.CREATED, upserts.KEEP: EnqueueOutcom
 _WRITTEN = (EnqueueOutcome.CREATED, EnqueueOutcome.UPDATED, EnqueueOutcome.REVIVED)
 
 
-class MongoStore(WorkerWrites, ScheduleLedger, Store):
+class MongoStore(WorkerWrites, ScheduleLedger, OperatorTools, Store):
     """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",
                  ttl_s: Mapping[str, float] | None = None, time_offset_s: float = 0.0,
-                 client: Any = None):
+                 client: Any = None, async_database: AsyncOpener | None = None):
         self.url = validate.redact_url(url)
         self.secrets = secrets_of(url)  # masked in every error text
         self.time_offset_s = time_offset_s
@@ -81,6 +84,8 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
         self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
         self._collections: dict[str, Any] = {}  # those whose indexes this store has made
         self._journal = self._primary(self._prefix + "journal")
+        #: Native async reads when an opener is given (``from_url`` gives one).
+        self._async = AsyncMongo(self, async_database) if async_database else None
         self.supports_transactions = self._probe_transactions()
         self.migrate()
 
@@ -94,7 +99,8 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
         options.setdefault("prefix", parsed.prefix)
         options.setdefault("ttl_s", parsed.ttl_s)
         try:
-            return cls(client[parsed.database], url=url, client=client, **options)
+            return cls(client[parsed.database], url=url, client=client,
+                       async_database=async_opener(parsed), **options)
         except BaseException:
             client.close()
             raise
@@ -416,3 +422,24 @@ class MongoStore(WorkerWrites, ScheduleLedger, Store):
         self._log([Event(queue, d["_id"], JournalEvent.PUBLISH_OWED, records.moved(d, reason))
                    for d in owed])
         return [d["_id"] for d in owed]
+
+    # --- asyncio callers (stores/mongodb/aio.py) --------------------------------------------
+
+    async def aget(self, queue: str, job_id: str) -> Job | None:
+        if self._async is None:
+            return await super().aget(queue, job_id)
+        return await self._async.get(queue, job_id)
+
+    async def acounts(self, queue: str) -> dict[str, int]:
+        if self._async is None:
+            return await super().acounts(queue)
+        return await self._async.counts(queue)
+
+    async def ajournal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        if self._async is None:
+            return await super().ajournal(queue, job_id)
+        return await self._async.journal(queue, job_id)
+
+    async def aclose(self) -> None:
+        if self._async is not None:
+            await self._async.close()

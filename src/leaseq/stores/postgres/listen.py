@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leaseq.stores.watch import FinishWaiters
+
 log = logging.getLogger(__name__)
 
 #: How often the listening thread looks at its stop flag while no notification arrives.
@@ -29,8 +31,16 @@ class Listener:
     """Hears the NOTIFYs of one schema's channel and sets ``event`` for watched queues."""
 
     def __init__(self, conninfo: str, channel: str, event: threading.Event,
-                 connect_kwargs: dict[str, Any] | None = None):
+                 connect_kwargs: dict[str, Any] | None = None,
+                 finish_channel: str | None = None):
         self._conninfo = conninfo
+        #: Callers waiting on a job's finish, and the channel of the finishes' NOTIFYs. It is
+        #: listened to only once a caller waits (``listen_finishes``): a worker's listener
+        #: never receives the notification of every finished job.
+        self.finishes = FinishWaiters()
+        self._finish_channel = finish_channel
+        self._want_finishes = False
+        self._finishes_heard = threading.Event()
         self._channel = channel
         self._event = event
         self._connect_kwargs = connect_kwargs or {}
@@ -52,6 +62,13 @@ class Listener:
                 self._thread.start()
         return self._listening.wait(ready_timeout_s)
 
+    def listen_finishes(self, ready_timeout_s: float) -> bool:
+        """Listen to the finish channel from now on; True once that LISTEN is in place
+        (waits up to ``ready_timeout_s``: the thread takes it at its next poll)."""
+        self._want_finishes = True
+        self.watch((), ready_timeout_s=0)
+        return self._finishes_heard.wait(ready_timeout_s)
+
     def close(self) -> None:
         self._stop.set()
         thread = self._thread
@@ -65,6 +82,7 @@ class Listener:
                 self._listen()
             except psycopg.Error as exc:
                 self._listening.clear()
+                self._finishes_heard.clear()
                 if self._stop.is_set():
                     return
                 log.warning("leaseq LISTEN connection lost (%s); retrying in %.1f s",
@@ -79,9 +97,18 @@ class Listener:
                 # Notifications sent while the connection was down are lost: wake the
                 # workers to look for themselves.
                 self._event.set()
+                self.finishes.wake_all()
             self._connects += 1
             self._listening.set()
             while not self._stop.is_set():
+                self._listen_finishes_if_wanted(conn)
                 for note in conn.notifies(timeout=POLL_S):
-                    if note.payload in self._watched:
+                    if note.channel == self._finish_channel:
+                        self.finishes.heard(note.payload)
+                    elif note.payload in self._watched:
                         self._event.set()
+
+    def _listen_finishes_if_wanted(self, conn: psycopg.Connection) -> None:
+        if self._want_finishes and self._finish_channel and not self._finishes_heard.is_set():
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._finish_channel)))
+            self._finishes_heard.set()

@@ -79,6 +79,11 @@ class PostgresOptions:
         """The NOTIFY channel of this schema's enqueues."""
         return f"leaseq_{self.schema}"
 
+    @property
+    def finish_channel(self) -> str:
+        """The NOTIFY channel of this schema's finishes (migration 008; ≤ 63 bytes)."""
+        return f"lqdone_{self.schema}"
+
 
 def parse_url(url: str, **overrides: Any) -> tuple[str, PostgresOptions]:
     """Split a ``postgresql://`` URL into libpq's connection string and leaseq's options.

@@ -655,3 +655,158 @@ UPDATE {schedules}
 SET active = false, version = version + 1, updated_at = {now}
 WHERE active AND queue = ANY(%(queues)s::text[]) AND NOT name = ANY(%(keep)s::text[])
 RETURNING name, queue;
+
+-- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
+
+-- The browser's index walks. Each returns the sort key, the id and whether the row passes the
+-- filters the index does not bound (task, prefix, error text, the time range; NULL = any);
+-- browse.walk stops them at a row cap. after_k / after_id are the last row seen.
+-- name: walk_status
+SELECT updated_at AS k, id,
+       ((%(task)s::text IS NULL OR task = %(task)s)
+        AND (%(prefix)s::text IS NULL OR left(id, length(%(prefix)s)) = %(prefix)s)
+        AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND status = %(status)s
+  AND updated_at >= %(since)s AND updated_at < %(until)s
+  AND (updated_at, id) < (%(after_k)s::timestamptz, %(after_id)s::text)
+ORDER BY updated_at DESC, id DESC
+LIMIT %(n)s;
+
+-- name: walk_task
+SELECT NULL AS k, id,
+       ((%(prefix)s::text IS NULL OR left(id, length(%(prefix)s)) = %(prefix)s)
+        AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+        AND updated_at >= %(since)s AND updated_at < %(until)s) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND task = %(task)s AND id > %(after_id)s
+ORDER BY id
+LIMIT %(n)s;
+
+-- name: walk_ids
+SELECT NULL AS k, id,
+       ((%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+        AND updated_at >= %(since)s AND updated_at < %(until)s) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND id > %(after_id)s AND id >= %(low)s AND id < %(high)s
+ORDER BY id
+LIMIT %(n)s;
+
+-- name: get_many
+SELECT * FROM {jobs} WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[]);
+
+-- name: bulk_requeue
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+        stale = false, worker_id = NULL, lease_until = {now}, published_at = NULL,
+        updated_at = {now}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: bulk_cancel
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status IN ('pending', 'processing', 'failed')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: bulk_delete
+WITH changed AS (
+    DELETE FROM {jobs}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: requeue_edited
+WITH changed AS (
+    UPDATE {jobs}
+    SET payload = %(payload)s::json, status = 'pending', attempts = 0, snoozes = 0,
+        givebacks = 0, failure = NULL, stale = false, worker_id = NULL, lease_until = {now},
+        published_at = NULL, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, e.event, attempts, lease_epoch, %(reason)s
+    FROM changed, (VALUES (1, {event.edited}), (2, {event.requeued})) AS e(n, event) ORDER BY e.n)
+SELECT id FROM changed;
+
+-- name: journal_hourly
+SELECT date_trunc('hour', at, 'UTC') AS hour, event, count(*) AS n
+FROM {journal}
+WHERE queue = %(queue)s
+  AND at >= date_trunc('hour', {now}, 'UTC') - make_interval(hours => %(hours)s - 1)
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
+-- name: register_worker
+INSERT INTO {workers} (worker_id, queues, in_flight, started_at, last_beat_at)
+VALUES (%(worker_id)s, %(queues)s::json, %(in_flight)s, {now}, {now})
+ON CONFLICT (worker_id) DO UPDATE
+SET queues = excluded.queues, in_flight = excluded.in_flight,
+    last_beat_at = excluded.last_beat_at;
+
+-- name: unregister_worker
+DELETE FROM {workers} WHERE worker_id = %(worker_id)s;
+
+-- name: list_workers
+SELECT * FROM {workers} ORDER BY worker_id LIMIT %(limit)s;
+
+-- name: prune_workers
+WITH gone AS (
+    DELETE FROM {workers} WHERE last_beat_at < {now} - make_interval(secs => %(older_than_s)s)
+    RETURNING 1)
+SELECT count(*) AS n FROM gone;
+
+-- Bounded counts for the overview and doctor: at most "cap" index entries each.
+-- name: count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = %(status)s LIMIT %(cap)s) AS c;
+
+-- The planner's row estimate for one status (run with client-side parameters: EXPLAIN
+-- takes no server-side ones), shown instead of a count past the cap.
+-- name: estimate_status
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = %(status)s;
+
+-- name: ready_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {jobs}
+    WHERE queue = %(queue)s
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    LIMIT %(cap)s) AS c;
+
+-- name: oldest_ready
+SELECT extract(epoch FROM {now} - lease_until)::float8 AS age FROM {jobs}
+WHERE queue = %(queue)s
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+ORDER BY lease_until
+LIMIT 1;
+
+-- Dead rows per table of the store's schema (doctor's bloat check): the statistics views,
+-- no scan of the tables themselves.
+-- name: table_health
+SELECT relname, n_live_tup, n_dead_tup, pg_total_relation_size(relid) AS size_bytes,
+       greatest(last_vacuum, last_autovacuum) AS last_vacuum
+FROM pg_stat_user_tables
+WHERE schemaname = %(schema)s
+ORDER BY relname;

@@ -30,6 +30,7 @@ from leaseq.job import (
     FollowUp,
     Job,
     JobSpec,
+    JournalEntry,
     Lease,
     LeaseLost,
     OnConflict,
@@ -40,13 +41,17 @@ from leaseq.journal import (
     sql_literals,
 )
 from leaseq.stores.base import Store
+from leaseq.stores.postgres.aio import AsyncPostgres
 from leaseq.stores.postgres.ledger import ScheduleLedger
 from leaseq.stores.postgres.listen import Listener
+from leaseq.stores.postgres.operators import PostgresOperatorTools
+from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
 from leaseq.stores.sql import load_queries, migrations
 from leaseq.stores.sqlbase import SQLStore
+from leaseq.stores.watch import NotifyWatch, finish_key
 
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
@@ -59,7 +64,7 @@ T = TypeVar("T")
 _INSERT_RACES = 64
 
 
-class PostgresStore(ScheduleLedger, SQLStore):
+class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -70,12 +75,15 @@ class PostgresStore(ScheduleLedger, SQLStore):
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal",
-                                    schedules=f"{self._schema}.schedules", **sql_literals())
+                                    schedules=f"{self._schema}.schedules",
+                                    workers=f"{self._schema}.workers", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
-        self._session = Session(conninfo, url, options)
+        self._session = self._open_session(conninfo, url, options)
         self.url = self._session.url
         self._session.first_use(self._migrate_in)
-        self._listener = Listener(conninfo, options.channel, self._wakeup_event())
+        self._listener = Listener(conninfo, options.channel, self._wakeup_event(),
+                                  finish_channel=options.finish_channel)
+        self._async = AsyncPostgres(self, conninfo)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStore:
@@ -475,15 +483,51 @@ class PostgresStore(ScheduleLedger, SQLStore):
         return [r["id"] for r in rows]
 
 
+
+    # --- asyncio callers (stores/postgres/aio.py) and waiting for a finish -----------------
+
+    async def aenqueue_many(self, queue: str, specs: Sequence[JobSpec],
+                            on_conflict: OnConflict = "raise", connection: Any = None
+                            ) -> list[EnqueueResult]:
+        """Native async; ``connection=``: the caller's ``psycopg.AsyncConnection``."""
+        _check_text(specs)
+        return await self._async.enqueue_many(queue, specs, on_conflict, connection)
+
+    async def aget(self, queue: str, job_id: str) -> Job | None:
+        return await self._async.get(queue, job_id)
+
+    async def acounts(self, queue: str) -> dict[str, int]:
+        return await self._async.counts(queue)
+
+    async def ajournal(self, queue: str, job_id: str) -> list[JournalEntry]:
+        return await self._async.journal(queue, job_id)
+
+    async def arequeue(self, queue: str, job_id: str) -> bool:
+        return await self._async.operator(queue, job_id, "operator_requeue")
+
+    async def acancel(self, queue: str, job_id: str) -> bool:
+        return await self._async.operator(queue, job_id, "operator_cancel")
+
+    async def aclose(self) -> None:
+        await self._async.close()
+
+    def watch_finish(self, queue: str, job_id: str) -> NotifyWatch:
+        """Woken by the finish's NOTIFY (migration 008) on this store's LISTEN connection,
+        listening to the finish channel (up to 2 s; then the watch's fallback poll covers)
+        before this returns."""
+        watch = NotifyWatch(self._listener.finishes, finish_key(queue, job_id))
+        self._listener.listen_finishes(ready_timeout_s=2.0)
+        return watch
+
+    def _open_session(self, conninfo: str, url: str, options: PostgresOptions) -> Session:
+        """Where this store's transactions run: its own pool (a subclass may borrow a
+        framework's connection instead, as ``django://`` does)."""
+        return Session(conninfo, url, options)
+
 def _check_text(specs: Sequence[JobSpec]) -> None:
     for spec in specs:
         if "\x00" in (spec.task or "") + (spec.revision or ""):
             raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
-
-
-def _text(value: str | None) -> str | None:
-    """Free text as PostgreSQL can store it: a text column cannot hold NUL."""
-    return value.replace("\x00", "\ufffd") if value else value
 
 
 def _dt(value: datetime | None) -> datetime | None:

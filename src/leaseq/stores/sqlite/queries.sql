@@ -329,3 +329,117 @@ WHERE active = 1
   AND queue IN (SELECT value FROM json_each(:queues))
   AND name NOT IN (SELECT value FROM json_each(:keep))
 RETURNING name, queue;
+
+-- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
+
+-- The browser's index walks. Each returns the sort key, the id and whether the row passes the
+-- filters the index does not bound (:task, :prefix, :error, the time range; NULL = any);
+-- browse.walk stops them at a row cap. :after_k / :after_id are the last row seen.
+-- name: walk_status
+SELECT updated_at AS k, id,
+       ((:task IS NULL OR task = :task)
+        AND (:prefix IS NULL OR substr(id, 1, length(:prefix)) = :prefix)
+        AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)) AS hit
+FROM leaseq_jobs
+WHERE queue = :queue AND status = :status AND updated_at >= :since AND updated_at < :until
+  AND (updated_at, id) < (:after_k, :after_id)
+ORDER BY updated_at DESC, id DESC
+LIMIT :n;
+
+-- name: walk_task
+SELECT NULL AS k, id,
+       ((:prefix IS NULL OR substr(id, 1, length(:prefix)) = :prefix)
+        AND (:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+        AND updated_at >= :since AND updated_at < :until) AS hit
+FROM leaseq_jobs
+WHERE queue = :queue AND task = :task AND id > :after_id
+ORDER BY id
+LIMIT :n;
+
+-- name: walk_ids
+SELECT NULL AS k, id,
+       ((:error IS NULL OR instr(lower(error), lower(:error)) > 0)
+        AND updated_at >= :since AND updated_at < :until) AS hit
+FROM leaseq_jobs
+WHERE queue = :queue AND id > :after_id AND id >= :low AND id < :high
+ORDER BY id
+LIMIT :n;
+
+-- :ids is a JSON array of ids.
+-- name: get_many
+SELECT * FROM leaseq_jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: bulk_requeue
+UPDATE leaseq_jobs
+SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL, stale = 0,
+    worker_id = NULL, lease_until = {now}, published_at = NULL, updated_at = {now}
+WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids))
+  AND status NOT IN ('pending', 'processing')
+RETURNING id, attempts, lease_epoch;
+
+-- name: bulk_cancel
+UPDATE leaseq_jobs
+SET status = 'cancelled', lease_until = NULL, stale = 0, updated_at = {now}
+WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('pending', 'processing', 'failed')
+RETURNING id, attempts, lease_epoch;
+
+-- name: bulk_delete
+DELETE FROM leaseq_jobs
+WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids))
+  AND status NOT IN ('pending', 'processing')
+RETURNING id, attempts, lease_epoch;
+
+-- name: requeue_edited
+UPDATE leaseq_jobs
+SET payload = :payload, status = 'pending', attempts = 0, snoozes = 0, givebacks = 0,
+    failure = NULL, stale = 0, worker_id = NULL, lease_until = {now}, published_at = NULL,
+    updated_at = {now}
+WHERE queue = :queue AND id = :id AND status NOT IN ('pending', 'processing')
+RETURNING id, attempts, lease_epoch;
+
+-- Hours are whole multiples of 3,600 s since the epoch (UTC).
+-- name: journal_hourly
+SELECT CAST(at / 3600 AS INTEGER) * 3600 AS hour, event, count(*) AS n
+FROM leaseq_journal
+WHERE queue = :queue AND at >= (CAST({now} / 3600 AS INTEGER) - :hours + 1) * 3600
+GROUP BY hour, event
+ORDER BY hour, event;
+
+-- name: register_worker
+INSERT INTO leaseq_workers (worker_id, queues, in_flight, started_at, last_beat_at)
+VALUES (:worker_id, :queues, :in_flight, {now}, {now})
+ON CONFLICT (worker_id) DO UPDATE
+SET queues = excluded.queues, in_flight = excluded.in_flight,
+    last_beat_at = excluded.last_beat_at;
+
+-- name: unregister_worker
+DELETE FROM leaseq_workers WHERE worker_id = :worker_id;
+
+-- name: list_workers
+SELECT * FROM leaseq_workers ORDER BY worker_id LIMIT :limit;
+
+-- name: prune_workers
+DELETE FROM leaseq_workers WHERE last_beat_at < {now} - :older_than_s RETURNING worker_id;
+
+-- Bounded counts for the overview and doctor: at most :cap index entries each.
+-- name: count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND status = :status LIMIT :cap);
+
+-- name: ready_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leaseq_jobs
+    WHERE queue = :queue
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    LIMIT :cap);
+
+-- The first claimable job in not-before order is the one ready longest.
+-- name: oldest_ready
+SELECT {now} - lease_until AS age FROM leaseq_jobs
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+ORDER BY lease_until
+LIMIT 1;

@@ -49,6 +49,8 @@ from leaseq.stores.sql import load_queries
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.stores.sqlite.ledger import ScheduleLedger
+from leaseq.stores.sqlite.operators import SQLiteOperatorTools
+from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
 
 # Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
@@ -60,7 +62,7 @@ WAKEUP_POLL_S = 0.002
 Q = load_queries(__package__, "queries.sql", now=NOW, **sql_literals())
 
 
-class SQLiteStore(ScheduleLedger, SQLStore):
+class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -172,7 +174,8 @@ class SQLiteStore(ScheduleLedger, SQLStore):
         with self._lock:
             self._conn.executescript(
                 "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
-                "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_schedules;")
+                "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_schedules; "
+                "DROP TABLE IF EXISTS leaseq_workers;")
 
     # --- producers -------------------------------------------------------------------------
 
@@ -489,6 +492,17 @@ class SQLiteStore(ScheduleLedger, SQLStore):
             rows = self._rows(conn, "reowe_publish", queue=queue, ids=json.dumps(list(job_ids)))
             self._journal_rows(conn, queue, rows, JournalEvent.PUBLISH_OWED, lambda _: reason)
         return [r["id"] for r in rows]
+
+
+    # --- waiting for a finish --------------------------------------------------------------
+
+    def watch_finish(self, queue: str, job_id: str) -> FinishWatch:
+        """Woken by the database's change counter, read on a connection of the watch's own
+        (so this process's commits count too); an in-memory database, which no second
+        connection can see, is polled."""
+        if self.path == ":memory:":
+            return FinishWatch()
+        return ChangeCounterWatch(self.path)
 
 
 #: The write paths map the rows their statements return as the reads do.

@@ -1,0 +1,1 @@
+"""Framework integrations: ``leaseq.contrib.django`` and ``leaseq.contrib.fastapi``."""

@@ -1,0 +1,41 @@
+"""``manage.py leaseq_worker``: run the project's leaseq tasks with Django set up.
+
+The App is ``settings.LEASEQ_APP``; jobs run with ``close_old_connections()`` around each
+(``leaseq.contrib.django.worker``). Queues of the django-tasks backend are served too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from leaseq.contrib.django import worker
+from leaseq.contrib.django.settings import project_app
+from leaseq.contrib.django.tasks import backend_queue_names
+from leaseq.worker import WorkerConfig
+
+
+class Command(BaseCommand):
+    help = "Run leaseq jobs (the App in settings.LEASEQ_APP) until stopped."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queue", dest="queues", action="append", default=[],
+                            help="queue to serve (repeat); default: every queue of the app "
+                                 "and of the django-tasks backends")
+        parser.add_argument("--concurrency", type=int, default=10)
+        parser.add_argument("--burst", action="store_true",
+                            help="exit once nothing is claimable or in flight")
+        parser.add_argument("--grace-s", type=float, default=30.0)
+
+    def handle(self, *args: Any, queues: list[str], concurrency: int, burst: bool,
+               grace_s: float, **options: Any) -> None:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        app = project_app()
+        served = backend_queue_names(app)  # registers the django-tasks runners on the app
+        names = queues or sorted(set(app.queue_names()) | set(served))
+        config = WorkerConfig(queues=tuple(names), concurrency=concurrency, burst=burst,
+                              grace_s=grace_s)
+        worker.run(app, config)

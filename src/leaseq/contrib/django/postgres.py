@@ -1,0 +1,107 @@
+"""``django://ALIAS`` on PostgreSQL: the PostgreSQL store with its transactions on Django's
+connection (see ``leaseq.contrib.django.store`` for what that means for the caller)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from django.db import connections, transaction
+from psycopg.conninfo import make_conninfo
+
+from leaseq.contrib.django.store import (
+    aenqueue_on_django_thread,
+    enqueue_in_savepoint,
+    in_atomic,
+    raw_connection,
+    unavailable,
+)
+from leaseq.job import EnqueueResult, JobSpec, OnConflict
+from leaseq.stores.postgres import PostgresStore
+from leaseq.stores.postgres.options import PostgresOptions, parse_url
+
+T = TypeVar("T")
+
+#: libpq settings read from the alias's DATABASES entry for leaseq's own connections (LISTEN,
+#: the async pool); Django's own keys (isolation_level, pool, …) are left out.
+_LIBPQ_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "sslrootcert",
+               "sslcert", "sslkey", "options", "service", "passfile", "connect_timeout",
+               "target_session_attrs")
+
+
+class DjangoSession:
+    """``Session``'s interface on Django's connection: ``run(work)`` is ``work(conn)`` in
+    a savepoint of the caller's ``atomic()``, or in a transaction of its own. One statement
+    outside ``atomic()`` runs in autocommit (Django's default). A lost connection is not
+    retried (Django reconnects on the next call): it raises ``StoreUnavailable``."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+        self.url = f"django://{alias}"
+
+    def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
+        self.run(work)
+
+    def close(self) -> None:
+        """Nothing to close: the connections are Django's."""
+
+    def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
+            autocommit: bool = False) -> T:
+        try:
+            if autocommit and not in_atomic(self.alias):
+                return work(raw_connection(self.alias))
+            with transaction.atomic(using=self.alias):
+                return work(raw_connection(self.alias))
+        except psycopg.OperationalError as exc:
+            self._drop_if_broken()
+            raise unavailable(self.alias, exc) from None
+
+    def _drop_if_broken(self) -> None:
+        wrapper = connections[self.alias]
+        raw = wrapper.connection
+        if raw is not None and (raw.broken or raw.closed) and not wrapper.in_atomic_block:
+            wrapper.close()  # the next call opens a fresh one
+
+
+class DjangoPostgresStore(PostgresStore):
+    """The PostgreSQL store on Django's connection for ``alias``."""
+
+    alias: str
+
+    @classmethod
+    def for_alias(cls, alias: str, options: Mapping[str, Any]) -> DjangoPostgresStore:
+        """Options as for ``postgresql://`` URLs (``schema``, ``pool_max``, …)."""
+        params = connections[alias].get_connection_params()
+        conninfo = make_conninfo(**{k: str(params[k]) for k in _LIBPQ_KEYS
+                                    if params.get(k) not in (None, "")})
+        query = "&".join(f"{k}={v}" for k, v in options.items() if k != "time_offset_s")
+        _, parsed = parse_url(f"postgresql:///?{query}" if query else "postgresql:///",
+                              **({"time_offset_s": options["time_offset_s"]}
+                                 if "time_offset_s" in options else {}))
+        return cls(alias, conninfo, parsed)
+
+    def __init__(self, alias: str, conninfo: str, options: PostgresOptions):
+        self.alias = alias  # before the base's __init__, which opens the session
+        super().__init__(conninfo, options, f"django://{alias}")
+
+    def _open_session(  # type: ignore[override]  # Session's interface, not its class
+            self, conninfo: str, url: str, options: PostgresOptions) -> DjangoSession:
+        return DjangoSession(self.alias)
+
+    def enqueue_many(self, queue: str, specs: Sequence[JobSpec],
+                     on_conflict: OnConflict = "raise", connection: Any = None
+                     ) -> list[EnqueueResult]:
+        if connection is not None:
+            return super().enqueue_many(queue, specs, on_conflict, connection)
+        return enqueue_in_savepoint(self, self.alias, queue, lambda raw: super(
+            DjangoPostgresStore, self).enqueue_many(queue, specs, on_conflict, raw))
+
+    async def aenqueue_many(self, queue: str, specs: Sequence[JobSpec],
+                            on_conflict: OnConflict = "raise", connection: Any = None
+                            ) -> list[EnqueueResult]:
+        """With ``connection=`` (a ``psycopg.AsyncConnection``): native async, in that
+        connection's transaction. Without: on Django's thread, on Django's connection."""
+        if connection is not None:
+            return await super().aenqueue_many(queue, specs, on_conflict, connection)
+        return await aenqueue_on_django_thread(self, queue, specs, on_conflict)

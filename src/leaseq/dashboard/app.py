@@ -1,0 +1,349 @@
+"""The dashboard as an ASGI app (Starlette + Jinja2): mount it anywhere, under any prefix.
+
+Every request passes ``_guard``: signed in (else 401), not forbidden (else 403), and for a
+POST the CSRF token and ``Sec-Fetch-Site`` checked and the action permitted (else 403), all on
+the server. Job data reaches the page only through Jinja2's autoescaping; payloads are shown
+through the redactor (display only: the editor starts from the real values, shown only to a
+user allowed to edit, and nothing redacted is ever written back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+from starlette.staticfiles import StaticFiles
+
+from leaseq import validate
+from leaseq.browse import SNAPSHOT_MAX, BulkAction, JobFilter
+from leaseq.dashboard.security import (
+    NEEDS,
+    SESSION_COOKIE,
+    Access,
+    Auth,
+    LoginToken,
+    Permissions,
+    csrf_token,
+    resolve,
+    same_origin_post,
+)
+from leaseq.dashboard.stats import StatsSnapshot
+from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
+from leaseq.errors import LeaseqError
+from leaseq.journal import JournalEvent
+from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
+from leaseq.redact import redact
+from leaseq.scheduler.spec import Schedule
+from leaseq.stores.base import Store
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+#: How long a counted bulk snapshot may wait for its confirmation.
+SNAPSHOT_TTL_S = 600.0
+PAGE_SIZE = 50
+
+
+def create_app(store: Store, auth: Auth | None = None, permissions: Permissions = "read_only",
+               *, redactor: Callable[[str], str] = redact, sse_every_s: float = 2.0) -> Starlette:
+    """The dashboard over ``store``. ``auth(request)`` names the signed-in user (None: not
+    signed in); with no ``auth`` every page answers 401. ``permissions``: ``"all"``,
+    ``"read_only"`` (the default), a set of actions, ``"forbidden"``, or a callable
+    ``user → one of those``."""
+    ui = Dashboard(store, auth, permissions, redactor, sse_every_s)
+    static = resources.files("leaseq.dashboard").joinpath("static")
+    routes = [Route(path, ui.handle(handler), methods=methods)
+              for path, handler, methods in ui.routes()]
+    app = Starlette(routes=routes)
+    app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    app.state.dashboard = ui
+    return app
+
+
+class Dashboard:
+    def __init__(self, store: Store, auth: Auth | None, permissions: Permissions,
+                 redactor: Callable[[str], str], sse_every_s: float):
+        self.store = store
+        self.auth = auth
+        self.permissions = permissions
+        self.redactor = redactor
+        self.sse_every_s = sse_every_s
+        self.secret = secrets.token_bytes(32)
+        self.stats = StatsSnapshot(store)
+        self.snapshots: dict[str, tuple[float, str, str, BulkAction, list[str]]] = {}
+        self.env = Environment(loader=PackageLoader("leaseq.dashboard", "templates"),
+                               autoescape=select_autoescape(default=True))
+
+    def routes(self) -> list[tuple[str, Callable[..., Any], list[str]]]:
+        return [
+            ("/", self.overview, ["GET"]), ("/jobs", self.jobs, ["GET"]),
+            ("/job/{queue}/{job_id:path}", self.job, ["GET"]),
+            ("/quarantine", self.quarantine, ["GET"]), ("/workers", self.workers, ["GET"]),
+            ("/health", self.health, ["GET"]), ("/api/stats", self.api_stats, ["GET"]),
+            ("/events", self.events, ["GET"]), ("/action", self.action, ["POST"]),
+            ("/bulk", self.bulk_count, ["POST"]), ("/bulk/confirm", self.bulk_confirm, ["POST"]),
+            ("/edit", self.edit, ["POST"]), ("/login", self.no_login, ["GET"]),
+            ("/schedules", self.schedules, ["GET"]), ("/schedule", self.pause, ["POST"]),
+        ]
+
+    # --- the guard --------------------------------------------------------------------------
+
+    def handle(self, handler: Callable[..., Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            if request.scope["path"] == _root(request) + "/login" and \
+                    isinstance(self.auth, LoginToken):
+                return self._login(request)
+            user = self.auth(request) if self.auth is not None else None
+            if user is None:
+                return self._unauthorized()
+            access = resolve(self.permissions, user)
+            if access is None:
+                return PlainTextResponse("forbidden", 403, headers=_headers())
+            if request.method == "POST":
+                refused = await self._check_post(request, access)
+                if refused is not None:
+                    return refused
+            try:
+                # Store calls block: a worker thread runs them, never the event loop.
+                response = await run_in_threadpool(handler, request, access)
+            except LeaseqError as exc:
+                response = PlainTextResponse(f"refused: {exc}", 400)
+            response.headers.update(_headers())
+            return response
+        return endpoint
+
+    def _unauthorized(self) -> Response:
+        headers = _headers()
+        challenge = getattr(self.auth, "challenge", None)
+        if challenge:
+            headers["WWW-Authenticate"] = challenge
+        return PlainTextResponse("sign in first", 401, headers=headers)
+
+    def _login(self, request: Request) -> Response:
+        assert isinstance(self.auth, LoginToken)
+        session = self.auth.redeem(request.query_params.get("token", ""))
+        if session is None:
+            return self._unauthorized()
+        response = RedirectResponse(_root(request) + "/", 303, headers=_headers())
+        response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict",
+                            path=_root(request) or "/")
+        return response
+
+    async def _check_post(self, request: Request, access: Access) -> Response | None:
+        form = await request.form()
+        request.state.form = form
+        token = str(form.get("csrf_token", ""))
+        if not same_origin_post(request) or not secrets.compare_digest(
+                token.encode(), csrf_token(self.secret, access.user).encode()):
+            return PlainTextResponse("refused: CSRF check failed", 403, headers=_headers())
+        wanted = str(form.get("action", "edit" if request.url.path.endswith("/edit") else ""))
+        if not access.may(NEEDS.get(wanted, wanted)):
+            return PlainTextResponse("refused: not permitted", 403, headers=_headers())
+        return None
+
+    def render(self, request: Request, access: Access, name: str, **context: Any) -> Response:
+        template = self.env.get_template(name)
+        html = template.render(root=_root(request), access=access, page_name=name.split(".")[0],
+                               csrf=csrf_token(self.secret, access.user), **context)
+        return HTMLResponse(html)
+
+    # --- pages ------------------------------------------------------------------------------
+
+    def overview(self, request: Request, access: Access) -> Response:
+        return self.render(request, access, "overview.html", stats=self.stats.get())
+
+    def jobs(self, request: Request, access: Access) -> Response:
+        where = _filter(request, self.store)
+        page = self.store.find_jobs(where, PAGE_SIZE, request.query_params.get("cursor"))
+        return self.render(request, access, "jobs.html", where=where, page=page,
+                           queues=self.store.queues(), query=dict(request.query_params))
+
+    def job(self, request: Request, access: Access) -> Response:
+        queue, job_id = request.path_params["queue"], request.path_params["job_id"]
+        job = self.store.get(queue, job_id)
+        if job is None:
+            return PlainTextResponse("no such job", 404)
+        shown = self.redactor(json.dumps(job.payload, indent=2, sort_keys=True))
+        real = json.dumps(job.payload, indent=2, sort_keys=True) if access.may("edit") else None
+        journal = self.store.journal(queue, job_id)
+        hints = diagnose_job(job, journal, self.store.server_now())
+        return self.render(request, access, "job.html", job=job, payload=shown,
+                           editable=real, journal=journal, hints=hints,
+                           error=self.redactor(job.error or ""))
+
+    def quarantine(self, request: Request, access: Access) -> Response:
+        groups: dict[tuple[str, str, str], int] = {}
+        for queue in self.store.queues():
+            page = self.store.find_jobs(JobFilter(queue, status="failed"), limit=500)
+            for job in page.jobs:
+                reason = (job.error or "").strip().splitlines()[-1:] or [""]
+                key = (queue, job.failure or "", self.redactor(reason[0])[:200])
+                groups[key] = groups.get(key, 0) + 1
+        rows = sorted(groups.items(), key=lambda kv: -kv[1])
+        return self.render(request, access, "quarantine.html", groups=rows)
+
+    def workers(self, request: Request, access: Access) -> Response:
+        now = self.store.server_now()
+        rows = [(w, (now - w.last_beat_at).total_seconds()) for w in self.store.list_workers()]
+        return self.render(request, access, "workers.html", workers=rows,
+                           live_s=DoctorConfig().live_worker_s)
+
+    def health(self, request: Request, access: Access) -> Response:
+        report = diagnose(self.store)
+        return self.render(request, access, "health.html", report=report)
+
+    def schedules(self, request: Request, access: Access) -> Response:
+        states = self.store.schedules()
+        now = self.store.server_now() if states else None
+        rows = [schedule_row(state, now) for state in states]  # type: ignore[arg-type]
+        return self.render(request, access, "schedules.html", rows=rows)
+
+    def no_login(self, request: Request, access: Access) -> Response:
+        """Signed in another way (basic auth, the host app's own): nothing to redeem."""
+        return RedirectResponse(_root(request) + "/", 303)
+
+    def api_stats(self, request: Request, access: Access) -> Response:
+        return JSONResponse(self.stats.get())
+
+    def events(self, request: Request, access: Access) -> Response:
+        async def stream() -> Any:
+            while not await request.is_disconnected():
+                stats = await run_in_threadpool(self.stats.get)
+                yield f"data: {json.dumps(stats)}\n\n"
+                await asyncio.sleep(self.sse_every_s)
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    # --- actions ----------------------------------------------------------------------------
+
+    def action(self, request: Request, access: Access) -> Response:
+        form = request.state.form
+        queue, action = str(form["queue"]), BulkAction(str(form["action"]))
+        ids = [str(i) for i in form.getlist("job_id")]
+        result = self.store.act_on_jobs(queue, action, ids, access.user)
+        return self.render(request, access, "done.html", action=action, result=result,
+                           queue=queue)
+
+    def bulk_count(self, request: Request, access: Access) -> Response:
+        form = request.state.form
+        where = _filter_from(form, self.store)
+        action = BulkAction(str(form["action"]))
+        ids = self.store.snapshot_ids(where, SNAPSHOT_MAX)
+        self._forget_old_snapshots()
+        token = secrets.token_urlsafe(16)
+        self.snapshots[token] = (time.monotonic(), access.user, where.queue, action, ids)
+        return self.render(request, access, "confirm.html", action=action, count=len(ids),
+                           token=token, where=where)
+
+    def bulk_confirm(self, request: Request, access: Access) -> Response:
+        form = request.state.form
+        found = self.snapshots.pop(str(form.get("snapshot", "")), None)
+        # The action confirmed is the one counted (and the one the permission check saw).
+        if found is None or found[1] != access.user or found[3] != form.get("action"):
+            return PlainTextResponse("that count has expired; count again", 409)
+        _, _, queue, action, ids = found
+        result = self.store.act_on_jobs(queue, action, ids, access.user)
+        return self.render(request, access, "done.html", action=action, result=result,
+                           queue=queue)
+
+    def edit(self, request: Request, access: Access) -> Response:
+        form = request.state.form
+        queue, job_id = str(form["queue"]), str(form["job_id"])
+        try:
+            payload = json.loads(str(form["payload"]))
+        except ValueError:
+            return PlainTextResponse("refused: the payload is not JSON", 400)
+        text = validate.payload(payload, self.store.queue(queue).policy.max_payload_bytes)
+        done = self.store.requeue_edited(queue, job_id, text, access.user)
+        return RedirectResponse(f"{_root(request)}/job/{queue}/{job_id}", 303) if done else \
+            PlainTextResponse("refused: the job is live; only a terminal job is edited", 409)
+
+    def pause(self, request: Request, access: Access) -> Response:
+        """Pause or resume a schedule; the ledger journals the change, and this the who."""
+        form = request.state.form
+        name, paused = str(form["name"]), form["action"] == "pause"
+        state = self.store.schedule_state(name)
+        if state is None:
+            return PlainTextResponse("no such schedule", 404)
+        if self.store.pause_schedule(name, paused):
+            word = "paused" if paused else "resumed"
+            self.store.append_journal(state.queue, schedule_journal_id(name),
+                                      JournalEvent.OPERATOR_ACTION,
+                                      reason=f"{word} by {access.user}")
+        return RedirectResponse(f"{_root(request)}/schedules", 303)
+
+    def _forget_old_snapshots(self) -> None:
+        cutoff = time.monotonic() - SNAPSHOT_TTL_S
+        for token in [t for t, (at, *_) in self.snapshots.items() if at < cutoff]:
+            del self.snapshots[token]
+
+
+def schedule_row(state: ScheduleState, now: datetime) -> dict[str, Any]:
+    """One schedule as the page shows it: its spec in words, next and last tick, state."""
+    try:
+        schedule: Schedule | None = Schedule.from_ledger(state.name, state.queue,
+                                                         state.spec_json)
+    except LeaseqError:  # written by another version of the code: show what is known
+        schedule = None
+    firing = schedule is not None and state.active and not state.paused
+    upcoming = schedule.next_after(max(state.cursor, now)) if firing else None  # type: ignore[union-attr]
+    return {"name": state.name, "queue": state.queue,
+            "spec": schedule.describe() if schedule else "?",
+            "timezone": schedule.timezone if schedule else "?",
+            "next_tick": format_tick(upcoming) if upcoming else "",
+            "last_tick": format_tick(state.last_tick) if state.last_tick else "",
+            "last_job": state.last_job_id or "", "skipped": state.skipped,
+            "paused": state.paused, "active": state.active}
+
+
+def _headers() -> dict[str, str]:
+    return {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
+
+
+def _root(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _filter(request: Request, store: Store) -> JobFilter:
+    return _filter_from(request.query_params, store)
+
+
+def _filter_from(values: Any, store: Store) -> JobFilter:
+    queues = store.queues()
+    queue = str(values.get("queue") or (queues[0] if queues else "default"))
+    return JobFilter(queue, status=values.get("status") or None,
+                     task=values.get("task") or None, id_prefix=values.get("id") or None,
+                     error_text=values.get("error") or None,
+                     updated_from=_when(values.get("from")),
+                     updated_until=_when(values.get("until")))
+
+
+def _when(text: Any) -> datetime | None:
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(str(text))
+    except ValueError:
+        from leaseq.errors import InvalidInput
+
+        raise InvalidInput(f"not a date and time: {str(text)[:40]!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

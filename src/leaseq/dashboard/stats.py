@@ -1,0 +1,54 @@
+"""One shared stats snapshot per process, read again at most every ``max_age_s``, however
+many tabs and event streams ask for it: the page cost does not grow with viewers. Counts are
+bounded (``Store.queue_summary``): past ``COUNT_CAP`` they read "10,000+" (an estimate,
+"≈ 201,000", on PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from leaseq.browse import HourlyCount
+from leaseq.journal import JournalEvent
+from leaseq.stores.base import Store
+
+
+class StatsSnapshot:
+    def __init__(self, store: Store, max_age_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.reads = 0
+        self._lock = threading.Lock()
+        self._value: list[dict[str, Any]] = []
+        self._at: float | None = None
+
+    def get(self) -> list[dict[str, Any]]:
+        with self._lock:
+            now = self.clock()
+            if self._at is None or now - self._at >= self.max_age_s:
+                self._value = self._read()
+                self._at = now
+                self.reads += 1
+            return self._value
+
+    def _read(self) -> list[dict[str, Any]]:
+        rows = []
+        for queue in self.store.queues():
+            summary = self.store.queue_summary(queue)
+            hour = self.store.journal_hourly(queue, 1)
+            rows.append({
+                "queue": queue,
+                "counts": {status: str(count) for status, count in summary.counts.items()},
+                "ready": str(summary.ready), "oldest_ready_s": round(summary.oldest_ready_s, 1),
+                "done_last_hour": _count(hour, JournalEvent.RESULT_SAVED),
+                "failed_last_hour": _count(hour, JournalEvent.QUARANTINED),
+            })
+        return rows
+
+
+def _count(hour: list[HourlyCount], event: str) -> int:
+    return sum(c.count for c in hour if c.event == event)

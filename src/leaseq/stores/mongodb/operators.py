@@ -1,0 +1,269 @@
+"""The MongoDB store's operators' tools (DESIGN.md §8): the filtered job page, bulk actions,
+edit-and-requeue, journal counts per hour and the worker registry.
+
+Mixed into ``MongoStore``, whose plumbing (``_coll``, ``_log``, ``_journal``, ``_db``) it uses.
+Filters the indexes do not bound (task beside a status, id prefix, error text, time range) are
+checked here on the walked documents, at most ``SCAN_CAP`` per page (``browse.walk``). A bulk
+action changes each job with its own guarded ``find_one_and_update``: atomic per job, as
+every write of this store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo import ReturnDocument
+
+from leaseq.browse import (
+    ACTION_EVENTS,
+    COUNT_CAP,
+    SUMMARY_STATUSES,
+    BulkAction,
+    BulkResult,
+    Count,
+    Fetch,
+    HourlyCount,
+    JobFilter,
+    JobPage,
+    KeyRow,
+    QueueSummary,
+    WorkerInfo,
+    actor_name,
+    batches,
+    prefix_end,
+    walk,
+)
+from leaseq.errors import JobNotFound
+from leaseq.journal import JournalEvent
+from leaseq.stores.mongodb import documents, records
+from leaseq.stores.mongodb.connection import OffsetClock, guarded
+from leaseq.stores.mongodb.records import Event, JournalWriter
+
+AFTER = ReturnDocument.AFTER
+#: What a page walk reads of each document: enough to decide the filters, never the payload.
+WALK_PROJECTION = {"_id": 1, "updated_at": 1, "task": 1, "error": 1}
+RECENT_SORT = [("updated_at", -1), ("_id", -1)]
+
+
+class OperatorTools(OffsetClock):
+    """The operators' primitives of the store protocol (see ``leaseq.stores.base``)."""
+
+    _db: Any
+    _prefix: str
+    _journal: Any
+    _coll: Callable[[str], Any]
+    _log: JournalWriter
+    _create_indexes: Callable[..., None]
+    server_now: Callable[[], Any]
+
+    # --- the job page -------------------------------------------------------------------------
+
+    @guarded
+    def find_jobs(self, where: JobFilter, limit: int = 50,
+                  cursor: str | None = None) -> JobPage:
+        ids, next_cursor, capped = walk(self._walker(where), limit, cursor)
+        coll = self._coll(where.queue)
+        docs = {d["_id"]: d for d in coll.find({"_id": {"$in": ids}})} if ids else {}
+        jobs = [records.job(where.queue, docs[i]) for i in ids if i in docs]
+        return JobPage(jobs, next_cursor, capped)
+
+    def _walker(self, where: JobFilter) -> Fetch:
+        coll = self._coll(where.queue)
+
+        def fetch(key: Any, after_id: str | None, n: int) -> list[KeyRow]:
+            query, sort = walk_query(where, key, after_id)
+            docs = coll.find(query, WALK_PROJECTION, sort=sort, limit=n)
+            return [(_key(d) if where.status else None, d["_id"], matches(where, d))
+                    for d in docs]
+        return fetch
+
+    # --- bulk actions -------------------------------------------------------------------------
+
+    @guarded
+    def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
+                    actor: str) -> BulkResult:
+        action = BulkAction(action)
+        reason = f"by {actor_name(actor)}"
+        acted: list[str] = []
+        for batch in batches(job_ids):
+            changed = (self._delete_terminal(queue, batch) if action is BulkAction.DELETE
+                       else self._move_each(queue, action, batch))
+            self._log([Event(queue, d["_id"], ACTION_EVENTS[action], records.moved(d, reason))
+                       for d in changed])
+            acted.extend(d["_id"] for d in changed)
+        done = set(acted)
+        return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
+
+    def _move_each(self, queue: str, action: BulkAction, ids: list[str]) -> list[Any]:
+        coll = self._coll(queue)
+        guard, update = ((documents.operator_requeueable, documents.operator_requeue(self._off))
+                         if action is BulkAction.REQUEUE
+                         else (documents.cancellable, documents.operator_cancel(self._off)))
+        moved = (coll.find_one_and_update(guard(job_id), update, return_document=AFTER)
+                 for job_id in ids)
+        return [doc for doc in moved if doc is not None]
+
+    def _delete_terminal(self, queue: str, ids: list[str]) -> list[Any]:
+        coll = self._coll(queue)
+        query = {"_id": {"$in": ids}, "status": {"$nin": [documents.PENDING, documents.PROCESSING]}}
+        found = list(coll.find(query, {"_id": 1, "attempts": 1, "lease_epoch": 1}))
+        if not found:
+            return []
+        coll.delete_many({**query, "_id": {"$in": [d["_id"] for d in found]}})
+        left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
+        return [d for d in found if d["_id"] not in left]
+
+    @guarded
+    def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
+        coll = self._coll(queue)
+        old = coll.find_one({"_id": job_id})
+        if old is None:
+            raise JobNotFound(queue, job_id)
+        update = edit_payload(documents.payload_of(old), json.loads(payload_json), self._off)
+        doc = coll.find_one_and_update(documents.operator_requeueable(job_id), update,
+                                       return_document=AFTER)
+        if doc is None:
+            return False
+        fields = records.moved(doc, f"by {actor_name(actor)}")
+        self._log([Event(queue, job_id, JournalEvent.EDITED, fields),
+                   Event(queue, job_id, JournalEvent.REQUEUED, fields)])
+        return True
+
+    # --- journal per hour -----------------------------------------------------------------
+
+    @guarded
+    def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
+        now = self.server_now()
+        since = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
+        rows = self._journal.aggregate(hourly(queue, since))
+        return [HourlyCount(records.dt(r["_id"]["hour"]), r["_id"]["event"],  # type: ignore[arg-type]
+                            int(r["n"])) for r in rows]
+
+    # --- bounded counts -------------------------------------------------------------------
+
+    @guarded
+    def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
+        coll = self._coll(queue)
+        counts = {status: _count(coll.count_documents({"status": status}, limit=cap), cap)
+                  for status in SUMMARY_STATUSES}
+        claimable = documents.claimable(self._off)
+        ready = _count(coll.count_documents(claimable, limit=cap), cap)
+        first = list(coll.find(claimable, {"lease_until": 1, "created_at": 1},
+                               sort=documents.CLAIM_SORT, limit=1))
+        since = records.dt(first[0].get("lease_until") or first[0].get("created_at")) \
+            if first else None
+        age = (self.server_now() - since).total_seconds() if since else 0.0
+        return QueueSummary(queue, counts, ready, max(age, 0.0))
+
+    # --- the worker registry ----------------------------------------------------------------
+
+    @property
+    def _workers(self) -> Any:
+        # A leading "_" after the prefix: no queue name can start so, so no queue's collection
+        # can take this name.
+        coll = self._db[self._prefix + "_workers"]
+        if not getattr(self, "_workers_indexed", False):
+            self._create_indexes(coll, [([("last_beat_at", 1)], {"name": "last_beat_at_1"})])
+            self._workers_indexed = True
+        return coll
+
+    @guarded
+    def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
+        self._workers.find_one_and_update(
+            {"_id": worker_id}, beat(list(queues), in_flight, self._off), upsert=True)
+
+    @guarded
+    def unregister_worker(self, worker_id: str) -> None:
+        self._workers.delete_many({"_id": worker_id})
+
+    @guarded
+    def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
+        docs = self._workers.find({}, sort=[("_id", 1)], limit=limit)
+        return [WorkerInfo(d["_id"], list(d.get("queues") or []), int(d.get("in_flight") or 0),
+                           records.dt(d.get("started_at")),  # type: ignore[arg-type]
+                           records.dt(d.get("last_beat_at")))  # type: ignore[arg-type]
+                for d in docs]
+
+    @guarded
+    def prune_workers(self, older_than_s: float) -> int:
+        query = {"$expr": {"$lt": ["$last_beat_at", documents.now(self._off, -older_than_s)]}}
+        return int(self._workers.delete_many(query).deleted_count)
+
+
+# --- documents --------------------------------------------------------------------------------
+
+
+def _count(n: int, cap: int) -> Count:
+    return Count(n, exact=n < cap)
+
+
+def walk_query(where: JobFilter, key: Any,
+               after_id: str | None) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    """The index walk for ``where`` from a position: status → newest first on
+    ``(status, updated_at, _id)``; task → ``(task, _id)``; else the ``_id`` index, bounded
+    to the id prefix when there is one."""
+    if where.status:
+        query: dict[str, Any] = {"status": where.status}
+        if after_id is not None and key is None:
+            # An adopted document without updated_at: those sort last, by id.
+            query.update({"updated_at": None, "_id": {"$lt": after_id}})
+        elif after_id is not None:
+            at = datetime.fromisoformat(key)
+            query["$or"] = [{"updated_at": {"$lt": at}},
+                            {"updated_at": at, "_id": {"$lt": after_id}},
+                            {"updated_at": None}]
+        return query, RECENT_SORT
+    ids: dict[str, Any] = {"$gt": after_id or ""}
+    if where.task:
+        return {"task": where.task, "_id": ids}, [("_id", 1)]
+    if where.id_prefix:
+        ids.update({"$gte": where.id_prefix, "$lt": prefix_end(where.id_prefix)})
+    return {"_id": ids}, [("_id", 1)]
+
+
+def matches(where: JobFilter, doc: Mapping[str, Any]) -> bool:
+    """The filters the walk's index did not bound, checked on a walked document."""
+    updated = records.dt(doc.get("updated_at"))
+    if where.task and doc.get("task") != where.task:
+        return False
+    if where.id_prefix and not str(doc["_id"]).startswith(where.id_prefix):
+        return False
+    if where.error_text and where.error_text.lower() not in str(doc.get("error") or "").lower():
+        return False
+    if where.updated_from and (updated is None or updated < where.updated_from):
+        return False
+    return not (where.updated_until and (updated is None or updated >= where.updated_until))
+
+
+def _key(doc: Mapping[str, Any]) -> str | None:
+    updated = records.dt(doc.get("updated_at"))
+    return updated.isoformat() if updated else None
+
+
+def edit_payload(old: Mapping[str, Any], new: Mapping[str, Any],
+                 offset_s: float) -> list[dict[str, Any]]:
+    """An operator retry that also swaps the payload: the app's fields live at the top level
+    of the document, so the old ones are removed and the new ones set."""
+    gone = [k for k in old if k not in new]
+    steps: list[dict[str, Any]] = [{"$unset": gone}] if gone else []
+    fields = {k: documents.lit(v) for k, v in new.items()}
+    return [*steps, {"$set": fields}, *documents.operator_requeue(offset_s)]
+
+
+def hourly(queue: str, since: datetime) -> list[dict[str, Any]]:
+    return [
+        {"$match": {"queue": queue, "at": {"$gte": since}}},
+        {"$group": {"_id": {"hour": {"$dateTrunc": {"date": "$at", "unit": "hour"}},
+                            "event": "$event"}, "n": {"$sum": 1}}},
+        {"$sort": {"_id.hour": 1, "_id.event": 1}},
+    ]
+
+
+def beat(queues: list[str], in_flight: int, offset_s: float) -> list[dict[str, Any]]:
+    return [{"$set": {"queues": documents.lit(queues), "in_flight": documents.lit(in_flight),
+                      "last_beat_at": documents.now(offset_s),
+                      "started_at": {"$ifNull": ["$started_at", documents.now(offset_s)]}}}]
+

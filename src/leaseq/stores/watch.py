@@ -1,0 +1,162 @@
+"""Wake-ups for a caller waiting on one job's finish (``Queue.wait``, ``Queue.await_result``).
+
+A watch is made *before* the caller's first read of the job, so a finish that lands between
+that read and the wait still wakes it. Every wake-up is a hint, never a verdict: the caller
+reads the job again. Three kinds, one per store family:
+
+* ``FinishWatch``: polling every ``poll_s`` (MongoDB; any store without change signals).
+* ``ChangeCounterWatch``: SQLite's ``PRAGMA data_version`` read on a connection of its own,
+  which therefore sees every commit, this process's included; a read costs microseconds and
+  takes no lock (the same signal the SQLite store's idle workers wait on).
+* ``NotifyWatch``: PostgreSQL's NOTIFY on the job's finish (a trigger sends it at commit),
+  heard by the store's one LISTEN connection and handed to the waiters by ``FinishWaiters``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+#: How often a polling watch wakes its waiter. Defaults to 100 ms.
+FINISH_POLL_S = 0.1
+#: How often a SQLite watch reads the change counter. Defaults to 5 ms.
+COUNTER_POLL_S = 0.005
+#: Longest a notified watch sleeps without a notification: covers a NOTIFY lost while the
+#: LISTEN connection was down. Defaults to 1 s.
+NOTIFY_FALLBACK_S = 1.0
+
+
+def finish_key(queue: str, job_id: str) -> str:
+    """The payload of a job's finish NOTIFY (``008_finish_notify.sql`` computes the same): a
+    fixed-size digest, since a job id may be longer than a NOTIFY payload may be."""
+    return hashlib.md5(f"{queue}/{job_id}".encode(), usedforsecurity=False).hexdigest()
+
+
+class FinishWatch:
+    """Polls: each wait sleeps ``poll_s`` (or less, up to the timeout)."""
+
+    poll_s = FINISH_POLL_S
+
+    def wait(self, timeout_s: float) -> None:
+        time.sleep(max(min(timeout_s, self.poll_s), 0.0))
+
+    async def await_(self, timeout_s: float) -> None:
+        await asyncio.sleep(max(min(timeout_s, self.poll_s), 0.0))
+
+    def close(self) -> None:
+        """Release what the watch holds (nothing for a polling one)."""
+
+    def __enter__(self) -> FinishWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ChangeCounterWatch(FinishWatch):
+    """Wakes when any connection commits to the SQLite database file."""
+
+    poll_s = COUNTER_POLL_S
+
+    def __init__(self, path: str):
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._seen = self._version()
+
+    def _version(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _changed(self) -> bool:
+        version = self._version()
+        changed, self._seen = version != self._seen, version
+        return changed
+
+    def wait(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._changed() and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, self.poll_s))
+
+    async def await_(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._changed() and (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, self.poll_s))
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class FinishWaiters:
+    """Who waits on which finish key: the LISTEN thread calls ``heard`` with each payload."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[str, set[Callable[[], None]]] = {}
+
+    def add(self, key: str, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._by_key.setdefault(key, set()).add(wake)
+
+    def remove(self, key: str, wake: Callable[[], None]) -> None:
+        with self._lock:
+            wakes = self._by_key.get(key)
+            if wakes is not None:
+                wakes.discard(wake)
+                if not wakes:
+                    del self._by_key[key]
+
+    def heard(self, payload: str) -> None:
+        with self._lock:
+            wakes = list(self._by_key.get(payload, ()))
+        for wake in wakes:
+            wake()
+
+    def wake_all(self) -> None:
+        """After a reconnect of the LISTEN connection: notifications may have been lost."""
+        with self._lock:
+            wakes = [w for ws in self._by_key.values() for w in ws]
+        for wake in wakes:
+            wake()
+
+
+class NotifyWatch(FinishWatch):
+    """Wakes on the job's finish NOTIFY, or after ``NOTIFY_FALLBACK_S`` at the latest."""
+
+    poll_s = NOTIFY_FALLBACK_S
+
+    def __init__(self, waiters: FinishWaiters, key: str):
+        self._waiters = waiters
+        self._key = key
+        self._flag = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_flag: asyncio.Event | None = None
+        waiters.add(key, self._wake)
+
+    def _wake(self) -> None:
+        self._flag.set()
+        loop, flag = self._loop, self._async_flag
+        if loop is not None and flag is not None:
+            with suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+                loop.call_soon_threadsafe(flag.set)
+
+    def wait(self, timeout_s: float) -> None:
+        self._flag.wait(max(min(timeout_s, self.poll_s), 0.0))
+        self._flag.clear()
+
+    async def await_(self, timeout_s: float) -> None:
+        if self._async_flag is None:
+            self._async_flag = asyncio.Event()
+            self._loop = asyncio.get_running_loop()
+            if self._flag.is_set():
+                self._async_flag.set()
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._async_flag.wait(),
+                                   max(min(timeout_s, self.poll_s), 0.0))
+        self._async_flag.clear()
+        self._flag.clear()
+
+    def close(self) -> None:
+        self._waiters.remove(self._key, self._wake)

@@ -1,0 +1,234 @@
+"""The operators' tools (DESIGN.md §8): the filtered job page, bulk actions on a counted
+snapshot, journal counts per hour and the worker registry that the dashboard and ``leaseq
+doctor`` read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from leaseq.browse import BulkAction, JobFilter
+from leaseq.errors import JobNotFound
+from leaseq.queue import Queue
+from leaseq.testing.harness import (
+    CLOCK_SLACK_S,
+    W1,
+    W2,
+    FreshStore,
+    advance,
+    events,
+    given_jobs,
+    must_get,
+)
+
+
+def given_failed(q: Queue, job_id: str, error: str = "boom", task: str | None = None) -> None:
+    q.enqueue(job_id, {"name": job_id}, task=task)
+    job = q.claim_one(job_id, W1, lease_s=600)
+    assert job is not None
+    q.fail(job, error)
+
+
+def page_ids(store, where: JobFilter, limit: int = 50) -> list[str]:
+    """Every matching id, page after page."""
+    ids: list[str] = []
+    cursor = None
+    while True:
+        page = store.find_jobs(where, limit=limit, cursor=cursor)
+        ids.extend(job.id for job in page.jobs)
+        if page.next_cursor is None:
+            return ids
+        cursor = page.next_cursor
+
+
+class OperatorToolsSuite:
+    def test_pages_walk_every_job_once_in_id_order(self, leaseq_store: FreshStore) -> None:
+        # Given 23 jobs
+        q = leaseq_store.queue()
+        ids = given_jobs(q, 23)
+        # When they are read 5 at a time
+        got = page_ids(leaseq_store.store, JobFilter("jobs"), limit=5)
+        # Then every job comes once, in id order
+        assert got == ids
+        assert leaseq_store.store.find_jobs(JobFilter("other")).jobs == []
+
+    def test_filter_by_status_is_newest_first(self, leaseq_store: FreshStore) -> None:
+        # Given three failed jobs, failed one after another, and a pending one
+        q = leaseq_store.queue()
+        for job_id in ("f1", "f2", "f3"):
+            given_failed(q, job_id)
+            advance(leaseq_store.store, 1)
+        q.enqueue("p1", {})
+        # When the failed ones are read two at a time
+        got = page_ids(leaseq_store.store, JobFilter("jobs", status="failed"), limit=2)
+        # Then the last to fail comes first, and the pending job is not among them
+        assert got == ["f3", "f2", "f1"]
+
+    def test_filters_by_task_prefix_error_and_time(self, leaseq_store: FreshStore) -> None:
+        # Given failed jobs of two tasks and errors, and pending ones
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_failed(q, "a-1", "Timeout talking to S3", task="export")
+        given_failed(q, "a-2", "bad row 7", task="export")
+        given_failed(q, "b-1", "timeout again", task="mail")
+        q.enqueue("a-3", {}, task="export")
+        later = store.server_now() + timedelta(seconds=5)
+        advance(store, 10)
+        given_failed(q, "b-2", "late timeout", task="mail")
+        # Then each filter keeps only its jobs, alone or together
+        assert page_ids(store, JobFilter("jobs", task="export")) == ["a-1", "a-2", "a-3"]
+        assert page_ids(store, JobFilter("jobs", id_prefix="a-")) == ["a-1", "a-2", "a-3"]
+        assert page_ids(store, JobFilter("jobs", error_text="TIMEOUT")) == ["a-1", "b-1", "b-2"]
+        assert page_ids(store, JobFilter("jobs", status="failed", task="mail",
+                                         error_text="timeout")) == ["b-2", "b-1"]
+        assert page_ids(store, JobFilter("jobs", status="failed", updated_from=later)) == ["b-2"]
+        assert page_ids(store, JobFilter("jobs", task="mail", updated_until=later)) == ["b-1"]
+        assert page_ids(store, JobFilter("jobs", id_prefix="b-", error_text="late")) == ["b-2"]
+
+    def test_bulk_acts_only_on_the_counted_snapshot(self, leaseq_store: FreshStore) -> None:
+        # Given three pending jobs counted for a bulk cancel
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_jobs(q, 3)
+        snapshot = store.snapshot_ids(JobFilter("jobs", status="pending"))
+        assert len(snapshot) == 3
+        # And a job that starts to match after the count, and one counted that finished since
+        q.enqueue("late", {})
+        (claimed,) = q.claim(W2, limit=1)
+        q.complete(claimed, None)
+        # When the bulk cancel runs on the snapshot
+        result = store.act_on_jobs("jobs", BulkAction.CANCEL, snapshot, actor="alice")
+        # Then only the counted jobs whose state still fits were cancelled
+        assert sorted(result.acted) == sorted(set(snapshot) - {claimed.id})
+        assert result.skipped == [claimed.id]
+        assert must_get(q, "late").status == "pending"
+        assert must_get(q, claimed.id).status == "done"
+        last = q.journal(result.acted[0])[-1]
+        assert (last.event, last.reason) == ("cancelled", "by alice")
+
+    def test_bulk_requeue_and_delete_fit_terminal_jobs_only(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a failed job and a pending one
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_failed(q, "f1")
+        q.enqueue("p1", {})
+        # When both are requeued, then both deleted
+        requeued = store.act_on_jobs("jobs", BulkAction.REQUEUE, ["f1", "p1", "gone"], "bob")
+        # Then only the failed one was requeued, ready with a fresh budget
+        assert (requeued.acted, requeued.skipped) == (["f1"], ["p1", "gone"])
+        job = must_get(q, "f1")
+        assert (job.status, job.attempts, job.failure) == ("pending", 0, None)
+        assert q.journal("f1")[-1].event == "requeued"
+        # And delete takes no live job
+        q.fail(q.claim_one("f1", W1, lease_s=600), "again")  # type: ignore[arg-type]
+        deleted = store.act_on_jobs("jobs", BulkAction.DELETE, ["f1", "p1"], "bob")
+        assert (deleted.acted, deleted.skipped) == (["f1"], ["p1"])
+        assert q.get("f1") is None and q.get("p1") is not None
+
+    def test_bulk_runs_in_batches_over_many_jobs(self, leaseq_store: FreshStore) -> None:
+        # Given more pending jobs than one batch holds
+        store = leaseq_store.store
+        ids = given_jobs(leaseq_store.queue(), 1203)
+        # When all are cancelled in one call
+        result = store.act_on_jobs("jobs", BulkAction.CANCEL, ids, "carol")
+        # Then every one was cancelled
+        assert sorted(result.acted) == ids and result.skipped == []
+        assert store.counts("jobs") == {"cancelled": 1203}
+
+    def test_requeue_edited_replaces_the_payload(self, leaseq_store: FreshStore) -> None:
+        # Given a failed job
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_failed(q, "f1")
+        q.enqueue("p1", {})
+        # When an operator fixes its payload and requeues it
+        assert store.requeue_edited("jobs", "f1", '{"fixed":true}', "dana") is True
+        # Then it is ready with the new payload, and the journal names the operator only
+        job = must_get(q, "f1")
+        assert (job.status, job.payload, job.attempts) == ("pending", {"fixed": True}, 0)
+        tail = q.journal("f1")[-2:]
+        assert [(e.event, e.reason) for e in tail] == [("edited", "by dana"),
+                                                       ("requeued", "by dana")]
+        assert "fixed" not in str([e.data for e in tail])
+        # And a live job is refused, an unknown one raises
+        assert store.requeue_edited("jobs", "p1", "{}", "dana") is False
+        with pytest.raises(JobNotFound):
+            store.requeue_edited("jobs", "nope", "{}", "dana")
+
+    def test_journal_counts_per_hour(self, leaseq_store: FreshStore) -> None:
+        # Given two jobs enqueued, then two hours later one claimed and failed
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_jobs(q, 2)
+        advance(store, 7200)
+        given_failed(q, "f1")
+        # When the last hour is counted
+        recent = store.journal_hourly("jobs", hours=1)
+        # Then it holds only the recent events, each counted once
+        assert {(c.event, c.count) for c in recent} == {
+            ("enqueued", 1), ("claimed", 1), ("quarantined", 1)}
+        assert all(c.hour <= store.server_now() for c in recent)
+        # And three hours back sees the first enqueues too, in an older hour
+        wide = store.journal_hourly("jobs", hours=4)
+        assert sum(c.count for c in wide if c.event == "enqueued") == 3
+        assert [c.hour for c in wide] == sorted(c.hour for c in wide)
+        assert store.journal_hourly("other", hours=4) == []
+
+    def test_worker_registry_keeps_pruned_and_forgotten(self, leaseq_store: FreshStore) -> None:
+        store = leaseq_store.store
+        # Given two workers that beat
+        store.register_worker(W1, ["jobs"], 0)
+        store.register_worker(W2, ["jobs", "mail"], 2)
+        first = {w.worker_id: w for w in store.list_workers()}
+        assert list(first) == sorted([W1, W2])
+        assert (first[W2].queues, first[W2].in_flight) == (["jobs", "mail"], 2)
+        # When W1 beats again later and W2 stops beating
+        advance(store, 120)
+        store.register_worker(W1, ["jobs"], 3)
+        # Then W1 keeps its start and moves its beat; pruning forgets only W2
+        again = {w.worker_id: w for w in store.list_workers()}
+        assert again[W1].started_at == first[W1].started_at
+        assert again[W1].last_beat_at > first[W1].last_beat_at
+        assert again[W1].in_flight == 3
+        assert store.prune_workers(60) == 1
+        assert [w.worker_id for w in store.list_workers()] == [W1]
+        # And a clean stop forgets W1
+        store.unregister_worker(W1)
+        store.unregister_worker(W1)
+        assert store.list_workers() == []
+        assert store.prune_workers(60) == 0
+
+    def test_snapshot_refuses_more_than_its_limit(self, leaseq_store: FreshStore) -> None:
+        from leaseq.errors import InvalidInput
+
+        given_jobs(leaseq_store.queue(), 5)
+        with pytest.raises(InvalidInput):
+            leaseq_store.store.snapshot_ids(JobFilter("jobs"), limit=4)
+        assert events(leaseq_store.queue().journal("job-00000")) == ["enqueued"]
+
+    def test_queue_summary_counts_up_to_its_cap(self, leaseq_store: FreshStore) -> None:
+        # Given 7 ready jobs, one claimed, one failed
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_jobs(q, 7)
+        q.claim(W2, limit=1)
+        given_failed(q, "f1")
+        advance(store, 30)
+        # When it is summarised exactly, then with a cap of 5
+        exact = store.queue_summary("jobs")
+        capped = store.queue_summary("jobs", cap=5)
+        # Then the exact counts are exact and the capped ones say they stopped
+        assert {s: c.n for s, c in exact.counts.items()} == {
+            "pending": 6, "processing": 1, "done": 0, "failed": 1, "cancelled": 0}
+        assert all(c.exact for c in exact.counts.values()) and exact.ready.n == 6
+        assert 29 <= exact.oldest_ready_s <= 31 + CLOCK_SLACK_S
+        pending = capped.counts["pending"]
+        assert not pending.exact and pending.n >= 5
+        assert capped.counts["failed"].n == 1 and capped.counts["failed"].exact
+        assert (capped.ready.n, capped.ready.exact) == (5, False)
+        empty = store.queue_summary("other")
+        assert (empty.ready.n, empty.oldest_ready_s) == (0, 0.0)
+        assert sum(c.n for c in empty.counts.values()) == 0

@@ -1,0 +1,155 @@
+"""``django://ALIAS``: enqueue inside ``transaction.atomic()`` commits or rolls back with the
+caller's transaction, on PostgreSQL and on SQLite (real databases through pytest-django)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
+from djangotest_helpers import aliases
+
+from leaseq import App, JobConflict
+from leaseq.stores import connect
+from leaseq.stores.watch import NOTIFY_FALLBACK_S
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"]
+                                   if "pg" in aliases() else ["default"])
+
+
+@pytest.fixture(params=aliases())
+def alias(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def app(alias: str) -> Iterator[App]:
+    app = App(url=f"django://{alias}")
+
+    @app.task(queue="mail")
+    def send_mail(to: str) -> None: ...
+
+    yield app
+    if app.has_open_store():
+        app.store.close()  # its LISTEN connection, so the test database can be dropped
+
+
+def _listen(alias: str):  # a LISTEN connection of its own, on the test database
+    import psycopg
+
+    from leaseq.contrib.django.postgres import _LIBPQ_KEYS
+
+    params = connections[alias].get_connection_params()
+    conn = psycopg.connect(autocommit=True, **{k: params[k] for k in _LIBPQ_KEYS
+                                               if params.get(k) not in (None, "")})
+    conn.execute("LISTEN leaseq_leaseq")
+    return conn
+
+
+def _notes(conn) -> list[str]:
+    return [n.payload for n in conn.notifies(timeout=0.3, stop_after=None)]
+
+
+def test_commit_keeps_the_job(app: App, alias: str) -> None:
+    listener = _listen(alias) if alias == "pg" else None
+    with transaction.atomic(using=alias):
+        app.enqueue("send_mail", {"to": "a@example.com"}, job_id="j1")
+        assert app.queue("mail").get("j1") is not None  # the caller's own transaction sees it
+    assert app.queue("mail").get("j1").status == "pending"  # type: ignore[union-attr]
+    if listener is not None:  # the NOTIFY went out with the commit
+        assert "mail" in _notes(listener)
+        listener.close()
+
+
+def test_an_exception_inside_atomic_leaves_no_job_and_no_notify(app: App, alias: str) -> None:
+    listener = _listen(alias) if alias == "pg" else None
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+        app.enqueue("send_mail", {"to": "a@example.com"}, job_id="j1")
+        raise RuntimeError("the business write failed")
+    assert app.queue("mail").get("j1") is None
+    if listener is not None:
+        assert _notes(listener) == []
+        listener.close()
+
+
+def test_a_conflict_inside_atomic_leaves_the_transaction_usable(app: App, alias: str) -> None:
+    with transaction.atomic(using=alias):
+        app.enqueue("send_mail", {"to": "a@example.com"}, job_id="j1")
+        with pytest.raises(JobConflict):
+            app.enqueue("send_mail", {"to": "someone-else@example.com"}, job_id="j1")
+        with connections[alias].cursor() as cursor:  # the caller's next query succeeds
+            cursor.execute("SELECT 41 + 1")
+            assert cursor.fetchone() == (42,)
+    job = app.queue("mail").get("j1")
+    assert job is not None and job.payload == {"to": "a@example.com"}
+
+
+def test_async_view_enqueue_joins_the_transaction_on_djangos_thread(app: App,
+                                                                     alias: str) -> None:
+    @sync_to_async(thread_sensitive=True)
+    def place(job_id: str, fail: bool) -> None:
+        with transaction.atomic(using=alias):
+            app.enqueue("send_mail", {"to": "a@example.com"}, job_id=job_id)
+            if fail:
+                raise RuntimeError("rolled back")
+
+    async def view() -> None:
+        await place("kept", False)
+        with pytest.raises(RuntimeError):
+            await place("gone", True)
+        # aenqueue on a django:// store runs on the same thread, in autocommit
+        await app.get_task("send_mail").aenqueue("b@example.com", job_id="async")  # type: ignore[union-attr]
+        # Django's sync thread keeps its connections: close them, as a request's end would
+        await sync_to_async(connections.close_all, thread_sensitive=True)()
+
+    asyncio.run(view())
+    q = app.queue("mail")
+    assert q.get("kept") is not None and q.get("gone") is None and q.get("async") is not None
+
+
+def test_worker_operations_and_wait_run_on_djangos_connection(app: App, alias: str) -> None:
+    q = app.queue("mail")
+    q.enqueue("j1", {"to": "x"}, task="send_mail")
+    job = q.claim("w1")[0]
+
+    def finish() -> None:  # another thread: another Django connection, as a worker's
+        time.sleep(0.3)
+        q.complete(job, {"ok": True})
+        connections.close_all()
+
+    finisher = threading.Thread(target=finish)
+    started = time.monotonic()
+    finisher.start()
+    done = q.wait("j1", timeout_s=10)
+    took = time.monotonic() - started
+    finisher.join()
+    assert done.result == {"ok": True}
+    assert took < 0.3 + NOTIFY_FALLBACK_S * 0.6, took  # woken by NOTIFY / the counter
+    assert [e.event for e in q.journal("j1")] == ["enqueued", "claimed", "result_saved"]
+
+
+def test_django_urls_are_checked() -> None:
+    from leaseq.errors import InvalidURL
+
+    with pytest.raises(InvalidURL, match="no such database alias"):
+        connect("django://nope")
+    with pytest.raises(InvalidURL, match="looks like"):
+        connect(f"django://default/{uuid.uuid4().hex}")
+
+
+def test_a_django_url_without_django_settings_says_what_to_do() -> None:
+    import subprocess
+    import sys
+
+    code = ("import leaseq\ntry:\n    leaseq.connect('django://default')\n"
+            "except leaseq.InvalidURL as exc:\n    print(exc)\n")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "django:// needs Django's settings" in out

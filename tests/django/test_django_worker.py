@@ -1,0 +1,103 @@
+"""The django-tasks backend's round trip and the leaseq tasks through a real worker process
+(``manage.py leaseq_worker --burst`` on the same test database), and ``run_jobs`` running
+enqueued jobs inside a ``TestCase``'s transaction."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.test import TestCase
+from django_tasks import TaskResultStatus
+from djangotest_app import jobs
+from djangotest_helpers import aliases, worker_env
+
+from leaseq.contrib.django.testing import run_jobs
+from leaseq.stores import connect
+
+
+@pytest.fixture(params=aliases())
+def on_alias(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The tests' App (and so the django-tasks backend) on this alias's connection."""
+    alias = request.param
+    before = jobs.app.store
+    jobs.app.use_store(connect(f"django://{alias}"))
+    yield alias
+    jobs.app.store.close()
+    jobs.app.use_store(before)
+
+
+def _run_worker_burst(alias: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "leaseq_worker", "--burst", "--concurrency", "2",
+         "--grace-s", "5"], env={**worker_env(), "LEASEQ_DJANGO_URL": f"django://{alias}"},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.django_db(transaction=True, databases=aliases())
+def test_django_tasks_backend_round_trip_through_a_worker_process(on_alias: str) -> None:
+    # Given two Django tasks enqueued through the leaseq backend
+    ok = jobs.add.enqueue(2, 3)
+    bad = jobs.explode.enqueue()
+    assert ok.status == TaskResultStatus.READY
+    # When a worker process runs them
+    _run_worker_burst(on_alias)
+    # Then the results come back through the backend
+    ok.refresh()
+    assert ok.status == TaskResultStatus.SUCCESSFUL and ok.return_value == 5
+    bad.refresh()
+    assert bad.status == TaskResultStatus.FAILED
+    assert bad.errors[0].exception_class_path == "builtins.KeyError"
+    assert jobs.add.get_result(ok.id).return_value == 5
+
+
+@pytest.mark.django_db(transaction=True, databases=aliases())
+def test_leaseq_tasks_run_in_a_worker_process_with_fresh_connections(on_alias: str) -> None:
+    jobs.send_mail.enqueue("a@example.com", job_id="m1")
+    _run_worker_burst(on_alias)
+    job = jobs.app.queue("mail").wait("m1", timeout_s=10)
+    assert job.status == "done" and job.result == {"sent_to": "a@example.com"}
+
+
+class RunJobsInsideATestCase(TestCase):
+    def test_enqueued_jobs_run_synchronously_in_the_tests_transaction(self) -> None:
+        jobs.send_mail.enqueue("a@example.com", job_id="t1")
+        jobs.always_fails.enqueue("nope", job_id="t2")
+        ran = run_jobs(queues=["mail"])
+        by_id = {j.id: j for j in ran}
+        self.assertEqual(by_id["t1"].status, "done")
+        self.assertEqual(by_id["t1"].result, {"sent_to": "a@example.com"})
+        self.assertEqual(by_id["t2"].status, "pending")  # a retry was scheduled
+        self.assertIn("ValueError: nope", by_id["t2"].error)
+        self.assertEqual(run_jobs(queues=["mail"]), [])  # the retry is not due yet
+
+    def test_an_async_task_runs_and_sees_the_tests_transaction(self) -> None:
+        jobs.count_jobs_async.enqueue("mail", job_id="a1")
+        [ran] = run_jobs(queues=["mail"])
+        self.assertEqual((ran.status, ran.result), ("done", 1))  # it saw its own job
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_django_worker_refreshes_connections_around_every_job(monkeypatch) -> None:
+    import leaseq.contrib.django.worker as django_worker
+    from leaseq.worker import WorkerConfig
+
+    calls: list[str] = []
+    real = django_worker.close_old_connections
+
+    def counted() -> None:
+        calls.append(threading.current_thread().name)
+        real()
+
+    monkeypatch.setattr(django_worker, "close_old_connections", counted)
+    for n in range(3):
+        jobs.send_mail.enqueue(f"{n}@example.com", job_id=f"c{n}")
+    django_worker.run(jobs.app, WorkerConfig(queues=("mail",), burst=True, concurrency=1),
+                      threading.Event())
+    assert jobs.app.queue("mail").counts() == {"done": 3}
+    assert len(calls) == 6  # before and after each job, on the job's thread
+    assert "MainThread" not in calls

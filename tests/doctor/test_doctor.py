@@ -1,0 +1,142 @@
+"""``leaseq doctor`` finds each symptom of the diagnostic map in a store prepared to show it,
+and nothing in a healthy one."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from click.testing import CliRunner
+
+import leaseq
+from leaseq.cli import cli
+from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
+from leaseq.job import Job, JournalEntry, Lease
+from leaseq.stores.base import Store
+
+W = "host:1:aaaa0001"
+
+
+@pytest.fixture
+def store(tmp_path) -> Iterator[Store]:
+    store = leaseq.connect(f"sqlite:///{tmp_path}/jobs.db")
+    yield store
+    store.close()
+
+
+def checks(store: Store) -> set[str]:
+    """The checks that found something; this host's clock moves with the store's test
+    offset, so only the symptom prepared shows."""
+    return {f.check for f in diagnose(
+        store, local_clock=lambda: time.time() + store.time_offset_s).findings}
+
+
+def healthy(store: Store) -> None:
+    q = store.queue("mail")
+    q.enqueue("done-1", {})
+    q.complete(q.claim(W)[0], None)
+    q.enqueue("ready-1", {})
+    store.register_worker(W, ["mail"], 0)
+
+
+def test_a_healthy_store_shows_nothing(store: Store, tmp_path) -> None:
+    healthy(store)
+    report = diagnose(store)
+    assert report.findings == [] and not report.failed
+    assert "schema" in report.checks_run and "clock" in report.checks_run
+    result = CliRunner().invoke(cli, ["doctor", "--url", f"sqlite:///{tmp_path}/jobs.db"])
+    assert result.exit_code == 0 and "healthy" in result.output
+
+
+def test_ready_work_with_no_live_worker(store: Store) -> None:
+    healthy(store)
+    store.time_offset_s = 120  # the worker's last beat is now two minutes old
+    assert "ready_without_worker" in checks(store)
+
+
+def test_oldest_ready_over_the_threshold(store: Store) -> None:
+    healthy(store)
+    store.time_offset_s = 400
+    store.register_worker(W, ["mail"], 0)
+    assert checks(store) == {"oldest_ready"}
+
+
+def test_leases_that_ran_out_and_were_not_reclaimed(store: Store) -> None:
+    healthy(store)
+    store.queue("mail").claim(W, lease_s=5)
+    store.time_offset_s = 30
+    store.register_worker(W, ["mail"], 1)
+    assert checks(store) == {"expired_leases"}
+
+
+def test_a_quarantine_that_grew_this_hour_warns(store: Store) -> None:
+    healthy(store)
+    q = store.queue("mail")
+    q.fail(q.claim(W)[0], "boom")
+    report = diagnose(store, local_clock=time.time)
+    assert {f.check for f in report.findings} == {"quarantine_grew"}
+    assert not report.failed  # a warning
+
+
+def test_jobs_owed_to_the_broker_and_jobs_published_but_never_claimed(store: Store) -> None:
+    healthy(store)
+    q = store.queue("mail")
+    (job,) = store.outbox_due("mail", 10)
+    store.mark_published("mail", [Lease(job.id, job.lease_epoch)])
+    q.enqueue("owed-1", {})
+    # A publish journaled this hour turns the broker checks on by themselves
+    eager = DoctorConfig(unpublished_s=-1, unclaimed_s=-1)
+    assert {"outbox_owed", "published_unclaimed"} <= {
+        f.check for f in diagnose(store, eager).findings}
+    assert not {"outbox_owed", "published_unclaimed"} & checks(store)  # not yet overdue
+    # And --broker runs them whatever the journal says, here ten minutes on
+    store.time_offset_s = 900
+    store.register_worker(W, ["mail"], 0)
+    found = diagnose(store, DoctorConfig(broker=True, oldest_ready_s=3600),
+                     local_clock=lambda: time.time() + 900)
+    assert {f.check for f in found.findings} == {"outbox_owed", "published_unclaimed"}
+
+
+def test_clock_skew_between_the_database_and_this_host(store: Store, tmp_path) -> None:
+    healthy(store)
+    report = diagnose(store, local_clock=lambda: store.server_now().timestamp() - 30)
+    assert [f.check for f in report.findings] == ["clock"]
+    # And the command exits non-zero, with each finding's four parts in its JSON
+    result = CliRunner().invoke(cli, ["doctor", "--url", f"sqlite:///{tmp_path}/jobs.db",
+                                      "--json", "--live-worker-s", "0.000001"])
+    assert result.exit_code == 1
+    found = json.loads(result.output.split("\nleaseq:")[0])["findings"]
+    assert {"symptom", "cause", "ran", "action"} <= set(found[0])
+    assert found[0]["action"].startswith("leaseq ")
+
+
+def story(*events: tuple[str, str | None]) -> list[JournalEntry]:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return [JournalEntry(at + timedelta(seconds=i), "j1", event, reason=reason)
+            for i, (event, reason) in enumerate(events)]
+
+
+def test_one_jobs_story_read_against_the_map() -> None:
+    now = datetime(2026, 1, 1, 1, tzinfo=UTC)
+    done = Job(id="j1", queue="mail", status="done", payload={}, updated_at=now)
+    # A result saved after a broker delivery, with no ack after it
+    no_ack = story(("received", None), ("claimed", None), ("result_saved", "done"))
+    assert [f.check for f in diagnose_job(done, no_ack, now)] == ["result_without_ack"]
+    acked = [*no_ack, *story(("ack_sent", None))]
+    assert diagnose_job(done, acked, now) == []
+    # Retries that keep failing for the same reason
+    failing = Job(id="j1", queue="mail", status="pending", payload={}, updated_at=now)
+    same = story(("retry_scheduled", "KeyError: 'name'"), ("retry_scheduled", "KeyError: 'name'"))
+    (found,) = diagnose_job(failing, same, now)
+    assert found.check == "same_reason_retried" and "leaseq cancel j1" in found.action
+    varied = story(("retry_scheduled", "timeout"), ("retry_scheduled", "503"))
+    assert diagnose_job(failing, varied, now) == []
+    # Broker mode: pending long with no publish
+    waiting = Job(id="j1", queue="mail", status="pending", payload={},
+                  updated_at=now - timedelta(minutes=5))
+    published_once = story(("published", None), ("claimed", None), ("retry_scheduled", "x"))
+    assert [f.check for f in diagnose_job(waiting, published_once, now)] == [
+        "queued_unpublished"]

@@ -1,0 +1,93 @@
+"""The MongoDB store's operators' tools against the recording fake: the walks each filter
+takes (every one indexed, see conftest.py), the filters checked on walked documents, and the
+bulk paths the public-method table does not take."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from unittest import mock
+
+import pytest
+from mongo_fakes import FakeDB
+
+from leaseq.browse import BulkAction, JobFilter
+from leaseq.errors import JobNotFound
+from leaseq.stores.mongodb import MongoStore
+from leaseq.stores.mongodb.operators import edit_payload, matches, walk_query
+
+Q = "leaseq_q"
+AT = datetime(2024, 5, 1, 10, tzinfo=UTC)
+
+
+def test_a_status_walk_goes_on_from_its_cursor(store: MongoStore, db: FakeDB) -> None:
+    # Given a first page of one failed job
+    db[Q].answer("find", [{"_id": "a", "updated_at": AT}, {"_id": "b", "updated_at": AT}],
+                 [{"_id": "a", "status": "failed"}])
+    page = store.find_jobs(JobFilter("q", status="failed"), limit=1)
+    assert [j.id for j in page.jobs] == ["a"] and page.next_cursor
+    # When the next page is read from its cursor
+    db[Q].answer("find", [], [])
+    assert store.find_jobs(JobFilter("q", status="failed"), cursor=page.next_cursor).jobs == []
+    # Then the walk asked for what comes after (updated_at, id) of the last row
+    query, sort = walk_query(JobFilter("q", status="failed"), AT.isoformat(), "a")
+    assert query["$or"][1] == {"updated_at": AT, "_id": {"$lt": "a"}}
+    assert sort == [("updated_at", -1), ("_id", -1)]
+
+
+def test_an_id_prefix_is_one_range_of_the_id_index() -> None:
+    query, _ = walk_query(JobFilter("q", id_prefix="ab"), None, None)
+    assert query == {"_id": {"$gt": "", "$gte": "ab", "$lt": "ac"}}
+
+
+def test_filters_the_index_does_not_bound() -> None:
+    doc = {"_id": "ab-1", "task": "t", "error": "Timeout here", "updated_at": AT}
+    assert matches(JobFilter("q", task="t", id_prefix="ab", error_text="timeout"), doc)
+    assert not matches(JobFilter("q", task="u"), doc)
+    assert not matches(JobFilter("q", id_prefix="x"), doc)
+    assert not matches(JobFilter("q", error_text="nope"), doc)
+    assert not matches(JobFilter("q", updated_from=datetime(2025, 1, 1, tzinfo=UTC)), doc)
+    assert not matches(JobFilter("q", updated_until=AT), doc)
+    assert matches(JobFilter("q", updated_until=datetime(2025, 1, 1, tzinfo=UTC)), doc)
+
+
+def test_requeue_and_delete_act_only_where_they_fit(store: MongoStore, db: FakeDB) -> None:
+    db[Q].answer("find_one_and_update", {"_id": "a", "status": "pending"}, None)
+    result = store.act_on_jobs("q", BulkAction.REQUEUE, ["a", "b"], "me")
+    assert (result.acted, result.skipped) == (["a"], ["b"])
+    # Delete: found terminal, deleted, one of them still there (it went live in between)
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}], [{"_id": "b"}])
+    db[Q].answer("delete_many", mock.Mock(deleted_count=1))
+    result = store.act_on_jobs("q", BulkAction.DELETE, ["a", "b", "c"], "me")
+    assert (result.acted, result.skipped) == (["a"], ["b", "c"])
+    db[Q].answer("find", [])
+    assert store.act_on_jobs("q", BulkAction.DELETE, ["z"], "me").skipped == ["z"]
+
+
+def test_requeue_edited_refuses_live_and_unknown_jobs(store: MongoStore, db: FakeDB) -> None:
+    db[Q].answer("find_one", {"_id": "j1", "status": "pending"}, None)
+    db[Q].answer("find_one_and_update", None)
+    assert store.requeue_edited("q", "j1", "{}", "me") is False
+    with pytest.raises(JobNotFound):
+        store.requeue_edited("q", "nope", "{}", "me")
+
+
+def test_an_edit_removes_the_old_payload_fields() -> None:
+    steps = edit_payload({"a": 1, "b": 2}, {"b": 3}, 0.0)
+    assert steps[0] == {"$unset": ["a"]}
+    assert steps[1] == {"$set": {"b": {"$literal": 3}}}
+    assert edit_payload({}, {"b": 3}, 0.0)[0] == {"$set": {"b": {"$literal": 3}}}
+
+
+def test_a_status_walk_goes_past_documents_without_updated_at(store: MongoStore,
+                                                              db: FakeDB) -> None:
+    # Given a page that ended on an adopted document with no updated_at
+    db[Q].answer("find", [{"_id": "b"}], [{"_id": "b", "status": "failed"}])
+    page = store.find_jobs(JobFilter("q", status="failed"), limit=1)
+    assert page.next_cursor == '[null, "b"]'
+    # Then the next page reads the other undated ones below it, and dated pages include them
+    db[Q].answer("find", [], [])
+    store.find_jobs(JobFilter("q", status="failed"), cursor=page.next_cursor)
+    query, _ = walk_query(JobFilter("q", status="failed"), None, "b")
+    assert query == {"status": "failed", "updated_at": None, "_id": {"$lt": "b"}}
+    dated, _ = walk_query(JobFilter("q", status="failed"), AT.isoformat(), "a")
+    assert {"updated_at": None} in dated["$or"]
