@@ -137,7 +137,7 @@ class Heartbeat:
                 busy = not self.on_untrusted(item) or busy
         return busy
 
-    def _tick(self, trust_at: float) -> None:
+    def _tick(self, trust_at: float = float("inf")) -> None:
         """Call ``on_tick`` when due, bounded so that it never holds up the next lease-clock
         deadline (``trust_at``) or the beats."""
         now = self.clock()
