@@ -115,8 +115,8 @@ class FollowUp:
 class Job:
     """One job record (DESIGN.md §2). Timestamps are timezone-aware UTC, from the store's clock.
 
-    ``lease_lost`` is not stored: the worker sets it when a heartbeat finds the lease gone, so a
-    long handler can check it and stop early.
+    ``lease_lost`` is not stored: the worker sets it when a heartbeat finds the lease gone or
+    its local lease clock runs out, so a long handler can check it (or ``check()``) and stop.
     """
 
     id: str
@@ -151,6 +151,13 @@ class Job:
     @property
     def lease(self) -> Lease:
         return Lease(self.id, self.lease_epoch)
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` once this worker no longer holds the job: a heartbeat found the
+        lease gone, or the local lease clock ran out (no beat confirmed it in time; another
+        worker may take the job soon). A long handler calls it between steps and stops."""
+        if self.lease_lost:
+            raise LeaseLost(self.queue, self.id, self.lease_epoch)
 
     @property
     def attempt(self) -> int:

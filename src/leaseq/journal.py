@@ -32,6 +32,7 @@ class JournalEvent(StrEnum):
     EDITED = "edited"  # an operator replaced a terminal job's payload (then ``requeued``)
     DELETED = "deleted"  # an operator deleted a terminal job; the journal keeps this row
     OPERATOR_ACTION = "operator_action"  # who paused / resumed a schedule (dashboard)
+    LEASE_ABANDONED = "lease_abandoned"  # the worker's lease clock ran out (``append_journal``)
 
 
 class ScheduleEvent(StrEnum):

@@ -22,8 +22,9 @@ from typing import Any
 from leaseq import validate
 from leaseq.app import App, Finish, PayloadMismatch, Task
 from leaseq.completer import Completer
-from leaseq.errors import InvalidInput, StoreUnavailable
+from leaseq.errors import InvalidInput, LeaseqError, StoreUnavailable
 from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_reason
+from leaseq.journal import JournalEvent
 from leaseq.logfields import job_fields
 from leaseq.metrics import Metrics
 from leaseq.policy import QueuePolicy
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 WRITE_RETRY_PAUSES_S = (0.1, 0.5, 2.0)
 #: What ``finish`` returns when the completion went to the completer (not yet written).
 COMPLETING = "completing"
+#: Journal events of a finishing write (the job leaves ``processing`` under its lease).
+FINISH_EVENTS = frozenset({JournalEvent.RESULT_SAVED, JournalEvent.QUARANTINED,
+                           JournalEvent.RETRY_SCHEDULED, JournalEvent.SNOOZED,
+                           JournalEvent.GIVEN_BACK})
 
 
 def _in_new_thread(fn: Callable[[], None]) -> None:
@@ -70,6 +75,17 @@ class InFlight:
     """Set (under ``lock``) when the completion went to the completer: the job stays in
     flight until its batch commits, but is neither beaten nor given back any more."""
     future: Future[Any] | None = None
+    confirmed_at: float = float("-inf")
+    """When the request that last confirmed the lease (the claim, or a beat) was sent."""
+    trusted_until: float = float("inf")
+    """The local lease clock (worker's monotonic clock): when the request that last confirmed
+    the lease was sent, plus the lease, minus the worker's margin. Past it the worker abandons
+    the job, whatever the network does, before the store can hand it to another worker."""
+    landed: bool = False
+    """Set (under the worker's lock) when the handler gave its slot back."""
+    abandoned: bool = False
+    """Set (under the worker's lock) when the lease clock ran out and the slot was freed
+    while the handler still ran; its landing then frees nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +219,8 @@ class Runner:
         """The completer answered (its thread): record the outcome and settle the item. A
         write the store could not take is tried again on its own, off the completer."""
         if isinstance(answer, BaseException) and not isinstance(answer, LeaseLost):
-            self.fallback(lambda: self._complete_directly(item, ran))
+            unknown = isinstance(answer, StoreUnavailable)  # the batch may have committed
+            self.fallback(lambda: self._complete_directly(item, ran, unknown))
             return
         if isinstance(answer, Job):
             outcome = _label("complete", answer)
@@ -217,10 +234,10 @@ class Runner:
         self._record(item, outcome, ran)
         self.on_settled(item)
 
-    def _complete_directly(self, item: InFlight, ran: Ran) -> None:
+    def _complete_directly(self, item: InFlight, ran: Ran, unknown: bool = False) -> None:
         with item.lock:
             try:
-                outcome = self._write_outcome(item, ran)
+                outcome = self._write_outcome(item, ran, unknown)
             finally:
                 item.finished = True
         self._record(item, outcome, ran)
@@ -230,7 +247,11 @@ class Runner:
         if outcome != "lease_lost":
             self.metrics.job_finished(item.queue.name, outcome, ran.duration_s)
 
-    def _write_outcome(self, item: InFlight, ran: Ran) -> str:
+    def _write_outcome(self, item: InFlight, ran: Ran, unknown: bool = False) -> str:
+        """Write the outcome, fenced; tried again after a store error. A write whose outcome
+        is unknown (``unknown``, or a try that failed) is never assumed done nor undone: the
+        retry is fenced, and when it is refused the journal says whether the earlier one was
+        saved under this lease."""
         job = item.job
         if job.lease_lost:
             log.warning("job %s: lease lost during attempt %d; result discarded", job.id,
@@ -241,11 +262,17 @@ class Runner:
             try:
                 return _label(action, call())
             except LeaseLost:
+                landed = self._landed_earlier(item) if unknown else None
+                if landed is not None:
+                    log.info("job %s: an earlier write of unknown outcome had been saved",
+                             job.id)
+                    return _label(action, landed)
                 self.lease_lost(item)
                 log.warning("job %s: lease lost before its outcome was saved; result discarded",
                             job.id, extra=job_fields("lease_lost", job))
                 return "lease_lost"
             except StoreUnavailable as exc:
+                unknown = True  # it may have committed: a refused retry is then looked up
                 if pause is None:
                     # Give up: the lease runs out and the job is reclaimed and run again.
                     log.error("job %s: cannot save its outcome (%s); it will be retried after "
@@ -254,6 +281,18 @@ class Runner:
                     return "store_error"
                 self.sleep(pause)
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _landed_earlier(item: InFlight) -> Job | None:
+        """The job as saved, when its journal holds a finish under this very lease (an
+        earlier try did commit); None when it does not, or cannot be read."""
+        job = item.job
+        try:
+            saved = any(e.lease_epoch == job.lease_epoch and e.event in FINISH_EVENTS
+                        for e in item.queue.journal(job.id))
+            return item.queue.get(job.id) if saved else None
+        except LeaseqError:
+            return None
 
     def _decide(self, item: InFlight, ran: Ran) -> tuple[str, Callable[[], Job]]:
         """The store call for this outcome, and its action name."""

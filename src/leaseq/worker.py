@@ -8,6 +8,11 @@ until a slot frees; the handler that frees a slot starts the next one itself. ``
 each outcome into one fenced write; plain completions go to the ``Completer``, which commits
 them in batches on its own connection while the claims go on: a job stays in flight, under
 lease and heartbeat, until its batch committed.
+
+The local lease clock (DESIGN.md §8): a job whose lease no request confirmed in time is
+abandoned (``_abandon``) before the store can give it to another worker: its handler sees
+``job.lease_lost`` (an ``async def`` one is cancelled), its result will be discarded, its slot
+is free at once, and the abandonment is journaled once the store answers again.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from typing import Any
 from leaseq import sweeper
 from leaseq.app import App
 from leaseq.completer import Completer
+from leaseq.deadline import within
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost, safe_reason
+from leaseq.journal import JournalEvent
 from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
 from leaseq.prefetch import Prefetch
@@ -47,6 +54,10 @@ log = logging.getLogger(__name__)
 EXIT_SECOND_SIGNAL = 130
 SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
 PREFETCH_REASON = "prefetched but not started in time: given back to be taken at once"
+#: Journal event of a job this worker stopped trusting its lease for (written when it can).
+ABANDONED_EVENT = JournalEvent.LEASE_ABANDONED
+#: How often a worker cut off from its store tries again to journal what it abandoned.
+JOURNAL_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,15 @@ class WorkerConfig:
     scheduler: bool = True
     """Run the app's schedules' scheduler in this worker (any number may: each tick is one job
     whatever the count). Defaults to True; ``leaseq worker --no-scheduler`` opts out."""
+    lease_margin_s: float = 1.0
+    """The local lease clock: a job whose lease was last confirmed by a request (claim or
+    beat) sent at ``t`` is abandoned at ``t + lease_s - lease_margin_s`` unless a later beat
+    confirmed it; the margin covers the clocks' drift and the request's trip, and is at most
+    a third of the lease. Defaults to 1 s."""
+    beat_timeout_s: float | None = None
+    """Longest one heartbeat call waits for the store (its reconnects included); never more
+    than half the beat interval, nor past the next lease-clock deadline. Defaults to None:
+    half the interval."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queues", tuple(self.queues))
@@ -97,7 +117,7 @@ class WorkerConfig:
                 0 <= self.prefetch <= 10_000):
             raise InvalidInput(f"prefetch must be 0 to 10000, got {self.prefetch!r}")
         for name in ("grace_s", "sweep_every_s", "claim_gather_s", "idle_min_s", "idle_max_s",
-                     "prefetch_wait_s"):
+                     "prefetch_wait_s", "lease_margin_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInput(f"{name} must be a number of seconds ≥ 0, got {value!r}")
@@ -105,6 +125,10 @@ class WorkerConfig:
             raise InvalidInput("idle_min_s must be > 0 and at most idle_max_s")
         if self.sweep_every_s <= 0:
             raise InvalidInput("sweep_every_s must be > 0")
+        timeout = self.beat_timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+                timeout, int | float) or not timeout > 0):
+            raise InvalidInput(f"beat_timeout_s must be a number of seconds > 0, got {timeout!r}")
         self.sweeper_config()  # validates retention_s
 
     def sweeper_config(self) -> sweeper.SweeperConfig:
@@ -142,7 +166,13 @@ class Worker:
                               on_settled=self._settle)
         self._completer: Completer | None = None
         self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact,
-                                    on_tick=self._register)
+                                    on_tick=self._register,
+                                    on_untrusted=self._abandon,
+                                    margin_s=self.config.lease_margin_s,
+                                    timeout_s=self.config.beat_timeout_s)
+        self._abandoned: list[tuple[InFlight, float]] = []
+        """Jobs abandoned by the lease clock, with their silence, not yet journaled."""
+        self._journal_at = 0.0
         self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
@@ -212,6 +242,7 @@ class Worker:
         idle_s = self.config.idle_min_s
         next_sweep = self.clock()
         while not self.stopping(stop_event):
+            self._journal_abandoned()
             if self.clock() >= next_sweep:
                 self.sweep()
                 next_sweep = self.clock() + self.config.sweep_every_s
@@ -262,6 +293,7 @@ class Worker:
             room = self._room(prefetch=_may_prefetch(queue))
             if room <= 0:
                 continue
+            sent_at = self.clock()  # the lease clock of these jobs starts when the claim left
             try:
                 jobs = queue.claim(self.worker_id, room, lease_s=self._claim_lease_s[queue.name])
             except LeaseqError as exc:
@@ -269,7 +301,7 @@ class Worker:
                             extra=queue_fields("claim_failed", queue.name))
                 continue
             for job in jobs:
-                self._track(queue, job)
+                self._track(queue, job, sent_at)
             if jobs:
                 self._heartbeat.wake()  # their first beats may be due before its next one
             self._start_ready()
@@ -295,8 +327,9 @@ class Worker:
         leases = {t.policy.lease_s for t in self.app.tasks.values() if t.queue == queue.name}
         return leases.pop() if len(leases) == 1 else queue.policy.lease_s
 
-    def _track(self, queue: Queue, job: Job) -> None:
-        """A claimed job: under lease from now on, waiting in ``_ready`` for a slot."""
+    def _track(self, queue: Queue, job: Job, sent_at: float) -> None:
+        """A claimed job: under lease from now on, waiting in ``_ready`` for a slot; its lease
+        clock runs from ``sent_at``, when the claim was sent."""
         task = self.app.get_task(job.task)
         policy = task.policy if task else queue.policy
         # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
@@ -304,6 +337,12 @@ class Worker:
         now = self.clock()
         first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
         item = InFlight(job, task, queue, policy.lease_s, every_s, now + first_beat_s)
+        self._heartbeat.trust(item, sent_at, self._claim_lease_s[queue.name])
+        if item.trusted_until <= now:
+            # The claim's answer came back after its lease clock ran out (a slow or cut-off
+            # network): another worker may hold the job soon, so it never starts here.
+            self._abandon(item)
+            return
         with self._lock:
             self._in_flight[(queue.name, job.id)] = item
             self._ready.append((now + self.config.prefetch_wait_s, item))
@@ -359,10 +398,12 @@ class Worker:
         """The handler is done with its slot. The job stays in flight while the completer
         writes it (``COMPLETING``); any other outcome is written already."""
         with self._lock:
-            self._running -= 1
+            item.landed = True
+            if not item.abandoned:  # an abandoned job's slot was freed already
+                self._running -= 1
         self._prefetch.finished(self.clock() - item.slot_taken_at)
-        if future.cancelled() or future.exception() is not None or future.result() != COMPLETING:
-            error = None if future.cancelled() else future.exception()
+        error = None if future.cancelled() else future.exception()
+        if future.cancelled() or error is not None or future.result() != COMPLETING:
             if error is not None:
                 log.error("job %s: worker error\n%s", item.job.id,
                           traceback_text(error, self.app.redact),
@@ -391,6 +432,78 @@ class Worker:
             self._wake.set()
             self.store.notify_local(item.queue.name)
 
+    # --- the local lease clock ---------------------------------------------------------------
+
+    def _abandon(self, item: InFlight) -> bool:
+        """The lease clock of ``item`` ran out (heartbeat thread): stop trusting the lease
+        before the store can give the job to another worker. The handler sees
+        ``job.lease_lost`` (an ``async def`` one is cancelled), its result is discarded, its
+        slot is free now. False when its finishing write holds it: that write is fenced, so
+        the store decides, and the lease clock looks again shortly."""
+        if not item.lock.acquire(blocking=False):
+            return False
+        try:
+            if item.finished or item.completing:
+                return True
+            item.finished = True  # the runner writes nothing for it any more
+            self._runner.lease_lost(item)
+        finally:
+            item.lock.release()
+        silent_s = self.clock() - item.confirmed_at
+        log.warning("job %s: lease not confirmed for %.1f s; abandoned%s (attempt %d)",
+                    item.job.id, silent_s, "" if item.started else " before it started",
+                    item.job.attempts,
+                    extra=job_fields("lease_abandoned", item.job))
+        if item.future is not None:
+            item.future.cancel()  # an async handler is cancelled; a sync one runs on
+        self._free_slot(item)
+        with self._lock:
+            self._abandoned.append((item, silent_s))
+        self._settle(item)
+        self._start_ready()
+        return True
+
+    def _free_slot(self, item: InFlight) -> None:
+        """An abandoned job gives its slot back at once, whether its handler is waiting,
+        running (a sync one runs on in its pool thread until it notices) or done."""
+        with self._lock:
+            for entry in self._ready:
+                if entry[1] is item:
+                    self._ready.remove(entry)  # never started: it holds no slot
+                    return
+            if item.future is not None and not item.landed:
+                item.abandoned = True
+                self._running -= 1
+
+    def _journal_abandoned(self) -> None:
+        """Journal the jobs the lease clock abandoned, once the store answers again (tried at
+        most every ``JOURNAL_RETRY_S`` while it does not)."""
+        if not self._abandoned:  # the common case, read without the lock: nothing to write
+            return
+        with self._lock:
+            pending = list(self._abandoned)
+        if not pending or self.clock() < self._journal_at:
+            return
+        for item, silent_s in pending:
+            job = item.job
+            try:
+                with within(JOURNAL_RETRY_S):
+                    self.store.append_journal(
+                        item.queue.name, job.id, ABANDONED_EVENT, attempt=job.attempts,
+                        lease_epoch=job.lease_epoch, worker_id=self.worker_id,
+                        reason=f"lease not confirmed for {silent_s:.1f} s",
+                        data={"silent_s": round(silent_s, 3)})
+            except LeaseqError:
+                self._journal_at = self.clock() + JOURNAL_RETRY_S
+                return
+            with self._lock:
+                self._abandoned.remove((item, silent_s))
+
+    def abandoned_pending(self) -> int:
+        """Abandoned jobs not yet journaled (the store has not answered since)."""
+        with self._lock:
+            return len(self._abandoned)
+
     def _why(self, error: BaseException) -> str:
         """An error as a log line shows it: type and message, with the app's redactor."""
         return safe_reason(error, redact=self.app.redact)
@@ -413,7 +526,10 @@ class Worker:
     # --- start, drain, shutdown ------------------------------------------------------------
 
     def _start(self) -> None:
-        self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="leaseq-job")
+        # Twice the slots: a sync handler abandoned by the lease clock keeps its thread until
+        # it notices, while its slot already runs the next job (threads start only if needed).
+        self._pool = ThreadPoolExecutor(2 * self.config.concurrency,
+                                        thread_name_prefix="leaseq-job")
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
         self._completer = self._runner.completer = Completer()
         finisher = self._finisher

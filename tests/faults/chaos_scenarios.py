@@ -1,5 +1,5 @@
-"""The eleven scenarios of issue 7 and the periodic one of issue 16, in order:
-name → ``run(r: Run)``."""
+"""The scenarios in order: issue 7's eleven, issue 16's periodic one, then issue 14's
+partitions; name → ``run(r: Run)`` (``module`` or ``module:function``, default ``run``)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,17 @@ _MODULES = (
     ("10-sigterm-drain", "sc_drain"),
     ("11-model-stateful", "sc_model"),
     ("12-periodic", "sc_periodic"),
+    ("13-clean-partition", "sc_partition:clean"),
+    ("14-black-hole", "sc_partition:hole"),
+    ("15-flapping-link", "sc_partition:flap"),
 )
 
 
-def _lazy(module: str) -> Scenario:
+def _lazy(target: str) -> Scenario:
+    module, _, function = target.partition(":")
+
     def run(r: Run) -> None:
-        importlib.import_module(module).run(r)
+        getattr(importlib.import_module(module), function or "run")(r)
     return run
 
 

@@ -10,11 +10,14 @@ the scenario gives the worker (this is a test fixture, built once per worker pro
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import threading
 import time
 from typing import Any
 
-from leaseq import App, Job, Permanent, Retry
+from leaseq import App, Job, LeaseLost, Permanent, Retry
 from leaseq.testing.chaos import Ledger
 from leaseq.testing.harness import shifted_clock
 
@@ -33,6 +36,8 @@ POLICY: dict[str, Any] = {"lease_s": LEASE_S, "heartbeat_every_s": HEARTBEAT_S,
 
 app = App(queues={"chaos": POLICY})
 _ledger: Ledger | None = None
+#: Partition scenarios: where this worker reports its longest store call per thread.
+PROBE_PATH = os.environ.get("CHAOS_PROBE")
 
 
 def ledger() -> Ledger:
@@ -174,3 +179,58 @@ def leaky(secret: str, form: str, how: str, job: Job) -> None:
     if how == "permanent":
         raise Permanent(message)
     raise ConnectionError(message)
+
+
+@app.task(queue="chaos", max_attempts=20)
+def steady(n: int, job: Job, work_s: float) -> dict[str, int]:
+    """Partition scenarios: a long handler done right. It checks its lease every 20 ms and
+    stops when the worker abandons the job; its start and stop are stamped on the host's
+    monotonic clock (shared by every network namespace), its effect comes only at the end."""
+    start, how = time.monotonic(), "finished"
+    try:
+        while time.monotonic() < start + work_s:
+            job.check()
+            time.sleep(0.02)
+    except LeaseLost:
+        how = "lease_lost"
+        raise
+    finally:
+        stop = time.monotonic()
+        ledger().fact("run", job.id, {"epoch": job.lease_epoch, "pid": os.getpid(),
+                                      "start": start, "stop": stop, "how": how})
+    ledger().record(job, "work", _worker())
+    return {"n": n}
+
+
+def _probe_store_calls(path: str) -> None:
+    """Time every PostgreSQL store call by thread (the longest per thread kind) and whether
+    the heartbeat thread lives; written to ``path`` every 0.2 s."""
+    from leaseq.stores.postgres import session
+
+    longest: dict[str, float] = {}
+    original = session.Session.run
+
+    def timed(self: Any, work: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return original(self, work, **kwargs)
+        finally:
+            kind = re.sub(r"_\d+$", "", threading.current_thread().name)
+            longest[kind] = max(longest.get(kind, 0.0), time.monotonic() - started)
+
+    session.Session.run = timed  # type: ignore[method-assign]
+
+    def report() -> None:
+        while True:
+            alive = any(t.name == "leaseq-heartbeat" and t.is_alive()
+                        for t in threading.enumerate())
+            with open(path + ".tmp", "w", encoding="utf-8") as fh:
+                json.dump({"longest_s": longest, "heartbeat_alive": alive}, fh)
+            os.replace(path + ".tmp", path)
+            time.sleep(0.2)
+
+    threading.Thread(target=report, name="chaos-probe", daemon=True).start()
+
+
+if PROBE_PATH:
+    _probe_store_calls(PROBE_PATH)

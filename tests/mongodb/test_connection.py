@@ -4,10 +4,27 @@ password. Store-specific: ``connect`` hands the whole URL to this store."""
 from __future__ import annotations
 
 import pytest
+from pymongo import _csot
+from pymongo.errors import (
+    ExecutionTimeout,
+    NetworkTimeout,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WTimeoutError,
+)
 
+from leaseq import deadline
 from leaseq.errors import InvalidURL, StoreUnavailable
 from leaseq.stores import connect
-from leaseq.stores.mongodb.connection import parse_ttl, parse_url, secrets_of
+from leaseq.stores.mongodb.connection import (
+    TIMEOUT_DEFAULTS_MS,
+    guarded,
+    open_client,
+    parse_ttl,
+    parse_url,
+    secrets_of,
+)
 
 
 def test_database_prefix_and_ttl_come_from_the_url_and_are_taken_out_of_it():
@@ -17,10 +34,26 @@ def test_database_prefix_and_ttl_come_from_the_url_and_are_taken_out_of_it():
     assert parsed.mongo_url == "mongodb://h:27017/jobs?appName=x"
 
 
-def test_defaults_are_leaseq_majority_and_retryable_writes():
+def test_defaults_are_leaseq_majority_retryable_writes_and_bounded_calls():
     parsed = parse_url("mongodb://h")
     assert (parsed.database, parsed.prefix, parsed.ttl_s) == ("leaseq", "leaseq_", {})
-    assert parsed.client_options == {"tz_aware": True, "w": "majority", "retryWrites": True}
+    assert parsed.client_options == {"tz_aware": True, "w": "majority", "retryWrites": True,
+                                     **TIMEOUT_DEFAULTS_MS}
+    assert TIMEOUT_DEFAULTS_MS == {"serverSelectionTimeoutMS": 10_000,
+                                   "socketTimeoutMS": 30_000, "timeoutMS": 30_000}
+
+
+def test_timeouts_in_the_url_win_and_reach_the_client():
+    parsed = parse_url("mongodb://h/db?sockettimeoutms=5000&timeoutMS=8000")
+    assert "socketTimeoutMS" not in parsed.client_options
+    assert "timeoutMS" not in parsed.client_options
+    assert parsed.client_options["serverSelectionTimeoutMS"] == 10_000
+    _, client = open_client("mongodb://127.0.0.1:1/db?sockettimeoutms=5000&connect=false")
+    try:
+        assert client.options.pool_options.socket_timeout == 5.0
+        assert (client.options.timeout, client.options.server_selection_timeout) == (30.0, 10.0)
+    finally:
+        client.close()
 
 
 def test_a_write_concern_in_the_url_wins():
@@ -61,3 +94,58 @@ def test_an_unreachable_server_is_store_unavailable_without_the_password():
     # Then the error names the server but never the password
     assert "hunter2" not in str(raised.value)
     assert "user:***@127.0.0.1:1" in str(raised.value)
+
+
+class _BulkTimedOut(PyMongoError):
+    """A driver error outside the connection and operation families that says it timed out
+    (a bulk write whose batches ran out of ``timeoutMS``)."""
+
+    @property
+    def timeout(self) -> bool:
+        return True
+
+
+class _Store:
+    """Just what ``guarded`` reads of a store: its shown URL and its secrets."""
+
+    url = "mongodb://u:***@h/db"
+    secrets = ("hunter2",)
+
+    def __init__(self, error: BaseException | None = None):
+        self.error = error
+        self.seen_timeout: float | None = None
+
+    @guarded
+    def call(self) -> str:
+        self.seen_timeout = _csot.get_timeout()
+        if self.error is not None:
+            raise self.error
+        return "ok"
+
+
+def test_a_callers_deadline_becomes_pymongos_timeout():
+    store = _Store()
+    assert store.call() == "ok" and store.seen_timeout is None
+    with deadline.within(0.5):
+        store.call()
+    assert store.seen_timeout is not None and 0 < store.seen_timeout <= 0.5
+
+
+@pytest.mark.parametrize("error", [
+    NetworkTimeout("timed out hunter2"),
+    ExecutionTimeout("operation exceeded time limit", code=50),
+    WTimeoutError("waiting for replication timed out", code=64),
+    ServerSelectionTimeoutError("no servers"),
+    _BulkTimedOut("bulk write timed out"),
+], ids=["network", "server-time-limit", "write-concern", "server-selection", "bulk"])
+def test_a_timed_out_call_is_store_unavailable_without_the_password(error):
+    with pytest.raises(StoreUnavailable, match="unavailable") as raised:
+        _Store(error).call()
+    assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize("error", [OperationFailure("bad query", code=2),
+                                   PyMongoError("not a timeout")])
+def test_other_driver_errors_pass_through(error):
+    with pytest.raises(type(error)):
+        _Store(error).call()

@@ -19,7 +19,8 @@ def test_the_events_are_the_designed_ones_and_the_old_name_reads_as_the_new() ->
     assert {e.value for e in JournalEvent} == {
         "enqueued", "claimed", "heartbeat_lost", "result_saved", "retry_scheduled", "snoozed",
         "given_back", "quarantined", "reclaimed", "requeued", "cancelled", "published",
-        "received", "ack_sent", "publish_owed", "edited", "deleted", "operator_action"}
+        "received", "ack_sent", "publish_owed", "edited", "deleted", "operator_action",
+        "lease_abandoned"}
     assert RENAMED_EVENTS["retried"] is JournalEvent.REQUEUED
 
 

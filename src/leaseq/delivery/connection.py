@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 from leaseq.errors import InvalidURL, LeaseqError, StoreUnavailable
 from leaseq.validate import redact_url
@@ -45,19 +46,38 @@ def is_fatal(exc: BaseException) -> bool:
     return isinstance(exc, LeaseqError) and not isinstance(exc, StoreUnavailable)
 
 
-def open_connection(amqp_url: str, *, heartbeat_s: int = 30,
-                    name: str = "leaseq") -> BlockingConnection:
+#: Bounds every leaseq connection to RabbitMQ gets unless its URL sets them (pika reads
+#: ``heartbeat``, ``blocked_connection_timeout``, ``socket_timeout`` and ``stack_timeout`` from
+#: the URL's query). A partitioned or black-holed broker is noticed within two heartbeats (then
+#: RabbitMQ, seeing the same silence, returns the unacknowledged deliveries); a broker that
+#: blocks publishers (an alarm) closes the connection after ``blocked_connection_timeout``;
+#: connecting (TCP, then the AMQP handshake) ends within ``socket_timeout`` / ``stack_timeout``.
+CONNECTION_DEFAULTS: dict[str, float] = {"heartbeat": 15, "blocked_connection_timeout": 60.0,
+                                         "socket_timeout": 10.0, "stack_timeout": 15.0}
+
+
+def open_connection(amqp_url: str, *, name: str = "leaseq") -> BlockingConnection:
     """A blocking connection; ``InvalidURL`` (password masked) when the URL is unusable."""
+    import pika
+
+    return pika.BlockingConnection(connection_parameters(amqp_url, name=name))
+
+
+def connection_parameters(amqp_url: str, *, name: str = "leaseq") -> Any:
+    """pika's parameters for ``amqp_url`` with ``CONNECTION_DEFAULTS`` where the URL is silent;
+    ``InvalidURL`` (password masked) when the URL is unusable."""
     import pika
 
     try:
         params = pika.URLParameters(amqp_url)
     except Exception as exc:
         raise InvalidURL(f"cannot use AMQP URL {redact_url(amqp_url)}: {exc}") from None
-    params.heartbeat = heartbeat_s
-    params.blocked_connection_timeout = max(heartbeat_s * 2, 60)
+    given = {key.lower() for key, _ in parse_qsl(urlsplit(amqp_url).query)}
+    for option, value in CONNECTION_DEFAULTS.items():
+        if option not in given:
+            setattr(params, option, value)
     params.client_properties = {"connection_name": name}
-    return pika.BlockingConnection(params)
+    return params
 
 
 @contextmanager

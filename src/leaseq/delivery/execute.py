@@ -7,6 +7,13 @@ so nothing here decides an outcome: ``leaseq.runner.Runner`` runs the handler an
 the leases of all in-flight jobs alive in one store call per queue. This module only adapts
 their interface (an ``InFlight`` in, an outcome label out) to the consumer's
 ``Callable[[Job], Job]``.
+
+The local lease clock (DESIGN.md §8) runs here too: the job's lease is trusted from the call
+(the claim was sent just before it; ``lease_margin_s`` covers that round trip) until a beat
+confirms it, and a consumer cut off from its store abandons the job in time exactly as the
+worker does: the handler sees ``job.lease_lost`` (an ``async def`` one is cancelled), nothing is
+written, and the call raises ``LeaseLost`` (the consumer acks without an effect; when the lease
+expires the reclaim owes the job's publish again).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
 from leaseq.errors import StoreUnavailable
@@ -32,12 +40,14 @@ Execute = Callable[[Job], Job]
 class AppExecutor:
     """Runs claimed jobs of ``app`` as the worker does. Thread-safe; ``close()`` when done."""
 
-    def __init__(self, app: App, metrics: Metrics | None = None):
+    def __init__(self, app: App, metrics: Metrics | None = None, *,
+                 lease_margin_s: float = 1.0):
         self.app = app
         self.metrics = metrics or Metrics()
         self._runner = Runner(app, self.metrics)
         self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost,
-                                    redact=app.redact)
+                                    redact=app.redact, on_untrusted=self._abandon,
+                                    margin_s=lease_margin_s)
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
         self._started = False
@@ -48,6 +58,7 @@ class AppExecutor:
         written. ``LeaseLost`` when the write was fenced out; ``StoreUnavailable`` when the
         store refused it after the runner's own retries (the lease then expires)."""
         item = self._in_flight_item(job)
+        self._heartbeat.trust(item, time.monotonic(), item.queue.policy.lease_s)
         key = (item.queue.name, job.id)
         with self._lock:
             self._in_flight[key] = item
@@ -58,7 +69,7 @@ class AppExecutor:
         finally:
             with self._lock:
                 self._in_flight.pop(key, None)
-        if outcome == "lease_lost":
+        if outcome in ("lease_lost", "abandoned"):
             raise LeaseLost(item.queue.name, job.id, job.lease_epoch)
         after = item.queue.get(job.id)
         if outcome == "store_error" or after is None:
@@ -87,7 +98,26 @@ class AppExecutor:
         if item.task is None or not item.task.is_async:
             return self._runner.run_sync(item)
         coro = self._runner.run_async(item, _in_thread)
-        return asyncio.run_coroutine_threadsafe(coro, self._loop.get()).result()
+        item.future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
+        try:
+            return str(item.future.result())
+        except CancelledError:
+            return "abandoned"  # the lease clock ran out and cancelled the handler
+
+    def _abandon(self, item: InFlight) -> bool:
+        """The lease clock of ``item`` ran out (heartbeat thread): nothing of it is written
+        any more; False while its finishing write holds it (that write is fenced)."""
+        if not item.lock.acquire(blocking=False):
+            return False
+        try:
+            if not (item.finished or item.completing):
+                item.finished = True
+                self._runner.lease_lost(item)
+        finally:
+            item.lock.release()
+        if item.future is not None:
+            item.future.cancel()
+        return True
 
     def _start(self) -> None:
         if not self._started:

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+import pymongo
 from pymongo import MongoClient
-from pymongo.errors import ConfigurationError, ConnectionFailure, OperationFailure
+from pymongo.errors import ConfigurationError, ConnectionFailure, OperationFailure, PyMongoError
 
-from leaseq import validate
+from leaseq import deadline, validate
 from leaseq.errors import InvalidURL, StoreUnavailable, UnsupportedOperation
 
 #: MongoDB's error code for a transaction on a standalone server ("Transaction numbers are
@@ -20,6 +21,14 @@ from leaseq.errors import InvalidURL, StoreUnavailable, UnsupportedOperation
 NO_TRANSACTIONS = 20
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 _OURS = ("prefix", "ttl")
+
+#: Bounds leaseq gives pymongo when the URL does not set them, so that no call waits without
+#: one on a partitioned or black-holed network: a server to talk to is found within 10 s
+#: (``serverSelectionTimeoutMS``), a socket read waits 30 s at most (``socketTimeoutMS``), and
+#: a whole operation, its retries included, ends within 30 s (``timeoutMS``). A caller's
+#: shorter ``leaseq.deadline`` (the heartbeat's bound) wins over ``timeoutMS``.
+TIMEOUT_DEFAULTS_MS = {"serverSelectionTimeoutMS": 10_000, "socketTimeoutMS": 30_000,
+                       "timeoutMS": 30_000}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,7 +49,7 @@ class MongoOptions:
     the job (``ttl=tombstone:2592000,done:86400``). Defaults to none."""
     client_options: Mapping[str, Any] = field(default_factory=dict)
     """Defaults leaseq adds when the URL does not set them: ``w=majority``,
-    ``retryWrites=true``, timezone-aware datetimes."""
+    ``retryWrites=true``, the bounds of ``TIMEOUT_DEFAULTS_MS``, timezone-aware datetimes."""
 
 
 def parse_url(url: str) -> MongoOptions:
@@ -63,6 +72,9 @@ def parse_url(url: str) -> MongoOptions:
         client_options["w"] = "majority"
     if "retrywrites" not in given:
         client_options["retryWrites"] = True
+    for name, milliseconds in TIMEOUT_DEFAULTS_MS.items():
+        if name.lower() not in given:
+            client_options[name] = milliseconds
     return MongoOptions(
         mongo_url=urlunsplit(parts._replace(query=urlencode(rest))),
         database=database, prefix=prefix, ttl_s=parse_ttl(ours.get("ttl", "")),
@@ -126,23 +138,42 @@ class OffsetClock:
 
 
 def guarded(method: F) -> F:
-    """Map pymongo's connection errors to ``StoreUnavailable`` (password masked) and a
-    transaction on a standalone server to ``UnsupportedOperation``."""
+    """Map pymongo's connection errors and timeouts to ``StoreUnavailable`` (password masked)
+    and a transaction on a standalone server to ``UnsupportedOperation``; run the call within
+    the caller's ``leaseq.deadline`` when there is one (pymongo's own ``timeout``)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(self, *args, **kwargs)
+            return _within_callers_deadline(method, self, *args, **kwargs)
         except OperationFailure as exc:
             if exc.code == NO_TRANSACTIONS:
                 raise UnsupportedOperation(no_transactions_message(self.url)) from None
+            if exc.timeout:  # the server ran out of the operation's time (maxTimeMS)
+                raise _unavailable(self, exc) from None
             raise
         except (ConnectionFailure, ConfigurationError) as exc:
-            text = mask(f"{type(exc).__name__}: {exc}", self.secrets)
-            raise StoreUnavailable(f"MongoDB at {self.url} is unavailable: {text[:500]}. "
-                                   "Check the URL, the network and the server.") from None
+            raise _unavailable(self, exc) from None
+        except PyMongoError as exc:
+            if exc.timeout:  # timeoutMS or the caller's deadline ran out client-side
+                raise _unavailable(self, exc) from None
+            raise
 
     return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
+
+
+def _within_callers_deadline(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    remaining = deadline.remaining_s()
+    if remaining is None:
+        return method(*args, **kwargs)
+    with pymongo.timeout(max(remaining, 0.001)):
+        return method(*args, **kwargs)
+
+
+def _unavailable(store: Any, exc: PyMongoError) -> StoreUnavailable:
+    text = mask(f"{type(exc).__name__}: {exc}", store.secrets)
+    return StoreUnavailable(f"MongoDB at {store.url} is unavailable: {text[:500]}. "
+                            "Check the URL, the network and the server.")
 
 
 def no_transactions_message(url: str) -> str:

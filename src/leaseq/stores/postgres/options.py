@@ -16,8 +16,13 @@ from leaseq.validate import redact_url
 _SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,55}")
 
 #: libpq options leaseq sets when the URL does not: a dead host fails in seconds, not minutes,
-#: and the sessions are easy to find in pg_stat_activity.
-LIBPQ_DEFAULTS = {"connect_timeout": "10", "application_name": "leaseq"}
+#: and the sessions are easy to find in pg_stat_activity. Over TCP, a black-holed connection
+#: (packets dropped, no reset) is found too: ``tcp_user_timeout`` (ms) ends a connection whose
+#: sent data stays unacknowledged that long, and keepalives probe one that waits for an answer
+#: (5 s idle, then 3 probes 2 s apart). libpq ignores all four on a Unix socket.
+LIBPQ_DEFAULTS = {"connect_timeout": "10", "application_name": "leaseq",
+                  "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
+                  "keepalives_count": "3", "tcp_user_timeout": "10000"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,15 @@ class PostgresOptions:
     reconnect_s: float = 15.0
     """How long an operation keeps retrying a lost connection before ``StoreUnavailable``.
     Defaults to 15 s."""
+    call_timeout_s: float = 30.0
+    """Longest one try of a call (a statement, or a transaction with its COMMIT) may wait on
+    the network and the server; then leaseq cuts the connection itself (a client-side
+    deadline: a server that never got the query cannot time it out) and the try counts as a
+    lost connection. A caller's shorter deadline (``leaseq.deadline.within``, the heartbeat's
+    bound) wins. Defaults to 30 s."""
+    idle_in_transaction_s: float = 60.0
+    """The server ends a session left idle inside a transaction this long (a client cut off
+    mid-transaction must not hold its row locks). Defaults to 60 s."""
     time_offset_s: float = 0.0
     """Test-only: seconds added to the server's clock. Defaults to 0."""
 
@@ -48,12 +62,17 @@ class PostgresOptions:
         _check_int(self.pool_max, "pool_max", 1)
         if self.pool_min > self.pool_max:
             raise InvalidInput(f"pool_min ({self.pool_min}) exceeds pool_max ({self.pool_max})")
-        for name in ("reconnect_s", "time_offset_s"):
+        for name in ("reconnect_s", "call_timeout_s", "idle_in_transaction_s",
+                     "time_offset_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InvalidInput(f"{name} must be a number of seconds")
         if not math.isfinite(self.reconnect_s) or self.reconnect_s < 0:
             raise InvalidInput(f"reconnect_s must be a finite number ≥ 0, got {self.reconnect_s!r}")
+        for name in ("call_timeout_s", "idle_in_transaction_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise InvalidInput(f"{name} must be a finite number > 0, got {value!r}")
 
     @property
     def channel(self) -> str:
@@ -101,7 +120,7 @@ def _typed(raw: dict[str, str]) -> dict[str, Any]:
         try:
             if key in ("pool_min", "pool_max"):
                 typed[key] = int(value)
-            elif key == "reconnect_s":
+            elif key in ("reconnect_s", "call_timeout_s", "idle_in_transaction_s"):
                 typed[key] = float(value)
             else:
                 typed[key] = value

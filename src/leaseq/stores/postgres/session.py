@@ -14,10 +14,15 @@ autocommit, so the statement is its own transaction and costs one round trip ins
 the outcome unknown, exactly as above, unless the server answered with an error (it aborted the
 statement). Connections that died while idle in the pool (a restart) are found without a round
 trip when checked out (see ``_dead``), so they cost a retry, not an unknown outcome.
+
+Nothing waits without a bound: each try has a client-side deadline (``call_timeout_s``, or the
+caller's shorter ``leaseq.deadline``) after which the ``Watchdog`` cuts its connection, and the
+tries together stop at ``reconnect_s`` or the caller's deadline, whichever comes first.
 """
 
 from __future__ import annotations
 
+import functools
 import select
 import threading
 import time
@@ -29,8 +34,10 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed
 
+from leaseq import deadline as caller_deadline
 from leaseq.errors import InvalidURL, StoreUnavailable
 from leaseq.stores.postgres.options import PostgresOptions
+from leaseq.stores.postgres.watchdog import Watchdog
 from leaseq.validate import redact_url
 
 T = TypeVar("T")
@@ -59,6 +66,9 @@ class Session:
         self._pool: ConnectionPool | None = None
         self._generic_pool: ConnectionPool | None = None
         self._generic_lock = threading.Lock()
+        self.watchdog = Watchdog(f"leaseq-pg-watchdog-{options.schema}")
+        self._checking = False
+        self._checking_lock = threading.Lock()
 
     def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
         """Run ``work`` (the migration) over a direct connection, then open the pool.
@@ -76,10 +86,12 @@ class Session:
         options = self._options
         self._pool = ConnectionPool(
             self._conninfo, min_size=options.pool_min, max_size=options.pool_max,
-            configure=_configure, kwargs={"autocommit": True}, open=True,
+            configure=functools.partial(_configure, options=options),
+            kwargs={"autocommit": True}, open=True,
             name=f"leaseq-{options.schema}", timeout=max(options.reconnect_s, 1.0))
 
     def close(self) -> None:
+        self.watchdog.close()
         with self._generic_lock:
             pools, self._generic_pool = [self._pool, self._generic_pool], None
         for pool in pools:
@@ -95,6 +107,9 @@ class Session:
         second pool, whose prepared statements are planned once (see ``_configure``): only
         for statements that scan nothing."""
         deadline = time.monotonic() + self._options.reconnect_s
+        callers = caller_deadline.current()
+        if callers is not None:
+            deadline = min(deadline, callers)
         pause = FIRST_PAUSE_S
         while True:
             try:
@@ -103,9 +118,21 @@ class Session:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
                         f"PostgreSQL at {self.url} is unavailable (gave up after "
-                        f"{self._options.reconnect_s:g} s): {self._line(exc.cause)}") from None
+                        f"{self._gave_up_after(callers)}): {self._line(exc.cause)}") from None
                 time.sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _gave_up_after(self, callers: float | None) -> str:
+        if callers is not None and callers < time.monotonic() + self._options.reconnect_s:
+            return "the caller's deadline"
+        return f"{self._options.reconnect_s:g} s"
+
+    def _call_deadline(self) -> float:
+        """When this try's connection is cut: ``call_timeout_s`` from now, or the caller's
+        deadline when that comes first."""
+        at = time.monotonic() + self._options.call_timeout_s
+        callers = caller_deadline.current()
+        return at if callers is None else min(at, callers)
 
     def _attempt(self, work: Callable[[psycopg.Connection], T], idempotent: bool,
                  autocommit: bool, deadline: float, generic_plans: bool) -> T:
@@ -122,9 +149,10 @@ class Session:
             if _dead(conn):
                 self._after_error(conn)
                 raise _Retry(psycopg.OperationalError("the server closed the connection"))
-            if autocommit:
-                return self._statement(conn, work, idempotent)
-            return self._transaction(conn, work, idempotent)
+            with self.watchdog.guard(conn, self._call_deadline()):
+                if autocommit:
+                    return self._statement(conn, work, idempotent)
+                return self._transaction(conn, work, idempotent)
         finally:
             pool.putconn(conn)
 
@@ -135,7 +163,8 @@ class Session:
                 options = self._options
                 self._generic_pool = ConnectionPool(
                     self._conninfo, min_size=1, max_size=options.pool_max,
-                    configure=_configure_time_zone, kwargs={"autocommit": True}, open=True,
+                    configure=functools.partial(_configure_session, options=options),
+                    kwargs={"autocommit": True}, open=True,
                     name=f"leaseq-{options.schema}-generic",
                     timeout=max(options.reconnect_s, 1.0))
             return self._generic_pool
@@ -181,14 +210,30 @@ class Session:
 
     def _after_error(self, conn: psycopg.Connection) -> None:
         if conn.broken or conn.closed:
-            # After a server restart every idle connection in the pool is dead too: test them
-            # now rather than fail once per connection.
-            for pool in (self._pool, self._generic_pool):
-                if pool is not None:
-                    pool.check()
+            self._check_pools_soon()
             return
         with suppress(psycopg.Error):
             conn.rollback()
+
+    def _check_pools_soon(self) -> None:
+        """After a server restart every idle connection in the pool is dead too: test them
+        rather than fail once per connection. In a thread of its own: each test is a round
+        trip, which on a cut-off network must not hold up the caller past its deadline."""
+        with self._checking_lock:
+            if self._checking:
+                return
+            self._checking = True
+        threading.Thread(target=self._check_pools, name="leaseq-pg-check", daemon=True).start()
+
+    def _check_pools(self) -> None:
+        try:
+            for pool in (self._pool, self._generic_pool):
+                if pool is not None:
+                    with suppress(Exception):  # closed meanwhile, or the server is still away
+                        pool.check()
+        finally:
+            with self._checking_lock:
+                self._checking = False
 
     def _line(self, exc: BaseException) -> str:
         """The first line of a driver error, with the password masked should it appear."""
@@ -198,20 +243,23 @@ class Session:
         return text[:300]
 
 
-def _configure(conn: psycopg.Connection) -> None:
-    """Timestamps come back in UTC whatever the server's or role's time zone.
+def _configure(conn: psycopg.Connection, options: PostgresOptions) -> None:
+    """Timestamps come back in UTC whatever the server's or role's time zone; a session cut off
+    inside a transaction is ended by the server (``idle_in_transaction_s``).
 
     Prepared statements (the hot ones, and any psycopg prepares after five runs) keep their
     parse but are planned on every run: a generic plan is made once, often while the table is
     young (an idle worker's empty claims), and a sequential scan chosen on a few rows would
     then be kept while the queue grows — measured: a claim 60x slower until autovacuum's
     next ANALYZE. Planning costs ~0.1-0.4 ms per statement, spread over a whole batch."""
-    _configure_time_zone(conn)
+    _configure_session(conn, options)
     conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
-def _configure_time_zone(conn: psycopg.Connection) -> None:
+def _configure_session(conn: psycopg.Connection, options: PostgresOptions) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
+    milliseconds = max(int(options.idle_in_transaction_s * 1000), 1)
+    conn.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
 
 
 def _dead(conn: psycopg.Connection) -> bool:

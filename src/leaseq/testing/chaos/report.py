@@ -26,7 +26,9 @@ from leaseq.validate import redact_url
 _DESCRIPTION = "The fault-injection scenarios and the invariants they check."
 
 _COLUMNS = [("scenario", 22), ("store", 8), ("result", 7)] + [
-    (f.name.replace("_", " ").replace("max attempts seen", "max att"), 0) for f in fields(Counts)
+    (f.name.replace("_", " ").replace("max attempts seen", "max att")
+     .replace("overlapping runs", "overlaps").replace("longest blocked s", "blocked s")
+     .replace("abandon after s", "abandon s"), 0) for f in fields(Counts)
 ] + [("secs", 5)]
 
 
@@ -35,7 +37,7 @@ def table(results: Sequence[ScenarioResult]) -> str:
     rows = []
     for o in results:
         result = "skip" if o.skipped else ("ok" if o.ok else "FAIL")
-        rows.append([o.scenario, o.store, result, *(str(v) for v in vars(o.counts).values()),
+        rows.append([o.scenario, o.store, result, *(_cell(v) for v in vars(o.counts).values()),
                      f"{o.seconds:.1f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
               for i, h in enumerate(heads)]
@@ -43,6 +45,13 @@ def table(results: Sequence[ScenarioResult]) -> str:
     lines.append("-+-".join("-" * w for w in widths))
     lines += [" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    """A count as the table shows it: ``-`` where the scenario does not measure it."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def details(results: Sequence[ScenarioResult]) -> str:

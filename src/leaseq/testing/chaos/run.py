@@ -46,6 +46,13 @@ class Counts:
     stale_refused: int = 0
     stale_accepted: int = 0
     max_attempts_seen: int = 0
+    overlapping_runs: int | None = None
+    """Partition scenarios: pairs of runs of one job that overlapped in time."""
+    longest_blocked_s: float | None = None
+    """Partition scenarios: the longest store call any worker thread made."""
+    abandon_after_s: float | None = None
+    """Partition scenarios: the longest time from a lease's last confirmation to its
+    abandonment by the worker's lease clock."""
 
 
 @dataclass

@@ -1,0 +1,90 @@
+"""The client-side deadline of every PostgreSQL call: a connection whose call outlives its
+deadline is cut from this side.
+
+Neither keepalives (they probe idle sockets) nor ``statement_timeout`` (it runs on a server
+that may never have received the query) bound a call on a black-holed network. One thread per
+store watches the calls in progress and, at a call's deadline, shuts its socket down
+(``shutdown(2)`` on a duplicate of the descriptor): libpq's wait returns at once with a lost
+connection, which the session handles like any other (retried when that is safe, else an
+unknown outcome). Registering a call costs a dict insert under a lock; the thread sleeps until
+the earliest deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Protocol
+
+log = logging.getLogger("leaseq.postgres")
+
+
+class _Connection(Protocol):
+    def fileno(self) -> int: ...
+
+
+class Watchdog:
+    def __init__(self, name: str = "leaseq-pg-watchdog"):
+        self._calls: dict[int, tuple[float, _Connection]] = {}
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._wakes_at = float("inf")
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.cuts = 0
+        """Connections cut so far (read by tests and the chaos table)."""
+
+    @contextmanager
+    def guard(self, conn: _Connection, deadline: float) -> Iterator[None]:
+        """Cut ``conn`` should the block still run at ``deadline`` (monotonic)."""
+        key = next(self._ids)
+        with self._cond:
+            self._calls[key] = (deadline, conn)
+            self._ensure_thread()
+            if deadline < self._wakes_at:
+                self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._calls.pop(key, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                expired = [k for k, (at, _) in self._calls.items() if at <= now]
+                for key in expired:
+                    _cut(self._calls.pop(key)[1])
+                    self.cuts += 1
+                self._wakes_at = min((at for at, _ in self._calls.values()), default=now + 60)
+                self._cond.wait(max(self._wakes_at - now, 0.001))
+                self._wakes_at = float("inf")
+
+
+def _cut(conn: _Connection) -> None:
+    """Shut the connection's socket down without closing the descriptor libpq owns."""
+    try:
+        fd = os.dup(conn.fileno())
+    except Exception:  # already closed: nothing left to cut
+        return
+    with suppress(OSError), socket.socket(fileno=fd) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+    log.warning("a PostgreSQL call outlived its deadline: its connection was cut")

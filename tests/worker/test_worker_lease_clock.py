@@ -1,0 +1,242 @@
+"""The local lease clock (issue 14, DESIGN.md §8): a worker cut off from its store stops
+trusting a lease at ``sent + lease_s - margin`` of the request that last confirmed it, before
+the store can hand the job to anyone else, whatever the network does.
+
+The partition is made by the store itself: every heartbeat (and journal write) fails, or hangs
+past the beat's bound, while the handlers keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from worker_helpers import running, wait_until
+
+import leaseq
+from leaseq import deadline
+from leaseq.errors import InvalidInput, StoreUnavailable
+from leaseq.job import LeaseLost
+from leaseq.worker import ABANDONED_EVENT, WorkerConfig
+
+LEASE_S = 1.5
+BEAT_S = 0.3
+
+
+class Partition:
+    """Cuts the store's heartbeats and journal writes off while ``cut`` is set; ``hang``
+    makes a cut call wait for its caller's deadline instead of failing at once."""
+
+    def __init__(self, store: Any, hang: bool = False):
+        self.cut = threading.Event()
+        self.hang = hang
+        self.longest_s = 0.0
+        for name in ("heartbeat_many", "append_journal"):
+            setattr(store, name, self._guard(getattr(store, name)))
+
+    def _guard(self, call: Any) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.cut.is_set():
+                started = time.monotonic()
+                if self.hang:  # a black hole: nothing comes back before the deadline
+                    time.sleep(deadline.remaining_s() or 60.0)
+                self.longest_s = max(self.longest_s, time.monotonic() - started)
+                raise StoreUnavailable("network unreachable")
+            return call(*args, **kwargs)
+        return guarded
+
+
+def _app(url: str) -> leaseq.App:
+    return leaseq.App(url, queues={"work": {"lease_s": LEASE_S, "heartbeat_every_s": BEAT_S}})
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["refused", "black-hole"])
+def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
+                                                                      hang: bool) -> None:
+    # Given a long sync handler that checks its lease between steps
+    app = _app(url)
+    stamps: dict[str, float] = {}
+
+    @app.task(queue="work")
+    def long(job: leaseq.Job) -> str:
+        if job.attempts > 1:
+            return "second run"
+        stamps["started"] = time.monotonic()
+        try:
+            while True:
+                job.check()
+                time.sleep(0.01)
+        except LeaseLost:
+            stamps["noticed"] = time.monotonic()
+            raise
+
+    @app.task(queue="work")
+    def quick() -> str:
+        return "ok"
+
+    partition = Partition(app.store, hang=hang)
+    q = app.queue("work")
+    job_id = long.enqueue().job_id
+    with running(app, concurrency=1, lease_margin_s=0.5) as worker:
+        wait_until(lambda: "started" in stamps, what="the handler started")
+        confirmed = time.monotonic()
+        # When the worker is cut off from its store (beats fail or hang)
+        partition.cut.set()
+        wait_until(lambda: "noticed" in stamps, 5, "the handler saw its lease lost")
+        # Then the handler saw it within lease - margin of the last confirmed beat, never
+        # after the store's lease ran out
+        assert stamps["noticed"] - confirmed <= LEASE_S - 0.5 + 0.1
+        held = q.get(job_id)
+        assert held is not None and held.status == "processing"
+        assert (held.lease_until - app.store.server_now()).total_seconds() > 0
+        # And no beat held the heartbeat longer than its bound (half the interval)
+        assert partition.longest_s <= BEAT_S / 2 + 0.1
+        # And its one slot is free: another job runs while the partition lasts
+        other = quick.enqueue().job_id
+        wait_until(lambda: q.get(other).status == "done", 5, "the next job ran")
+        # And nothing of the abandoned attempt was written; it waits to be journaled
+        assert worker.abandoned_pending() == 1
+        assert ABANDONED_EVENT not in [e.event for e in q.journal(job_id)]
+        # When the store answers again
+        partition.cut.clear()
+        # Then the worker journals what it abandoned, and the job runs again after its lease
+        wait_until(lambda: worker.abandoned_pending() == 0, 5, "the abandonment journaled")
+        entry = [e for e in q.journal(job_id) if e.event == ABANDONED_EVENT]
+        assert len(entry) == 1 and entry[0].attempt == 1 and "not confirmed" in entry[0].reason
+        wait_until(lambda: q.get(job_id).status == "done", 10, "the job ran again and ended")
+        assert q.get(job_id).attempts == 2
+
+
+def test_an_async_handler_is_cancelled_when_its_lease_clock_runs_out(url: str) -> None:
+    app = _app(url)
+    seen: dict[str, float] = {}
+
+    @app.task(queue="work")
+    async def waits() -> str:
+        seen["started"] = time.monotonic()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen["cancelled"] = time.monotonic()
+            raise
+        return "never"
+
+    partition = Partition(app.store)
+    job_id = waits.enqueue().job_id
+    with running(app, concurrency=1, lease_margin_s=0.5):
+        wait_until(lambda: "started" in seen, what="the handler started")
+        partition.cut.set()
+        wait_until(lambda: "cancelled" in seen, 5, "the async handler was cancelled")
+        assert seen["cancelled"] - seen["started"] <= LEASE_S - 0.5 + 0.1
+        assert app.queue("work").get(job_id).status == "processing"  # nothing was written
+
+
+def test_beats_that_answer_keep_the_lease_clock_running(url: str) -> None:
+    # Given a handler that runs for three leases with the store reachable
+    app = _app(url)
+
+    @app.task(queue="work")
+    def steady(job: leaseq.Job) -> str:
+        end = time.monotonic() + 3 * LEASE_S
+        while time.monotonic() < end:
+            job.check()
+            time.sleep(0.01)
+        return "done"
+
+    job_id = steady.enqueue().job_id
+    with running(app, concurrency=1, lease_margin_s=0.5) as worker:
+        wait_until(lambda: app.queue("work").get(job_id).status == "done", 15, "done")
+        # Then every beat moved the clock on: nothing was abandoned
+        assert worker.abandoned_pending() == 0
+    assert ABANDONED_EVENT not in [e.event for e in app.queue("work").journal(job_id)]
+
+
+@pytest.mark.parametrize("field, value", [("lease_margin_s", -1), ("beat_timeout_s", 0),
+                                          ("beat_timeout_s", "1")])
+def test_lease_clock_options_are_checked(field: str, value: object) -> None:
+    with pytest.raises(InvalidInput, match=field):
+        WorkerConfig(**{field: value})
+
+
+def test_job_check_raises_once_the_lease_is_lost() -> None:
+    job = leaseq.Job(id="j", queue="q", status="processing", payload={}, lease_epoch=3)
+    job.check()  # held: nothing happens
+    job.lease_lost = True
+    with pytest.raises(LeaseLost):
+        job.check()
+
+
+def test_a_claim_answered_after_its_lease_clock_ran_out_never_starts(url: str) -> None:
+    # Given a store whose first claim answers 1.2 s late (the lease clock allows 1 s)
+    app = _app(url)
+    runs: list[int] = []
+
+    @app.task(queue="work")
+    def once(job: leaseq.Job) -> str:
+        runs.append(job.attempts)
+        return "ran"
+
+    claim = app.store.claim
+    slow = threading.Event()
+
+    def late_claim(*args: Any, **kwargs: Any) -> Any:
+        jobs = claim(*args, **kwargs)
+        if jobs and not slow.is_set():
+            slow.set()
+            time.sleep(LEASE_S - 0.5 + 0.2)
+        return jobs
+
+    app.store.claim = late_claim  # type: ignore[method-assign]
+    job_id = once.enqueue().job_id
+    q = app.queue("work")
+    with running(app, concurrency=1, lease_margin_s=0.5, sweep_every_s=0.2) as worker:
+        # Then the late job is abandoned unstarted, journaled, and runs once, as attempt 2
+        wait_until(lambda: q.get(job_id).status == "done", 10, "the job ran after its lease")
+        wait_until(lambda: worker.abandoned_pending() == 0, 5, "the abandonment journaled")
+    assert runs == [2]
+    assert [e.attempt for e in q.journal(job_id) if e.event == ABANDONED_EVENT] == [1]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
+                                                                      kind: str) -> None:
+    # Given the broker consumer's executor running a claimed job whose handler checks its lease
+    from leaseq.delivery.execute import AppExecutor
+
+    app = _app(url)
+    seen: dict[str, float] = {}
+
+    @app.task(queue="work", name="sync_job")
+    def sync_job(job: leaseq.Job) -> str:
+        seen["started"] = time.monotonic()
+        while True:
+            job.check()
+            time.sleep(0.01)
+
+    @app.task(queue="work", name="async_job")
+    async def async_job() -> str:
+        seen["started"] = time.monotonic()
+        await asyncio.sleep(60)
+        return "never"
+
+    task = sync_job if kind == "sync" else async_job
+    q = app.queue("work")
+    job_id = task.enqueue().job_id
+    job = q.claim_one(job_id, "consumer-1")
+    assert job is not None
+    partition = Partition(app.store)
+    executor = AppExecutor(app, lease_margin_s=0.5)
+    try:
+        partition.cut.set()  # When the consumer loses its store (RabbitMQ still answers)
+        started = time.monotonic()
+        # Then the call ends with LeaseLost within lease - margin, having written nothing:
+        # the consumer acks without an effect and the reclaim owes the publish again
+        with pytest.raises(LeaseLost):
+            executor(job)
+        assert time.monotonic() - started <= LEASE_S - 0.5 + 0.3
+        assert q.get(job_id).status == "processing"
+    finally:
+        executor.close()
