@@ -19,7 +19,7 @@ from rich.console import Console
 from bench import report
 from bench.adapters import COMPETITORS
 from bench.adapters.leaseq import WORKER_MODES, real_worker_available
-from bench.runner import FULL_SET, run_all
+from bench.runner import FULL_SET, LIMITED_DRAINS, run_all
 from bench.scenarios import Plan
 from bench.targets import DEFAULT_POSTGRES_URL, kind_of, postgres_reachable
 
@@ -52,8 +52,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int,
                    help="handler slots per worker process (default: leaseq's worker at its own "
                         "default, the others at 16)")
-    p.add_argument("--scenario", action="append", metavar="NAME", choices=FULL_SET,
-                   help="run only these scenarios (repeatable: " + ", ".join(FULL_SET) + ")")
+    names = (*FULL_SET, *LIMITED_DRAINS)
+    p.add_argument("--scenario", action="append", metavar="NAME", choices=names,
+                   help="run only these scenarios (repeatable: " + ", ".join(names) + ")")
     p.add_argument("--repeats", type=int, help="runs per scenario (default 3)")
     p.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     return p.parse_args(argv)

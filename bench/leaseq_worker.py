@@ -18,6 +18,7 @@ APP = "bench.tasks:app"
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.leaseq_worker")
     p.add_argument("url")
+    p.add_argument("--app", default=APP, help=f"MODULE:APP (default {APP})")
     p.add_argument("--concurrency", type=int, help="default: the worker's own")
     p.add_argument("--processes", type=int, default=1)
     p.add_argument("--burst", action="store_true")
@@ -26,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     slots = {"concurrency": args.concurrency} if args.concurrency else {}
     config = WorkerConfig(burst=args.burst, **slots)
     if args.processes == 1:
-        return run_worker(APP, args.url, config)
-    return run_processes(APP, args.url, config, args.processes, logging.WARNING)
+        return run_worker(args.app, args.url, config)
+    return run_processes(args.app, args.url, config, args.processes, logging.WARNING)
 
 
 if __name__ == "__main__":

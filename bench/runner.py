@@ -16,8 +16,12 @@ from bench.targets import kind_of
 
 #: Scenarios per system; the raw-SQL ceiling has no handlers, so no latency or memory figures.
 FULL_SET = ("enqueue", "bulk", "drain", "latency", "rss", "backlog")
+#: leaseq's drains of jobs that carry limits (issue 17), each compared with the plain drain
+#: of the same run (the machine's load changes between runs, not within one).
+LIMITED_DRAINS = {"drain-priorities": ("priorities", "with priorities (10 levels)"),
+                  "drain-keys": ("keys", "with 10 keys, key_limit 4")}
 SCENARIOS = {
-    "leaseq": FULL_SET,
+    "leaseq": (*FULL_SET, *LIMITED_DRAINS),
     "raw-sql": ("enqueue", "bulk", "drain"),
     "pgqueuer": ("enqueue", "bulk", "drain", "latency"),
     "procrastinate": ("enqueue", "bulk", "drain", "latency"),
@@ -72,6 +76,8 @@ def _run_scenario(run: Run, console: Console, name: str, kind: str, url: str, sc
                     "jobs/s", [d.rate for d in drains],
                     {"wall_rate_jobs_s": [d.wall_rate for d in drains],
                      "concurrency": plan.concurrency})
+        elif scenario in LIMITED_DRAINS:
+            _limited_drain(run, add, url, scenario, factory)
         elif scenario == "latency":
             runs = [sc.latency_once(factory, url, plan) for _ in range(plan.repeats)]
             extra = {"jobs": plan.latency_jobs, "gap_s": plan.latency_gap_s,
@@ -95,6 +101,23 @@ def _run_scenario(run: Run, console: Console, name: str, kind: str, url: str, sc
         run.errors.append({"system": name, "store": kind, "scenario": scenario,
                            "error": f"{type(exc).__name__}: {exc}"[-2000:],
                            "traceback": traceback.format_exc()[-4000:]})
+
+
+def _limited_drain(run: Run, add: Callable[..., None], url: str, scenario: str,
+                   factory: sc.Factory) -> None:
+    """The drain with one process, its jobs carrying priorities or keys; the JSON's extra
+    has its median as a fraction of the plain drain's in this run (issue 17: ≥ 0.8)."""
+    plan = run.plan
+    variant, label = LIMITED_DRAINS[scenario]
+    limited = functools.partial(factory, variant=variant)
+    rates = [sc.drain_once(limited, url, plan, 1).rate for _ in range(plan.repeats)]
+    name = f"drain {plan.drain_n:,} {label}, 1 process"
+    plain = [r for r in run.results if r.system == "leaseq" and r.store == kind_of(url)
+             and r.scenario == f"drain {plan.drain_n:,}, 1 process"]
+    extra: dict[str, object] = {"concurrency": plan.concurrency}
+    if plain:
+        extra["vs_plain_drain"] = Summary.of(rates).median / plain[0].summary.median
+    add(name, "jobs/s", rates, extra)
 
 
 def _repeat(plan: sc.Plan, once: Callable[[], float]) -> list[float]:

@@ -1,4 +1,5 @@
-"""The benchmark's leaseq app: one no-op task, run by ``leaseq worker bench.tasks:app``.
+"""The benchmark's leaseq apps: one no-op task, run by ``leaseq worker bench.tasks:app``, and
+the same task on a queue with a key limit (``bench.tasks:keyed_app``, the keyed drain).
 
 The store comes from ``LEASEQ_URL`` (or the worker's ``--url``), so importing this module
 opens nothing.
@@ -21,3 +22,17 @@ app = App()
 def noop(i: int) -> None:
     """Does nothing but note its start time when the latency scenario asks for it."""
     record_start(i)
+
+
+#: The keyed drain: jobs spread over ``KEYS`` concurrency keys, ``KEY_LIMIT`` of a key at once.
+KEYS, KEY_LIMIT = 10, 4
+#: How many priorities the priority drain spreads its jobs over.
+PRIORITIES = 10
+
+keyed_app = App(queues={QUEUE: {"key_limit": KEY_LIMIT}})
+
+
+@keyed_app.task(name=TASK, queue=QUEUE)
+def noop_keyed(i: int) -> None:
+    record_start(i)
+

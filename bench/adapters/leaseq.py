@@ -8,9 +8,12 @@ import sys
 import leaseq
 from bench.systems import System, WorkerSpec, python_argv
 from bench.targets import Target
-from bench.tasks import QUEUE, TASK
+from bench.tasks import KEY_LIMIT, KEYS, PRIORITIES, QUEUE, TASK
 
 WORKER_MODES = ("auto", "leaseq", "queue-api")
+#: What the jobs carry: nothing more (``plain``), a priority each (``priorities``, 10 levels),
+#: or a concurrency key each on a queue with a key limit (``keys``: 10 keys, key_limit 4).
+VARIANTS = ("plain", "priorities", "keys")
 
 
 def real_worker_available() -> bool:
@@ -27,10 +30,13 @@ class LeaseqSystem(System):
     kinds = ("sqlite", "postgresql", "mongodb")
     done_means = "status done (store's counts())"
 
-    def __init__(self, target: Target, worker: str = "auto"):
+    def __init__(self, target: Target, worker: str = "auto", variant: str = "plain"):
         super().__init__(target)
         if worker not in WORKER_MODES:
             raise ValueError(f"worker must be one of {', '.join(WORKER_MODES)}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}")
+        self.variant = variant
         if worker == "auto":
             worker = "leaseq" if real_worker_available() else "queue-api"
         self.worker = worker
@@ -38,7 +44,8 @@ class LeaseqSystem(System):
 
     def open(self) -> None:
         self.store = leaseq.connect(self.target.url)
-        self._queue = self.store.queue(QUEUE)
+        limits = {"key_limit": KEY_LIMIT} if self.variant == "keys" else {}
+        self._queue = self.store.queue(QUEUE, **limits)
 
     def close(self) -> None:
         if self.store is not None:
@@ -49,16 +56,23 @@ class LeaseqSystem(System):
             self.store.close()
             self.store = None
 
+    def _extra(self, i: int) -> dict[str, object]:
+        if self.variant == "priorities":
+            return {"priority": i % PRIORITIES}
+        if self.variant == "keys":
+            return {"concurrency_key": f"key-{i % KEYS}"}
+        return {}
+
     def enqueue_each(self, first: int, count: int) -> None:
         enqueue = self._queue.enqueue
         for i in range(first, first + count):
-            enqueue(f"j{i}", {"i": i}, task=TASK)
+            enqueue(f"j{i}", {"i": i}, task=TASK, **self._extra(i))  # type: ignore[arg-type]
 
     def enqueue_bulk(self, first: int, count: int, batch: int) -> None:
         spec = self._queue.spec
         for start in range(first, first + count, batch):
             stop = min(start + batch, first + count)
-            self._queue.enqueue_many([spec(f"j{i}", {"i": i}, task=TASK)
+            self._queue.enqueue_many([spec(f"j{i}", {"i": i}, task=TASK, **self._extra(i))  # type: ignore[arg-type]
                                       for i in range(start, stop)])
 
     def done_count(self) -> int:
@@ -72,13 +86,20 @@ class LeaseqSystem(System):
             options += ["--concurrency", str(spec.concurrency)]
         if _cli_available():
             argv = [sys.executable, "-c", "import sys; from leaseq.cli import main; main()",
-                    "worker", "bench.tasks:app", "--url", self.target.url,
+                    "worker", self.app_ref, "--url", self.target.url,
                     "--log-level", "warning", *options]
         else:  # the same worker through its Python API
-            argv = python_argv("bench.leaseq_worker", self.target.url, *options)
+            argv = python_argv("bench.leaseq_worker", self.target.url, "--app", self.app_ref,
+                               *options)
         return [[*argv, "--burst"] if spec.burst else argv]
+
+    @property
+    def app_ref(self) -> str:
+        return "bench.tasks:keyed_app" if self.variant == "keys" else "bench.tasks:app"
 
     def worker_argv(self, spec: WorkerSpec) -> list[str]:
         argv = python_argv("bench.queue_worker", self.target.url,
                            "--concurrency", str(spec.slots))
+        if self.variant == "keys":
+            argv += ["--key-limit", str(KEY_LIMIT)]
         return [*argv, "--burst"] if spec.burst else argv

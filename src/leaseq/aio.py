@@ -43,11 +43,13 @@ class AsyncQueueMethods:
     async def aenqueue(self: Queue, job_id: str, payload: Mapping[str, Any], *,  # type: ignore[misc]
                        task: str | None = None, revision: str | None = None,
                        delay_s: float = 0, max_attempts: int | None = None,
+                       priority: int = 0, concurrency_key: str | None = None,
                        on_conflict: OnConflict = "raise", connection: Any = None
                        ) -> EnqueueResult:
         """``enqueue`` for asyncio callers; ``connection=``: the caller's async connection."""
         spec = self.spec(job_id, payload, task=task, revision=revision, delay_s=delay_s,
-                         max_attempts=max_attempts)
+                         max_attempts=max_attempts, priority=priority,
+                         concurrency_key=concurrency_key)
         return (await self._aenqueue([spec], on_conflict, connection))[0]
 
     async def aenqueue_many(self: Queue, jobs: Iterable[JobSpec | Mapping[str, Any]], *,  # type: ignore[misc]
@@ -136,21 +138,26 @@ class AsyncTaskMethods:
 
     async def aenqueue(self: Task, *args: Any, job_id: str | None = None,  # type: ignore[misc]
                        revision: str | None = None, delay_s: float = 0,
+                       priority: int | None = None, concurrency_key: str | None = None,
                        on_conflict: OnConflict = "raise", connection: Any = None,
                        **kwargs: Any) -> EnqueueResult:
         """``enqueue`` for asyncio callers; ``connection=``: the caller's async connection."""
         payload = self.signature.payload_from_call(args, kwargs)
         return await self.aenqueue_payload(payload, job_id=job_id, revision=revision,
-                                           delay_s=delay_s, on_conflict=on_conflict,
-                                           connection=connection)
+                                           delay_s=delay_s, priority=priority,
+                                           concurrency_key=concurrency_key,
+                                           on_conflict=on_conflict, connection=connection)
 
     async def aenqueue_payload(self: Task, payload: dict[str, Any], *,  # type: ignore[misc]
                                job_id: str | None = None, revision: str | None = None,
-                               delay_s: float = 0, on_conflict: OnConflict = "raise",
+                               delay_s: float = 0, priority: int | None = None,
+                               concurrency_key: str | None = None,
+                               on_conflict: OnConflict = "raise",
                                connection: Any = None) -> EnqueueResult:
         self.signature.check(payload)
         queue = await aqueue(self.app, self.queue)
-        spec = self._spec(payload, job_id, revision, delay_s)
+        spec = self._spec(payload, job_id, revision, delay_s, priority=priority,
+                          concurrency_key=concurrency_key)
         return (await queue.aenqueue_many([spec], on_conflict=on_conflict,
                                           connection=connection))[0]
 

@@ -40,7 +40,8 @@ DEFAULT_QUEUE = "default"
 
 #: Keyword arguments of ``Task.enqueue`` that are options, not payload; a task may not use them
 #: as parameter names.
-ENQUEUE_OPTIONS = frozenset({"job_id", "revision", "delay_s", "on_conflict", "connection"})
+ENQUEUE_OPTIONS = frozenset({"job_id", "revision", "delay_s", "on_conflict", "connection",
+                             "priority", "concurrency_key"})
 
 #: Task options that are queue-policy fields (the rest of ``@app.task``'s keywords are its own).
 _POLICY_OPTIONS = frozenset({"max_attempts", "lease_s", "heartbeat_every_s", "backoff_base_s",
@@ -157,11 +158,13 @@ class App(AsyncAppMethods):
 
     def task(self, func: Callable[..., Any] | None = None, *, name: str | None = None,
              queue: str = DEFAULT_QUEUE, permanent: Iterable[type[BaseException]] = (),
-             **policy: Any) -> Any:
+             priority: int = 0, **policy: Any) -> Any:
         """Register a task: ``@app.task`` or ``@app.task(queue=..., max_attempts=..., lease_s=...,
-        permanent=(ValueError,))``. Policy keywords override the queue's policy for this task."""
+        permanent=(ValueError,), priority=5)``. Policy keywords override the queue's policy for
+        this task; ``priority`` is its jobs' default (higher is claimed first)."""
         def register(fn: Callable[..., Any]) -> Task:
-            task = Task(self, fn, name or fn.__name__, queue, tuple(permanent), policy)
+            task = Task(self, fn, name or fn.__name__, queue, tuple(permanent), policy,
+                        priority=priority)
             if task.name in self._tasks:
                 raise InvalidInput(f"a task named {task.name!r} is already registered; "
                                    "pass name= to tell them apart")
@@ -264,11 +267,15 @@ class Task(AsyncTaskMethods):
     """A registered function. Call it directly to run it in-process; ``.enqueue`` to queue it."""
 
     def __init__(self, app: App, func: Callable[..., Any], name: str, queue: str,
-                 permanent: tuple[type[BaseException], ...], policy: Mapping[str, Any]):
+                 permanent: tuple[type[BaseException], ...], policy: Mapping[str, Any], *,
+                 priority: int = 0):
         unknown = sorted(set(policy) - _POLICY_OPTIONS)
         if unknown:
             raise InvalidInput(f"unknown task option(s) {', '.join(unknown)}; known: name, "
-                               f"queue, permanent, {', '.join(sorted(_POLICY_OPTIONS))}")
+                               f"queue, permanent, priority, "
+                               f"{', '.join(sorted(_POLICY_OPTIONS))}")
+        #: The priority of this task's jobs unless an enqueue says otherwise.
+        self.priority = validate.priority(priority)
         if not all(isinstance(t, type) and issubclass(t, BaseException) for t in permanent):
             raise InvalidInput("permanent= takes exception classes, e.g. (ValueError,)")
         validate.queue_name(queue)
@@ -298,36 +305,47 @@ class Task(AsyncTaskMethods):
         return self.policy.lease_s != self.app.policy(self.queue).lease_s
 
     def spec(self, *args: Any, job_id: str | None = None, revision: str | None = None,
-             delay_s: float = 0, **kwargs: Any) -> tuple[str, JobSpec]:
+             delay_s: float = 0, priority: int | None = None,
+             concurrency_key: str | None = None, **kwargs: Any) -> tuple[str, JobSpec]:
         """``(queue, JobSpec)`` for ``app.enqueue_many`` or ``Finish(then=[...])``."""
         payload = self.signature.payload_from_call(args, kwargs)
-        return self.queue, self._spec(payload, job_id, revision, delay_s)
+        return self.queue, self._spec(payload, job_id, revision, delay_s, priority=priority,
+                                      concurrency_key=concurrency_key)
 
     def enqueue(self, *args: Any, job_id: str | None = None, revision: str | None = None,
-                delay_s: float = 0, on_conflict: OnConflict = "raise", connection: Any = None,
-                **kwargs: Any) -> EnqueueResult:
+                delay_s: float = 0, priority: int | None = None,
+                concurrency_key: str | None = None, on_conflict: OnConflict = "raise",
+                connection: Any = None, **kwargs: Any) -> EnqueueResult:
         """Enqueue one job; arguments as for calling the function. Idempotent by ``job_id``
-        (a new random id when not given). ``connection=``: the caller's open transaction."""
+        (a new random id when not given). ``priority``: this job's (None: the task's);
+        ``concurrency_key``: at most the queue's ``key_limit`` jobs of it run at once.
+        ``connection=``: the caller's open transaction."""
         payload = self.signature.payload_from_call(args, kwargs)
         return self.enqueue_payload(payload, job_id=job_id, revision=revision, delay_s=delay_s,
+                                    priority=priority, concurrency_key=concurrency_key,
                                     on_conflict=on_conflict, connection=connection)
 
     def enqueue_payload(self, payload: dict[str, Any], *, job_id: str | None = None,
                         revision: str | None = None, delay_s: float = 0,
+                        priority: int | None = None, concurrency_key: str | None = None,
                         on_conflict: OnConflict = "raise", connection: Any = None
                         ) -> EnqueueResult:
         """Enqueue with the payload as a dict (what ``leaseq enqueue`` uses)."""
         self.signature.check(payload)
-        spec = self._spec(payload, job_id, revision, delay_s)
+        spec = self._spec(payload, job_id, revision, delay_s, priority=priority,
+                          concurrency_key=concurrency_key)
         queue = self.app.queue(self.queue)
         return queue.enqueue_many([spec], on_conflict=on_conflict, connection=connection)[0]
 
     def _spec(self, payload: dict[str, Any], job_id: str | None, revision: str | None,
-              delay_s: float) -> JobSpec:
+              delay_s: float, *, priority: int | None = None,
+              concurrency_key: str | None = None) -> JobSpec:
         queue = self.app.queue(self.queue)
         return queue.spec(job_id if job_id is not None else uuid.uuid4().hex, payload,
                           task=self.name, revision=revision, delay_s=delay_s,
-                          max_attempts=self.policy.max_attempts)
+                          max_attempts=self.policy.max_attempts,
+                          priority=self.priority if priority is None else priority,
+                          concurrency_key=concurrency_key)
 
     def arguments(self, job: Job) -> dict[str, Any]:
         """The keyword arguments to call the function with for this job (run-time check)."""

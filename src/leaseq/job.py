@@ -77,6 +77,10 @@ class JobSpec:
     revision: str | None = None
     delay_s: float = 0.0
     max_attempts: int = 5
+    priority: int = 0
+    """Higher is claimed first; equal priorities keep not-before, then id order."""
+    concurrency_key: str | None = None
+    """Jobs sharing a key run at most the queue's ``key_limit`` at once; None: unlimited."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +144,8 @@ class Job:
     updated_at: datetime | None = None
     first_seen_at: datetime | None = None
     published_at: datetime | None = None
+    priority: int = 0
+    concurrency_key: str | None = None
     lease_lost: bool = field(default=False, compare=False)
 
     @property

@@ -11,13 +11,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from leaseq.errors import LeaseqError
+from leaseq.limits import HeldBack
 from leaseq.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -33,14 +34,21 @@ class QueueSnapshot:
     oldest_pending_age_s: float
     in_flight: int = 0
     """Processing jobs under a live lease: work that an autoscaler must not scale away."""
+    held_back: HeldBack = field(default_factory=HeldBack)
+    """Ready jobs the queue's claim limits keep from being claimed now (docs/limits.md)."""
+
+    @property
+    def runnable(self) -> int:
+        """Ready jobs no limit holds back: the ready work a new worker could start."""
+        return max(self.ready - self.held_back.total, 0)
 
 
 def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSnapshot]:
-    """Counts by status, ready, oldest pending age and in-flight jobs per queue (all queues
-    when None)."""
+    """Counts by status, ready, oldest pending age, in-flight and held-back jobs per queue
+    (all queues when None). Held back: by the limits the queue's claims last ran with."""
     names = list(queues) if queues else store.queues()
-    return [QueueSnapshot(q, store.counts(q), *store.ready_stats(q), store.in_flight(q))
-            for q in names]
+    return [QueueSnapshot(q, store.counts(q), *store.ready_stats(q), store.in_flight(q),
+                          store.held_back(q)) for q in names]
 
 
 class StoreCollector(Collector):
@@ -81,13 +89,24 @@ class StoreCollector(Collector):
             "leaseq_in_flight_jobs",
             "Jobs being worked on now (processing, lease live): scale on ready + in flight, so "
             "running work is never scaled away.", labels=["queue"])
+        held = GaugeMetricFamily(
+            "leaseq_held_back_jobs",
+            "Ready jobs a claim limit keeps waiting now, by limit (key, rate): ready but not "
+            "running, and more workers would not start them.", labels=["queue", "limit"])
+        runnable = GaugeMetricFamily(
+            "leaseq_runnable_jobs",
+            "Ready jobs no claim limit holds back: with leaseq_in_flight_jobs, the number to "
+            "scale workers on.", labels=["queue"])
         for snap in self._snapshots():
             for status, n in sorted(snap.counts.items()):
                 jobs.add_metric([snap.queue, status], n)
             ready.add_metric([snap.queue], snap.ready)
             oldest.add_metric([snap.queue], snap.oldest_pending_age_s)
             in_flight.add_metric([snap.queue], snap.in_flight)
-        yield from (jobs, ready, oldest, in_flight)
+            held.add_metric([snap.queue, "key"], snap.held_back.by_key)
+            held.add_metric([snap.queue, "rate"], snap.held_back.by_rate)
+            runnable.add_metric([snap.queue], snap.runnable)
+        yield from (jobs, ready, oldest, in_flight, held, runnable)
 
 
 class ScheduleCollector(Collector):
@@ -145,7 +164,8 @@ class Metrics:
     def watch_store(self, store: Store, queues: Callable[[], Sequence[str] | None],
                     refresh_s: float = 5.0) -> None:
         """Add the ``leaseq_jobs`` / ``leaseq_ready_jobs`` / oldest-age /
-        ``leaseq_in_flight_jobs`` gauges."""
+        ``leaseq_in_flight_jobs`` / ``leaseq_held_back_jobs`` / ``leaseq_runnable_jobs``
+        gauges."""
         self.registry.register(StoreCollector(store, queues, refresh_s))
 
     def watch_schedules(self, store: Store) -> None:

@@ -11,6 +11,9 @@ from typing import Any
 
 from leaseq.errors import InvalidPolicy
 
+#: The highest ``rate_per_s``: the store keeps one timestamp per claim of the last second.
+MAX_RATE_PER_S = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class QueuePolicy:
@@ -39,6 +42,14 @@ class QueuePolicy:
     finished) with its attempt refunded; after that each give-back spends the attempt, so a
     job that outlives every grace period still ends. A handler that never started is always
     given back free. Defaults to 3."""
+    key_limit: int | None = None
+    """At most this many jobs with the same ``concurrency_key`` are processing at once,
+    across every worker; checked in the claim (docs/limits.md). Defaults to None: keys are
+    not limited. Every handle on a queue must carry the same limits."""
+    rate_per_s: int | None = None
+    """At most this many claims in any sliding one-second window of the store's clock,
+    across every worker; checked in the claim (docs/limits.md). Defaults to None: no rate
+    limit."""
 
     def __post_init__(self) -> None:
         _check_int(self.max_attempts, "max_attempts", 1, 1_000_000)
@@ -49,6 +60,10 @@ class QueuePolicy:
         _check_number(self.snooze_s, "snooze_s", 0.0)
         _check_int(self.max_snoozes, "max_snoozes", 0, 1_000_000)
         _check_int(self.max_givebacks, "max_givebacks", 0, 1_000_000)
+        if self.key_limit is not None:
+            _check_int(self.key_limit, "key_limit", 1, 1_000_000)
+        if self.rate_per_s is not None:
+            _check_int(self.rate_per_s, "rate_per_s", 1, MAX_RATE_PER_S)
         if self.heartbeat_every_s is None:
             object.__setattr__(self, "heartbeat_every_s", self.lease_s / 3)
         _check_number(self.heartbeat_every_s, "heartbeat_every_s", 0.001)

@@ -24,6 +24,7 @@ from leaseq.job import (
     is_terminal,
     safe_reason,
 )
+from leaseq.limits import ClaimLimits, HeldBack
 from leaseq.policy import QueuePolicy
 from leaseq.redact import Redact, redact_tail
 from leaseq.redact import redact as redact_builtin
@@ -60,6 +61,8 @@ class Queue(AsyncQueueMethods):
         revision: str | None = None,
         delay_s: float = 0,
         max_attempts: int | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
     ) -> JobSpec:
         """A validated job description, for ``enqueue_many`` or ``complete(then=...)``."""
         if task is not None and (not isinstance(task, str) or not task or len(task) > 200):
@@ -77,6 +80,8 @@ class Queue(AsyncQueueMethods):
             revision=revision,
             delay_s=validate.delay_s(delay_s),
             max_attempts=attempts,
+            priority=validate.priority(priority),
+            concurrency_key=validate.concurrency_key(concurrency_key),
         )
 
     def enqueue(
@@ -88,12 +93,17 @@ class Queue(AsyncQueueMethods):
         revision: str | None = None,
         delay_s: float = 0,
         max_attempts: int | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
         on_conflict: OnConflict = "raise",
         connection: Any = None,
     ) -> EnqueueResult:
-        """Insert or idempotently upsert one job (see ``Store.enqueue_many`` for outcomes)."""
+        """Insert or idempotently upsert one job (see ``Store.enqueue_many`` for outcomes).
+        ``priority``: higher is claimed first (default 0). ``concurrency_key``: jobs sharing
+        it run at most the queue's ``key_limit`` at once."""
         spec = self.spec(job_id, payload, task=task, revision=revision, delay_s=delay_s,
-                         max_attempts=max_attempts)
+                         max_attempts=max_attempts, priority=priority,
+                         concurrency_key=concurrency_key)
         return self._enqueue([spec], on_conflict, connection)[0]
 
     def enqueue_many(
@@ -105,14 +115,16 @@ class Queue(AsyncQueueMethods):
     ) -> list[EnqueueResult]:
         """Enqueue many jobs in one transaction. Each item is a ``JobSpec`` or a dict with
         ``job_id``, ``payload`` and optionally ``task``, ``revision``, ``delay_s``,
-        ``max_attempts``. All are validated before anything is written."""
+        ``max_attempts``, ``priority``, ``concurrency_key``. All are validated before
+        anything is written."""
         specs = [j if isinstance(j, JobSpec) else self._spec_from_dict(j) for j in jobs]
         return self._enqueue(specs, on_conflict, connection) if specs else []
 
     def _spec_from_dict(self, item: Mapping[str, Any]) -> JobSpec:
         if not isinstance(item, Mapping) or "job_id" not in item or "payload" not in item:
             raise InvalidInput("each job must be a JobSpec or a dict with job_id and payload")
-        extra = set(item) - {"job_id", "payload", "task", "revision", "delay_s", "max_attempts"}
+        extra = set(item) - {"job_id", "payload", "task", "revision", "delay_s", "max_attempts",
+                             "priority", "concurrency_key"}
         if extra:
             raise InvalidInput(f"unknown job field(s): {', '.join(sorted(extra))}")
         options = {k: v for k, v in item.items() if k not in ("job_id", "payload")}
@@ -136,13 +148,27 @@ class Queue(AsyncQueueMethods):
             raise InvalidInput(f"limit must be a whole number from 1 to 10000, got {limit!r}")
         if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
             raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+        limits = self.limits
+        if limits.any:
+            return self.store.claim(self.name, worker_id, limit, self._lease_s(lease_s),
+                                    limits)
         return self.store.claim(self.name, worker_id, limit, self._lease_s(lease_s))
 
     def claim_one(self, job_id: str, worker_id: str, *,
                   lease_s: float | None = None) -> Job | None:
-        """Claim this one job if it is ready now, else None (used by broker delivery)."""
+        """Claim this one job if it is ready now and no limit holds it back, else None (used
+        by broker delivery)."""
+        limits = self.limits
+        if limits.any:
+            return self.store.claim_one(self.name, validate.job_id(job_id), worker_id,
+                                        self._lease_s(lease_s), limits)
         return self.store.claim_one(self.name, validate.job_id(job_id), worker_id,
                                    self._lease_s(lease_s))
+
+    @property
+    def limits(self) -> ClaimLimits:
+        """The limits every claim of this queue obeys (docs/limits.md)."""
+        return ClaimLimits(self.policy.key_limit, self.policy.rate_per_s)
 
     def heartbeat(
         self, jobs: Iterable[Job | Lease], *, lease_s: float | None = None
@@ -307,6 +333,13 @@ class Queue(AsyncQueueMethods):
     def in_flight(self) -> int:
         """Jobs being worked on now (processing under a live lease)."""
         return self.store.in_flight(self.name)
+
+    def held_back(self) -> HeldBack:
+        """Ready jobs this queue's limits keep from being claimed right now (by key limits,
+        by the rate limit). A handle without limits reads those the queue's limited claims
+        last ran with; zeros for a queue that never had any."""
+        limits = self.limits
+        return self.store.held_back(self.name, limits if limits.any else None)
 
     def journal(self, job_id: str) -> list[JournalEntry]:
         return self.store.journal(self.name, validate.job_id(job_id))

@@ -21,7 +21,7 @@ RESERVED_KEYS = frozenset(
         "_id", "id", "queue", "task", "status", "payload", "attempts", "max_attempts",
         "lease_until", "lease_epoch", "worker_id", "error", "failure", "revision", "stale",
         "result", "result_key", "created_at", "updated_at", "first_seen_at", "published_at",
-        "snoozes", "givebacks",
+        "snoozes", "givebacks", "priority", "concurrency_key",
     }
 )  # fmt: skip
 
@@ -69,6 +69,29 @@ def delay_s(value: Any, name: str = "delay_s") -> float:
     if value > 10 * 365 * 86400:
         raise InvalidInput(f"{name} may be at most ten years, got {value!r}")
     return float(value)
+
+
+#: The range of a job's priority: PostgreSQL's ``integer``.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+MAX_CONCURRENCY_KEY_CHARS = 200
+
+
+def priority(value: Any) -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"priority must be a whole number from {low} to {high}, "
+                           f"got {str(value)[:40]!r}")
+    return value
+
+
+def concurrency_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if (not isinstance(value, str) or not value or len(value) > MAX_CONCURRENCY_KEY_CHARS
+            or "\x00" in value):
+        raise InvalidInput(f"concurrency_key must be a non-empty string of at most "
+                           f"{MAX_CONCURRENCY_KEY_CHARS} characters without NUL, or None")
+    return value
 
 
 def payload(value: Any, max_bytes: int) -> str:

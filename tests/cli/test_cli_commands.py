@@ -105,9 +105,25 @@ def test_status_table_and_json(invoke: Invoke, store: leaseq.Store) -> None:
     assert images["oldest_pending_age_s"] >= 0
     only = json.loads(invoke("status", "--json", "--queue", "nothing").output)
     assert only["queues"]["nothing"] == {"counts": {}, "ready": 0, "in_flight": 0,
+                                         "held_back": {"by_key": 0, "by_rate": 0},
                                          "oldest_pending_age_s": 0.0}
     q.claim("host:1:abcd", 1)
     assert json.loads(invoke("status", "--json").output)["queues"]["images"]["in_flight"] == 1
+
+
+def test_status_shows_ready_jobs_held_back_by_a_limit(invoke: Invoke,
+                                                     store: leaseq.Store) -> None:
+    # Given a key-limited queue whose claim left two jobs of a full key waiting
+    q = store.queue("exports", key_limit=1)
+    for i in range(3):
+        q.enqueue(f"e{i}", {"n": i}, concurrency_key="tenant:42")
+    assert len(q.claim("host:1:abcd", 5)) == 1
+    # When status is asked, without the app's policy
+    data = json.loads(invoke("status", "--json").output)["queues"]["exports"]
+    table = invoke("status")
+    # Then the held-back jobs are counted as the limit the claims ran with says
+    assert (data["ready"], data["held_back"]) == (2, {"by_key": 2, "by_rate": 0})
+    assert "held" in table.output
 
 
 def test_inspect_shows_the_budget_a_job_spent(invoke: Invoke, store: leaseq.Store) -> None:

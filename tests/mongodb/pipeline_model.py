@@ -95,7 +95,17 @@ def _compare(test: Any) -> Any:
     return lambda arg, doc, now: test(_order(*_args(arg, doc, now)))
 
 
+def _type(arg: Any, doc: Mapping[str, Any], now: datetime) -> str:
+    value = evaluate(arg, doc, now)
+    if value is MISSING:
+        return "missing"
+    kinds = [(type(None), "null"), (bool, "bool"), (int, "int"), (float, "double"),
+             (str, "string"), (dict, "object"), (list, "array"), (datetime, "date")]
+    return next(name for kind, name in kinds if isinstance(value, kind))
+
+
 _OPERATORS: dict[str, Any] = {
+    "$type": _type,
     "$ifNull": _if_null,
     "$cond": _cond,
     "$concat": _concat,

@@ -103,8 +103,8 @@ def test_claim_is_a_pipeline_update_with_server_lease_and_counters():
     assert fields["max_attempts"] == {"$ifNull": ["$max_attempts", 5]}
 
 
-def test_claim_sort_is_stable_not_before_then_id():
-    assert documents.CLAIM_SORT == [("lease_until", 1), ("_id", 1)]
+def test_claim_sort_is_priority_then_not_before_then_id():
+    assert documents.CLAIM_SORT == [("priority", -1), ("lease_until", 1), ("_id", 1)]
 
 
 def test_claim_one_is_the_claim_filter_for_one_id():
@@ -252,8 +252,8 @@ def test_in_flight_is_processing_with_a_live_lease():
 
 def test_indexes_claim_index_and_ttl_only_with_a_partial_filter():
     specs = documents.job_indexes({"tombstone": 2_592_000, "done": 86_400})
-    assert specs[0] == ([("status", 1), ("lease_until", 1), ("_id", 1)],
-                        {"name": "status_1_lease_until_1__id_1"})
+    assert specs[0] == ([("status", 1), ("priority", -1), ("lease_until", 1), ("_id", 1)],
+                        {"name": "status_1_priority_-1_lease_until_1__id_1"})
     ttl = [(keys, opts) for keys, opts in specs if "expireAfterSeconds" in opts]
     assert len(ttl) == 2
     for keys, opts in ttl:

@@ -92,7 +92,7 @@ def test_an_empty_filter_needs_no_index():
 
 def test_index_names_are_mongodbs_defaults():
     assert indexes.name_of(OLD_INDEX) == "status_1_lease_until_1"
-    assert indexes.name_of(indexes.CLAIM_INDEX) == "status_1_lease_until_1__id_1"
+    assert indexes.name_of(indexes.CLAIM_INDEX) == "status_1_priority_-1_lease_until_1__id_1"
 
 
 # --- the store's queries -------------------------------------------------------------------
@@ -106,9 +106,11 @@ def test_the_old_index_did_not_serve_the_claim():
 QUERIES = {
     "claim": (documents.claimable(0), documents.CLAIM_SORT),
     "claim_one": (documents.claimable_id("j", 0), []),
+    "claim of one key": (documents.claimable_keyed("k", 0), documents.CLAIM_SORT),
+    "key counts": (documents.key_counts(0)[0]["$match"], []),
     "ready": (documents.ready(0)[0]["$match"], []),
     "in_flight": (documents.in_flight(0), []),
-    "outbox_due": (documents.outbox_due(0), documents.CLAIM_SORT),
+    "outbox_due": (documents.outbox_due(0), documents.OUTBOX_SORT),
     "republish": (documents.published_before(60, 0), []),
     "mark_published": (documents.unpublished([("a", 0), ("b", 2)], 0), []),
     "reclaim step 1": (documents.expired(0, spent_=True), []),

@@ -21,6 +21,7 @@ from leaseq.browse import BulkAction, JobFilter
 from leaseq.errors import StoreUnavailable
 from leaseq.job import Completion, JobSpec, Lease
 from leaseq.ledger import TickAdvance
+from leaseq.limits import ClaimLimits, HeldBack
 from leaseq.queue import Queue
 from leaseq.stores.mongodb import MongoStore
 from leaseq.stores.mongodb.connection import parse_url
@@ -111,6 +112,11 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "get": (lambda db: None, lambda s, db: s.get("q", "nope"), None),
     "give_back": (answered("find_one_and_update", doc(status="pending", attempts=0)),
                   lambda s, db: s.give_back("q", LEASE, False, "shutdown").status, "pending"),
+    "held_back": (lambda db: (db[Q].answer("aggregate", [{"n": 5, "age_ms": 1}],
+                                            [{"_id": "k", "ready": 4, "running": 1}]),
+                              db["leaseq_limits"].answer("find_one", None)),
+                  lambda s, db: s.held_back("q", ClaimLimits(key_limit=2, rate_per_s=1)),
+                  HeldBack(by_key=3, by_rate=1)),
     "heartbeat_many": (answered("update_many", Updated(1)),
                        lambda s, db: s.heartbeat_many("q", [LEASE], 60), []),
     "in_flight": (answered("count_documents", 2), lambda s, db: s.in_flight("q"), 2),

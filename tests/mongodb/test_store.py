@@ -60,7 +60,7 @@ def test_indexes_are_made_once_per_queue_on_first_use(db, store):
     # Then its indexes and its partial TTL index were created once
     created = [a[0] for a, _ in db.of(Q, "create_index")]
     assert created == [keys for keys, _ in documents.job_indexes({"tombstone": 1})]
-    assert created[0] == [("status", 1), ("lease_until", 1), ("_id", 1)]
+    assert created[0] == [("status", 1), ("priority", -1), ("lease_until", 1), ("_id", 1)]
     ttl = db.of(Q, "create_index")[-1][1]
     assert ttl["partialFilterExpression"] == {"status": "tombstone"}
 

@@ -66,7 +66,8 @@ def test_schema_is_created_and_migrated_on_first_use(schema_url: str, pg_url: st
             tables = {r[0] for r in conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
                 [store.options.schema])}
-        assert tables == {"jobs", "journal", "schedules", "schema_migrations", "workers"}
+        assert tables == {"jobs", "journal", "limits", "schedules", "schema_migrations",
+                          "workers"}
     finally:
         store.close()
 

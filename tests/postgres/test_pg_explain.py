@@ -1,5 +1,6 @@
 """PostgreSQL-specific: at 1,000,000 jobs the claim and the outbox still walk their partial
-indexes, and the queue list still reads one index entry per queue.
+indexes, and the queue list still reads one index entry per queue. The claim does so with
+five priorities, and the key-limited claim (issue 17) with 50 keys: a few probes per key.
 
 Slow (loading a million rows takes a while): run with ``pytest tests/postgres --slow`` or
 ``LEASEQ_SLOW=1``.
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 from plan_reading import analyze, rows_read, scans
 
+from leaseq.limits import UNKEYED_SCAN
 from leaseq.stores.postgres import PostgresStore
 
 ROWS = 1_000_000
@@ -20,10 +22,12 @@ ROWS = 1_000_000
 # A million jobs over four queues: a long history of done and failed jobs, 5% pending (some
 # of them not yet due), a few processing. Only the live ones are in the claim's partial index.
 # As in broker mode, most pending jobs are published (waiting for a consumer) and one in 20 is
-# owed a publish: only those are in the outbox's index.
+# owed a publish: only those are in the outbox's index. Jobs have five priorities; every other
+# job of queue q0 has one of 50 concurrency keys.
 LOAD = """
 INSERT INTO {schema}.jobs (queue, id, status, payload, attempts, max_attempts, lease_until,
-                           lease_epoch, created_at, updated_at, first_seen_at, published_at)
+                           lease_epoch, created_at, updated_at, first_seen_at, published_at,
+                           priority, concurrency_key)
 SELECT 'q' || (i %% 4), 'job-' || lpad(i::text, 7, '0'),
        CASE WHEN i %% 20 = 0 THEN 'pending' WHEN i %% 97 = 1 THEN 'processing'
             WHEN i %% 50 = 1 THEN 'failed' ELSE 'done' END,
@@ -31,7 +35,9 @@ SELECT 'q' || (i %% 4), 'job-' || lpad(i::text, 7, '0'),
        CASE WHEN i %% 20 = 0 THEN now() + ((i %% 7200) - 3600) * interval '1 second'
             WHEN i %% 97 = 1 THEN now() + interval '10 minutes' END,
        1, now(), now(), now(),
-       CASE WHEN i %% 20 = 0 AND i %% 400 <> 0 THEN now() END
+       CASE WHEN i %% 20 = 0 AND i %% 400 <> 0 THEN now() END,
+       (i / 20) %% 5,
+       CASE WHEN i %% 40 = 0 THEN 'tenant-' || ((i / 40) %% 50) END
 FROM generate_series(1, %(rows)s) AS i
 """
 
@@ -108,18 +114,76 @@ def test_queues_is_a_loose_index_scan_at_a_million_jobs(
     assert store.queues() == ["q0", "q1", "q2", "q3"]
 
 
+@pytest.mark.slow
+def test_the_claim_with_priorities_reads_about_what_it_takes(
+        store: PostgresStore, million: psycopg.Connection,
+        capsys: pytest.CaptureFixture) -> None:
+    # Given a million jobs, the 12,500 pending ones of q0 spread over five priorities, half of
+    # them not yet due
+    # When the claim runs
+    million.execute("SET plan_cache_mode = force_custom_plan")
+    ran = analyze(million, store.queries["claim"], _PARAMS)
+    # Then it walks jobs_claimable from the top priority and stops at its limit
+    assert "Seq Scan" not in scans(ran), scans(ran)
+    assert rows_read(ran) <= 3 * _PARAMS["limit"], (rows_read(ran), scans(ran))
+    with capsys.disabled():
+        print(f"\nclaim with priorities at {ROWS:,} jobs: {rows_read(ran)} rows read")
+    # And the jobs come highest priority first
+    jobs = [store.queue("q0").claim("w1")[0] for _ in range(3)]
+    assert [j.priority for j in jobs] == [4, 4, 4]
+
+
+@pytest.mark.slow
+def test_the_key_limited_claim_probes_each_key_at_a_million_jobs(
+        store: PostgresStore, million: psycopg.Connection,
+        capsys: pytest.CaptureFixture) -> None:
+    # Given a million jobs, half of those of q0 over 50 keys (about 130 live ones per key, a
+    # few of them processing: every key is full)
+    # When the key-limited claim runs, planned with its parameters and as a generic plan
+    params = {**_PARAMS, "key_limit": 2, "scan": 10 + UNKEYED_SCAN}
+    custom, generic = _both_plans(million, store.queries["claim_keyed"], params)
+    # Then nothing scans the table, and the keys come from their index
+    for plan in (custom, generic):
+        text = "\n".join(plan)
+        assert "Seq Scan" not in text, text
+        assert "jobs_keyed" in text and "jobs_keyed_running" in text, text
+    # And run, it reads a few index entries per key (its running count stops at key_limit),
+    # not the keys' backlogs
+    million.execute("SET plan_cache_mode = force_custom_plan")
+    ran = analyze(million, store.queries["claim_keyed"], params)
+    assert rows_read(ran) <= 8 * 50 + params["scan"] + 4 * params["limit"], (
+        rows_read(ran), scans(ran))
+    with capsys.disabled():
+        print(f"\nkey-limited claim at {ROWS:,} jobs, 50 keys: {rows_read(ran)} rows read in "
+              f"{ran['Actual Total Time']:.3f} ms")
+    # And once the running jobs have finished, a real claim takes at most key_limit jobs of
+    # each key
+    million.execute(f'UPDATE "{store.options.schema}".jobs SET status = %s '
+                    "WHERE queue = 'q0' AND status = 'processing'", ["done"])
+    million.commit()
+    jobs = store.queue("q0", key_limit=2).claim("w1", limit=200)
+    per_key: dict[str | None, int] = {}
+    for job in jobs:
+        per_key[job.concurrency_key] = per_key.get(job.concurrency_key, 0) + 1
+    unkeyed = per_key.pop(None, 0)
+    # 2 of each of the 50 keys, and the jobs without a key found near the front
+    assert set(per_key.values()) == {2} and len(per_key) == 50, per_key
+    assert unkeyed > 0 and len(jobs) == 100 + unkeyed
+
+
 _PARAMS = {"queue": "q0", "worker_id": "w1", "limit": 10, "lease_s": 900.0, "off": 0.0}
 
 
-def _both_plans(conn: psycopg.Connection, query: str) -> tuple[list[str], list[str]]:
+def _both_plans(conn: psycopg.Connection, query: str,
+                params: dict[str, object] = _PARAMS) -> tuple[list[str], list[str]]:
     """The plan with its parameters, and the generic plan a prepared statement ends up with."""
-    custom = _explain(conn, query)
+    custom = _explain(conn, query, params)
     conn.execute("SET plan_cache_mode = force_generic_plan")
     try:
-        return custom, _explain(conn, query)
+        return custom, _explain(conn, query, params)
     finally:
         conn.execute("RESET plan_cache_mode")
 
 
-def _explain(conn: psycopg.Connection, query: str) -> list[str]:
-    return [r[0] for r in conn.execute("EXPLAIN " + query, _PARAMS)]
+def _explain(conn: psycopg.Connection, query: str, params: dict[str, object]) -> list[str]:
+    return [r[0] for r in conn.execute("EXPLAIN " + query, params)]

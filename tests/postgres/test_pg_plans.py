@@ -32,3 +32,24 @@ def test_hot_statements_never_run_a_generic_plan(store: PostgresStore) -> None:
         autocommit=True)
     assert rows, "the hot statements are prepared"
     assert all(generic == 0 for generic, _ in rows)
+
+
+def test_the_key_limited_claim_never_runs_a_generic_plan(store: PostgresStore) -> None:
+    # Given a worker that polled an empty key-limited queue many times (a generic plan made
+    # then would walk each key in jobs_claimable, not jobs_keyed), then claimed a trickle
+    q = store.queue("young_keyed", key_limit=2)
+    for _ in range(12):
+        assert q.claim("w1") == []
+    for i in range(12):
+        q.enqueue(f"t{i}", {"i": i}, concurrency_key=f"k{i % 3}", priority=i % 2)
+        q.complete_many(q.claim("w1"))
+    # When the queue then grows
+    q.enqueue_many([q.spec(f"j{i}", {"i": i}, concurrency_key=f"k{i % 10}")
+                    for i in range(2000)])
+    assert len(q.claim("w1", limit=30)) == 20  # 10 keys, 2 each
+    # Then the keyed claim was planned for the rows it met, each run
+    rows = store._session.run(lambda conn: conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+        "WHERE statement LIKE '%%RECURSIVE keys%%'").fetchall(), autocommit=True)
+    assert rows, "the keyed claim is prepared"
+    assert all(generic == 0 for generic, _ in rows)

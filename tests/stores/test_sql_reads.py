@@ -30,6 +30,7 @@ def job_row(time: object, payload: object, result: object, stale: object) -> dic
         "lease_epoch": 3, "worker_id": "w:1:x", "error": None, "failure": None,
         "revision": "r2", "stale": stale, "result": result, "result_key": "k",
         "created_at": time, "updated_at": time, "first_seen_at": time, "published_at": None,
+        "priority": 3, "concurrency_key": "tenant:1",
     }
 
 
@@ -60,7 +61,8 @@ def test_a_job_row_from_either_database_maps_to_the_same_job() -> None:
         id="j1", queue="q", status="processing", payload=PAYLOAD, task="ship", attempts=2,
         max_attempts=5, snoozes=1, givebacks=0, lease_until=AT, lease_epoch=3,
         worker_id="w:1:x", revision="r2", stale=True, result=RESULT, result_key="k",
-        created_at=AT, updated_at=AT, first_seen_at=AT, published_at=None)
+        created_at=AT, updated_at=AT, first_seen_at=AT, published_at=None, priority=3,
+        concurrency_key="tenant:1")
     assert from_postgres.lease_until is not None and from_postgres.lease_until.utcoffset() == \
         timedelta(0)
 

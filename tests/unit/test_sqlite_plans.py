@@ -92,3 +92,61 @@ def test_queues_seeks_once_per_queue(backlog: tuple[SQLiteStore, sqlite3.Connect
     assert not any(line.startswith("SCAN leaseq_jobs") for line in plan), plan
     assert steps * STEP < 2_000, (steps * STEP, plan)
     assert store.queues() == ["q0", "q1", "q2", "q3"]
+
+
+# Limits in the claim (issue 17): the same 20,000 jobs with five priorities; those of queue q2
+# carry one of 40 concurrency keys.
+KEYED = """
+UPDATE leaseq_jobs SET priority = (CAST(substr(id, 5) AS INTEGER) / 4) % 5,
+       concurrency_key = CASE WHEN queue = 'q2'
+                              THEN 'tenant-' || ((CAST(substr(id, 5) AS INTEGER) / 4) % 40) END
+"""
+
+
+@pytest.fixture
+def keyed(backlog: tuple[SQLiteStore, sqlite3.Connection]
+          ) -> tuple[SQLiteStore, sqlite3.Connection]:
+    store, conn = backlog
+    conn.execute(KEYED)
+    conn.commit()
+    return store, conn
+
+
+def test_the_claim_with_priorities_walks_the_index_from_the_top_priority(
+        keyed: tuple[SQLiteStore, sqlite3.Connection]) -> None:
+    # Given 3,300 pending jobs of q1 over five priorities
+    store, conn = keyed
+    params = {"queue": "q1", "limit": 10, "worker_id": "w1", "lease_s": 60.0}
+    # When the claim is planned and run
+    plan = _plan(conn, "claim", **params)
+    steps = _steps(conn, "claim", **params)
+    conn.rollback()  # the claim wrote: leave the jobs to the store
+    # Then it searches the claimable index and does work for its 10 jobs, not the backlog
+    assert any("USING INDEX leaseq_jobs_claimable" in line for line in plan), plan
+    assert steps * STEP < 3_000, (steps * STEP, plan)
+    # And the next jobs are of the top priority
+    assert [job.priority for job in store.queue("q1").claim("w2", limit=5)] == [4] * 5
+
+
+def test_the_key_limited_claim_seeks_each_key_not_its_backlog(
+        keyed: tuple[SQLiteStore, sqlite3.Connection]) -> None:
+    # Given 3,300 pending jobs of q2 over 40 keys (about 80 each)
+    store, conn = keyed
+    # When a key-limited claim looks for its candidates
+    slots_plan = _plan(conn, "key_slots", queue="q2", key_limit=2)
+    candidates_plan = _plan(conn, "key_candidates", queue="q2", concurrency_key="tenant-3",
+                            limit=2)
+    slots = _steps(conn, "key_slots", queue="q2", key_limit=2)
+    # Then the keys come from a loose scan of the keyed index and the running counts from
+    # theirs: work per key, not per job
+    assert any("USING INDEX leaseq_jobs_keyed " in line for line in slots_plan), slots_plan
+    assert any("leaseq_jobs_keyed_running" in line for line in slots_plan), slots_plan
+    assert any("USING INDEX leaseq_jobs_keyed " in line for line in candidates_plan), (
+        candidates_plan)
+    assert slots * STEP < 40 * 100, (slots * STEP, slots_plan)
+    # And a real claim takes at most key_limit jobs of each key, highest priority first
+    jobs = store.queue("q2", key_limit=2).claim("w1", limit=200)
+    per_key: dict[str | None, int] = {}
+    for job in jobs:
+        per_key[job.concurrency_key] = per_key.get(job.concurrency_key, 0) + 1
+    assert len(jobs) == 80 and set(per_key.values()) == {2}, per_key

@@ -148,3 +148,26 @@ def test_worker_config_is_checked(config: dict) -> None:
 
     with pytest.raises((leaseq.InvalidInput, TypeError)):
         WorkerConfig(**config)
+
+
+def test_held_back_and_runnable_gauges_explain_ready_but_not_running(app: leaseq.App) -> None:
+    # Given a queue limited to 2 claims a second and 1 job per key: 3 jobs of tenant a,
+    # 1 of tenant b; one claim has run
+    q = app.store.queue("limited", key_limit=1, rate_per_s=2)
+    for i in range(3):
+        q.enqueue(f"a{i}", {}, concurrency_key="a")
+    q.enqueue("b0", {}, concurrency_key="b")
+    q.enqueue("c0", {})
+    assert len(q.claim("w", limit=1)) == 1  # a0: key a is full, one of 2 claims this second
+    metrics = Metrics()
+    metrics.watch_store(app.store, lambda: ["limited"], refresh_s=0)
+
+    def gauge(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"queue": "limited", **labels})
+
+    # Then of 4 ready jobs, a1 and a2 wait for their key, and of b0 and c0 the rate admits
+    # one more this second: one job is runnable
+    assert gauge("leaseq_ready_jobs") == 4
+    assert gauge("leaseq_held_back_jobs", limit="key") == 2
+    assert gauge("leaseq_held_back_jobs", limit="rate") == 1
+    assert gauge("leaseq_runnable_jobs") == 1

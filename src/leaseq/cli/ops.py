@@ -21,7 +21,8 @@ from leaseq.signals import StopSignals, stop_event
 @json_option
 @errors
 def status(url: str | None, queues: tuple[str, ...], as_json: bool) -> None:
-    """Jobs by status, ready count and oldest pending age, per queue."""
+    """Jobs by status, ready count (and how many of those a claim limit holds back), in-flight
+    count and oldest pending age, per queue."""
     with open_store(url) as store:
         snaps = snapshot(store, list(queues) or None)
     if as_json:

@@ -31,18 +31,24 @@ EVENT_WORDS = {
 
 def status_rows(snaps: Sequence[QueueSnapshot]) -> dict[str, Any]:
     return {s.queue: {"counts": s.counts, "ready": s.ready, "in_flight": s.in_flight,
+                      "held_back": {"by_key": s.held_back.by_key,
+                                    "by_rate": s.held_back.by_rate},
                       "oldest_pending_age_s": round(s.oldest_pending_age_s, 3)} for s in snaps}
 
 
 def status_table(url: str, snaps: Sequence[QueueSnapshot]) -> Table:
     table = Table(title=f"leaseq — {url}")
     others = sorted({k for s in snaps for k in s.counts} - set(STATUS_COLUMNS))
-    for column in ["queue", *STATUS_COLUMNS, *others, "ready", "in flight",
+    limited = any(s.held_back.total for s in snaps)
+    held = ["held by key", "held by rate"] if limited else []
+    for column in ["queue", *STATUS_COLUMNS, *others, "ready", *held, "in flight",
                    "oldest pending"]:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for s in snaps:
+        held_cells = [str(s.held_back.by_key), str(s.held_back.by_rate)] if limited else []
         table.add_row(s.queue, *(str(s.counts.get(k, 0)) for k in [*STATUS_COLUMNS, *others]),
-                      str(s.ready), str(s.in_flight), f"{s.oldest_pending_age_s:.1f} s")
+                      str(s.ready), *held_cells, str(s.in_flight),
+                      f"{s.oldest_pending_age_s:.1f} s")
     return table
 
 

@@ -148,9 +148,10 @@ class Scheduler:
         return job.id if job is not None and job.status in LIVE_STATUSES else None
 
     def _spec(self, schedule: Schedule, tick: datetime) -> JobSpec:
+        task = self.app.get_task(schedule.task)  # its priority, as its own enqueue gives it
         return self.app.queue(schedule.queue).spec(
             schedule.job_id(tick), schedule.tick_payload(tick), task=schedule.task,
-            max_attempts=schedule.max_attempts)
+            max_attempts=schedule.max_attempts, priority=task.priority if task else 0)
 
     @staticmethod
     def _logged(schedule: Schedule, jobs: Sequence[tuple[datetime, JobSpec]]) -> None:

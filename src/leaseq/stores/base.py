@@ -66,6 +66,7 @@ from leaseq.job import (
 )
 from leaseq.journal import REOWE_REASON
 from leaseq.ledger import ScheduleState, TickAdvance
+from leaseq.limits import NO_LIMITS, ClaimLimits, HeldBack
 from leaseq.stores.watch import FinishWatch
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class Store(abc.ABC):
     time_offset_s: float = 0.0
     #: Whether ``enqueue_many(connection=…)`` and ``complete(then=…)`` are atomic.
     supports_transactions: bool = True
+    #: Whether ``claim`` can enforce ``ClaimLimits`` (a store that cannot raises
+    #: ``UnsupportedOperation`` when asked to).
+    supports_claim_limits: bool = True
 
     # --- set-up and upkeep ------------------------------------------------------------------
 
@@ -161,12 +165,21 @@ class Store(abc.ABC):
     # --- workers ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float,
+              limits: ClaimLimits = NO_LIMITS) -> list[Job]:
         """Atomically take up to ``limit`` claimable jobs; ``[]`` when none.
 
         Claimable: ``attempts < max_attempts`` and (``pending`` with not-before ≤ now or
-        none, or ``processing`` with ``lease_until`` < now). Taken in order of not-before
-        (then id). Each taken job: ``processing``, ``worker_id``, lease_until = now +
+        none, or ``processing`` with ``lease_until`` < now). Taken in order of priority
+        (highest first), then not-before, then id. ``limits`` (docs/limits.md), checked in
+        the claim's own transaction under a lock per queue: with ``key_limit``, a job with a
+        ``concurrency_key`` is taken only while fewer than ``key_limit`` jobs of its key are
+        ``processing`` (the jobs this claim takes included; an expired lease holds its slot
+        until ``reclaim_expired`` returns it, as a heartbeat could still extend it); with
+        ``rate_per_s``, no more claims than that are stamped in any one-second window of the
+        store's clock. A job a limit holds back stays ready and untouched.
+
+        Each taken job: ``processing``, ``worker_id``, lease_until = now +
         ``lease_s``, attempts + 1, lease_epoch + 1, stale cleared. Two concurrent claims never
         take the same job. Journal: ``claimed`` (reason ``redelivered`` on every claim after
         the first — after a retry, an expired lease, a snooze or a give-back — read from
@@ -174,8 +187,10 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
-        """Claim this one job if it is claimable now (broker delivery); else None, no write."""
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float,
+                  limits: ClaimLimits = NO_LIMITS) -> Job | None:
+        """Claim this one job if it is claimable now and ``limits`` (as for ``claim``) do not
+        hold it back (broker delivery); else None, no write."""
 
     @abc.abstractmethod
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
@@ -405,6 +420,17 @@ class Store(abc.ABC):
         it at its delivery limit), so the outbox owes them a publish again. Jobs in any other
         state, already owed, or unknown are left alone. Atomic per job. Returns the ids
         changed (``[]`` when none). Journal: ``publish_owed`` with ``reason``."""
+
+    # --- limits in the claim (docs/limits.md) -------------------------------------------------
+
+    @abc.abstractmethod
+    def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
+        """How many ready jobs ``limits`` keep from being claimed right now: by key limits
+        (per key, the ready jobs beyond its free slots) and by the rate limit (of the rest,
+        those beyond the room left in the current window). ``limits=None``: those the queue's
+        limited claims last ran with, which the store keeps beside the rate log (so a reader
+        without the app's policy, such as ``leaseq status``, sees the same). Reads only;
+        ``HeldBack()`` when none."""
 
     # --- periodic jobs: the schedule ledger (docs/periodic.md) ------------------------------
 

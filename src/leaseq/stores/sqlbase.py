@@ -57,6 +57,7 @@ class SQLStore(Store):
             result=decode(row["result"]), result_key=row["result_key"],
             created_at=time(row["created_at"]), updated_at=time(row["updated_at"]),
             first_seen_at=time(row["first_seen_at"]), published_at=time(row["published_at"]),
+            priority=row["priority"], concurrency_key=row["concurrency_key"],
         )
 
     @classmethod

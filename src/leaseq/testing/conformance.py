@@ -39,6 +39,7 @@ from leaseq.testing.suites.finish import FinishSuite
 from leaseq.testing.suites.giveback import GiveBackSuite
 from leaseq.testing.suites.journal import JournalSuite
 from leaseq.testing.suites.leases import LeaseSuite
+from leaseq.testing.suites.limits import LimitsSuite
 from leaseq.testing.suites.operators import OperatorToolsSuite
 from leaseq.testing.suites.outbox import OutboxSuite
 from leaseq.testing.suites.outbox_reowe import OutboxReoweSuite
@@ -63,6 +64,7 @@ ALL_SUITES: tuple[type, ...] = (
     OperatorSuite,
     ClockSuite,
     OutboxReoweSuite,
+    LimitsSuite,
     ScheduleSuite,
     ScheduleLedgerSuite,
     OperatorToolsSuite,
@@ -92,6 +94,7 @@ __all__ = [
     "InspectionSuite",
     "JournalSuite",
     "LeaseSuite",
+    "LimitsSuite",
     "OperatorSuite",
     "OperatorToolsSuite",
     "OutboxReoweSuite",

@@ -30,10 +30,14 @@ DEFAULT_MAX_ATTEMPTS = 5
 PENDING, PROCESSING, FAILED = "pending", "processing", "failed"
 #: The record's own fields; every other top-level field is payload. The counters are listed
 #: here too, so a record field is never read as payload whatever the validator reserves.
-RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks"}
+RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks", "priority", "concurrency_key"}
 #: Fields of the record kept when a new payload replaces the old one (the rest is payload).
 RECORD_FIELDS = sorted(RECORD_KEYS)
-CLAIM_SORT = [("lease_until", 1), ("_id", 1)]
+#: Claim order: highest priority first (a document without one sorts after every number),
+#: then not-before, then id.
+CLAIM_SORT = [("priority", -1), ("lease_until", 1), ("_id", 1)]
+#: The outbox publishes in not-before order (a broker delivers in its own order anyway).
+OUTBOX_SORT = [("lease_until", 1), ("_id", 1)]
 ID_SORT = [("_id", 1)]
 JOURNAL_SORT = [("at", 1), ("_id", 1)]
 
@@ -116,6 +120,57 @@ def claimable(offset_s: float) -> Doc:
 
 def claimable_id(job_id: str, offset_s: float) -> Doc:
     return {"_id": job_id, **claimable(offset_s)}
+
+
+#: ``KEYED_INDEX``'s partial filter, which a query must carry word for word to use it.
+HAS_KEY = {"concurrency_key": {"$type": "string"}}
+
+
+def claimable_keyed(key: str, offset_s: float) -> Doc:
+    """Claimable jobs of one concurrency key: each branch served by ``KEYED_INDEX``."""
+    return {"$or": [{**branch, "concurrency_key": key}
+                    for branch in claimable(offset_s)["$or"]], "$and": [HAS_KEY]}
+
+
+def live_keyed() -> Doc:
+    """Live jobs with a concurrency key: the key walk of a key-limited claim."""
+    return {"status": {"$in": [PENDING, PROCESSING]}, **HAS_KEY}
+
+
+def key_counts(offset_s: float) -> list[Doc]:
+    """Per key with live jobs: how many are processing and how many are claimable."""
+    ready = {"$or": [branch_expr(b, offset_s) for b in claimable(offset_s)["$or"]]}
+    return [
+        {"$match": live_keyed()},
+        {"$group": {"_id": "$concurrency_key",
+                    "running": {"$sum": {"$cond": [{"$eq": ["$status", PROCESSING]}, 1, 0]}},
+                    "ready": {"$sum": {"$cond": [ready, 1, 0]}}}},
+    ]
+
+
+def branch_expr(branch: Doc, offset_s: float) -> Doc:
+    """A ``claimable`` branch as an aggregation expression (for ``$cond``)."""
+    terms: list[Any] = []
+    for field, condition in branch.items():
+        if field == "$expr":
+            terms.append(condition)
+        elif condition is None:
+            terms.append({"$eq": [{"$ifNull": ["$" + field, None]}, None]})
+        elif isinstance(condition, dict) and "$type" in condition:
+            terms.append({"$eq": [{"$type": "$" + field}, condition["$type"]]})
+        else:
+            terms.append({"$eq": ["$" + field, condition]})
+    return {"$and": terms}
+
+
+def limits_claim(key_limit: int | None, rate_per_s: int | None, offset_s: float) -> list[Doc]:
+    """The write that opens a limited claim on the queue's limits document: it makes every
+    other limited claim of the queue conflict with this transaction, reads the clock, and
+    records the limits the claim runs with (for ``held_back`` without them)."""
+    return [{"$set": {"claims": {"$add": [{"$ifNull": ["$claims", 0]}, 1]},
+                      "recent": {"$ifNull": ["$recent", []]},
+                      "key_limit": lit(key_limit), "rate_per_s": lit(rate_per_s),
+                      "now": now(offset_s)}}]
 
 
 def fenced(job_id: str, lease_epoch: int, stale: bool | None = None) -> Doc:

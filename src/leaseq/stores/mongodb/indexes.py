@@ -4,8 +4,9 @@ Every filter and sort the store sends must be served by one of these indexes (th
 check each query the store sends with ``unserved``), so no claim, outbox read or count walks
 documents it does not need. The rule is MongoDB's ESR rule: an index serves a query when its
 key pattern is the query's **E**quality fields, then its **S**ort fields, then its **R**ange
-fields. A range on the first sort key is served by the sort itself (the index is read in that
-order, from the bound). A query with an equality on ``_id`` is served by the ``_id`` index.
+fields. A range on a sort key is served by the sort itself (the index is read in that order,
+within the bounds), and an equality on a field among the sort keys is one point of it, which
+keeps the order. A query with an equality on ``_id`` is served by the ``_id`` index.
 
 A rooted ``$or`` is planned by MongoDB as one index scan per branch, merged in sort order when
 every branch's scan yields the sort (``SORT_MERGE``); so each branch must be served on its own,
@@ -27,7 +28,11 @@ IndexSpec = tuple[list[Key], dict[str, Any]]
 
 #: The claim, ``ready``, ``in_flight`` and both reclaim steps: equality on ``status`` (and on
 #: ``lease_until: null``), the claim's sort, the not-before / lease range on its first key.
-CLAIM_INDEX: list[Key] = [("status", 1), ("lease_until", 1), ("_id", 1)]
+CLAIM_INDEX: list[Key] = [("status", 1), ("priority", -1), ("lease_until", 1), ("_id", 1)]
+#: A key-limited claim: the live keys with their running counts, then each key's first
+#: claimable jobs in claim order. Partial: only documents with a key are in it.
+KEYED_INDEX: list[Key] = [("status", 1), ("concurrency_key", 1), ("priority", -1),
+                          ("lease_until", 1), ("_id", 1)]
 #: ``outbox_due`` (pending, unpublished, in claim order) and ``republish`` (published long ago).
 OUTBOX_INDEX: list[Key] = [("status", 1), ("published_at", 1), ("lease_until", 1), ("_id", 1)]
 #: Reclaim step 3, pending jobs with attempts spent: only jobs claimed at least once are read.
@@ -65,6 +70,8 @@ def job_indexes(ttl_s: Mapping[str, float]) -> list[IndexSpec]:
         for keys in (CLAIM_INDEX, OUTBOX_INDEX, SPENT_INDEX, LISTING_INDEX, PURGE_INDEX,
                      RECENT_INDEX, TASK_INDEX)
     ]
+    specs.append((KEYED_INDEX, {"name": name_of(KEYED_INDEX), "partialFilterExpression": {
+        "concurrency_key": {"$type": "string"}}}))  # documents.HAS_KEY
     for status, seconds in sorted(ttl_s.items()):
         specs.append(([("updated_at", 1)], {
             "name": f"leaseq_ttl_{status}",
@@ -99,14 +106,21 @@ def serves(index: Sequence[Key], branch: Sequence[tuple[str, Any]], sort: Sequen
     prefix = 0
     while prefix < len(fields) and fields[prefix] in equal:
         prefix += 1
-    if not equal <= set(fields[:prefix]):
-        return False
     wanted = [(field, way) for field, way in sort if field not in equal]
-    if not _same_order(list(index[prefix:prefix + len(wanted)]), wanted):
+    rest = list(index[prefix:])
+    # A field with an equality among the sort keys is one point: it keeps the order.
+    sort_keys: list[Key] = []
+    end = 0
+    while end < len(rest) and len(sort_keys) < len(wanted):
+        if rest[end][0] not in equal:
+            sort_keys.append(rest[end])
+        end += 1
+    if not _same_order(sort_keys, wanted):
         return False
-    after_sort = set(fields[prefix + len(wanted):])
-    led_by_sort = {wanted[0][0]} if wanted else set()
-    return ranged <= after_sort | led_by_sort
+    # An equality or a range on a later key is a bound of the scan in that key (MongoDB
+    # seeks past what it leaves out), as long as the scan is bounded from its first key.
+    asked = equal | ranged
+    return not asked or (fields[0] in asked and asked <= set(fields))
 
 
 def _same_order(keys: list[Key], wanted: list[Key]) -> bool:

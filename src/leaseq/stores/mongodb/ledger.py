@@ -165,12 +165,12 @@ class ScheduleLedger(OffsetClock):
 
 def _intent_job(tick: datetime, spec: JobSpec) -> Doc:
     return {"tick": tick, "id": spec.job_id, "task": spec.task, "payload": spec.payload_json,
-            "max_attempts": spec.max_attempts}
+            "max_attempts": spec.max_attempts, "priority": spec.priority}
 
 
 def _spec(job: Mapping[str, Any]) -> JobSpec:
     return JobSpec(job["id"], json.loads(job["payload"]), job["payload"], task=job["task"],
-                   max_attempts=job["max_attempts"])
+                   max_attempts=job["max_attempts"], priority=int(job.get("priority") or 0))
 
 
 def _state(doc: Mapping[str, Any]) -> ScheduleState:

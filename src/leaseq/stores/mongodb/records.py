@@ -52,7 +52,8 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
         result=json.loads(result) if isinstance(result, str) else result,
         result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
         updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
-        published_at=dt(doc.get("published_at")),
+        published_at=dt(doc.get("published_at")), priority=int(doc.get("priority") or 0),
+        concurrency_key=doc.get("concurrency_key"),
     )
 
 

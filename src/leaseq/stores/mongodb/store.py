@@ -52,12 +52,17 @@ from leaseq.stores.mongodb.connection import (
     secrets_of,
 )
 from leaseq.stores.mongodb.ledger import ScheduleLedger
+from leaseq.stores.mongodb.limited import LimitedClaims
 from leaseq.stores.mongodb.operators import OperatorTools
 from leaseq.stores.mongodb.records import Event
 from leaseq.stores.mongodb.workers import WorkerWrites
 
 AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
 SCHEMA_VERSION = 1
+#: The collection of the queues' limits documents (limited.py), beside the journal's.
+LIMITS = "limits"
+#: Collection names the store keeps for itself, and what each holds.
+_TAKEN = {"journal": "journal", LIMITS: "claim limits of every queue"}
 #: Index option conflicts: an equivalent index already exists under another name or options
 #: (an adopted collection's own TTL index, say). The operator's index is kept.
 _INDEX_EXISTS = (85, 86)
@@ -68,7 +73,7 @@ _OUTCOMES = {upserts.CREATE: EnqueueOutcome.CREATED, upserts.KEEP: EnqueueOutcom
 _WRITTEN = (EnqueueOutcome.CREATED, EnqueueOutcome.UPDATED, EnqueueOutcome.REVIVED)
 
 
-class MongoStore(WorkerWrites, ScheduleLedger, OperatorTools, Store):
+class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Store):
     """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",
@@ -84,9 +89,11 @@ class MongoStore(WorkerWrites, ScheduleLedger, OperatorTools, Store):
         self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
         self._collections: dict[str, Any] = {}  # those whose indexes this store has made
         self._journal = self._primary(self._prefix + "journal")
+        self._limits = self._primary(self._prefix + LIMITS)  # limited.py
         #: Native async reads when an opener is given (``from_url`` gives one).
         self._async = AsyncMongo(self, async_database) if async_database else None
         self.supports_transactions = self._probe_transactions()
+        self.supports_claim_limits = self.supports_transactions  # limited.py needs them
         self.migrate()
 
     @classmethod
@@ -113,9 +120,9 @@ class MongoStore(WorkerWrites, ScheduleLedger, OperatorTools, Store):
         return "setName" in hello or hello.get("msg") == "isdbgrid"
 
     def _name(self, queue: str) -> str:
-        if queue == "journal":
-            raise InvalidQueueName(f"queue name 'journal' is taken on MongoDB: "
-                                   f"{self._prefix}journal holds the journal")
+        if queue in _TAKEN:
+            raise InvalidQueueName(f"queue name {queue!r} is taken on MongoDB: "
+                                   f"{self._prefix}{queue} holds the {_TAKEN[queue]}")
         return self._prefix + queue
 
     def _coll(self, queue: str) -> Any:
@@ -178,7 +185,7 @@ class MongoStore(WorkerWrites, ScheduleLedger, OperatorTools, Store):
         for name in self._db.list_collection_names(
                 filter={"name": {"$regex": "^" + re.escape(self._prefix)}}):
             queue = name[len(self._prefix):]
-            if queue == "journal" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", queue):
+            if queue in _TAKEN or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", queue):
                 continue
             if self._db[name].find_one({}, {"_id": 1}) is not None:
                 found.append(queue)
@@ -237,7 +244,8 @@ class MongoStore(WorkerWrites, ScheduleLedger, OperatorTools, Store):
     def _upsert(self, coll: Any, spec: JobSpec, on_conflict: str, session: Any) -> EnqueueOutcome:
         payload = json.loads(spec.payload_json)  # canonical key order, the same on every replay
         pipeline = upserts.upsert(payload, spec.task, spec.revision, spec.max_attempts,
-                                  spec.delay_s, on_conflict, self._off)
+                                  spec.delay_s, on_conflict, self._off, spec.priority,
+                                  spec.concurrency_key)
         for tries_left in (1, 0):
             try:
                 before = coll.find_one_and_update({"_id": spec.job_id}, pipeline, upsert=True,
@@ -345,7 +353,7 @@ class MongoStore(WorkerWrites, ScheduleLedger, OperatorTools, Store):
     @guarded
     def outbox_due(self, queue: str, limit: int) -> list[Job]:
         cursor = self._coll(queue).find(documents.outbox_due(self._off),
-                                        sort=documents.CLAIM_SORT, limit=limit)
+                                        sort=documents.OUTBOX_SORT, limit=limit)
         return [records.job(queue, d) for d in cursor]
 
     @guarded

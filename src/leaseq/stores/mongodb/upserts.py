@@ -60,12 +60,16 @@ def upsert_op(payload: Mapping[str, Any], revision: str | None, on_conflict: str
 
 
 def upsert_fields(op: str, task: str | None, revision: str | None, max_attempts_: int,
-                  delay_s: float, offset_s: float) -> Doc:
+                  delay_s: float, offset_s: float, priority: int = 0,
+                  concurrency_key: str | None = None) -> Doc:
     """The record's fields each branch writes (the payload is written beside them)."""
     clock, not_before = now(offset_s), now(offset_s, delay_s)
-    spec = {"task": lit(task), "revision": lit(revision), "max_attempts": max_attempts_}
-    if op == STALE:  # the lease is left alone; the worker's finish becomes a snooze
+    spec = {"task": lit(task), "revision": lit(revision), "max_attempts": max_attempts_,
+            "priority": priority}
+    if op == STALE:  # the lease is left alone; the worker's finish becomes a snooze. The
+        # key stays too while it runs: the key's running count must not move.
         return {**spec, "stale": True, "updated_at": clock}
+    spec["concurrency_key"] = lit(concurrency_key)
     counters = {"attempts": 0, "snoozes": 0, "givebacks": 0}
     if op == UPDATE:  # a new revision starts afresh: the old attempts were on other input
         return {**spec, **counters, "lease_until": not_before, "published_at": None,
@@ -80,7 +84,8 @@ def upsert_fields(op: str, task: str | None, revision: str | None, max_attempts_
 
 
 def upsert(payload: Mapping[str, Any], task: str | None, revision: str | None,
-           max_attempts_: int, delay_s: float, on_conflict: str, offset_s: float) -> list[Doc]:
+           max_attempts_: int, delay_s: float, on_conflict: str, offset_s: float,
+           priority: int = 0, concurrency_key: str | None = None) -> list[Doc]:
     """The pipeline: keep the record's own fields, put the new payload beside them, then the
     branch's fields; ``keep`` returns the document as it was (no write)."""
     record = {"$arrayToObject": {"$filter": {"input": {"$objectToArray": "$$ROOT"},
@@ -88,7 +93,8 @@ def upsert(payload: Mapping[str, Any], task: str | None, revision: str | None,
     branches = [
         {"case": {"$eq": ["$$op", op]},
          "then": {"$mergeObjects": [record, lit(dict(payload)), upsert_fields(
-             op, task, revision, max_attempts_, delay_s, offset_s)]}}
+             op, task, revision, max_attempts_, delay_s, offset_s, priority,
+             concurrency_key)]}}
         for op in (CREATE, REVIVE, UPDATE, STALE)
     ]
     return [{"$replaceWith": {"$let": {

@@ -17,6 +17,7 @@ from pymongo.errors import PyMongoError
 
 from leaseq.job import Failure, FollowUp, Job, Lease, LeaseLost
 from leaseq.journal import STALE_REASON, JournalEvent, quarantine_reason
+from leaseq.limits import NO_LIMITS, ClaimLimits
 from leaseq.stores.mongodb import documents, records
 from leaseq.stores.mongodb.connection import OffsetClock, guarded
 from leaseq.stores.mongodb.records import Event, JournalWriter
@@ -33,13 +34,18 @@ class WorkerWrites(OffsetClock):
     _log: JournalWriter
     _transaction: Callable[[Callable[[Any], Any]], Any]
     _enqueue: Callable[..., Any]
+    _claim_limited: Callable[..., list[Job]]
 
     @guarded
-    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float,
+              limits: ClaimLimits = NO_LIMITS) -> list[Job]:
         """One indexed read of the first ``limit`` claimable ids in claim order, then one
         claim per id by ``_id`` (each re-checks the whole claimable filter, so two workers
         never both win). Ids another worker took in between are skipped; when it took all
-        of them the read is repeated, so an answer of ``[]`` always means none was claimable."""
+        of them the read is repeated, so an answer of ``[]`` always means none was claimable.
+        Under ``limits``: ``LimitedClaims.claim_limited``."""
+        if limits.any:
+            return self._claim_limited(queue, worker_id, limit, lease_s, limits)
         coll = self._coll(queue)
         jobs: list[Job] = []
         while len(jobs) < limit:
@@ -54,7 +60,11 @@ class WorkerWrites(OffsetClock):
         return jobs
 
     @guarded
-    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float,
+                  limits: ClaimLimits = NO_LIMITS) -> Job | None:
+        if limits.any:
+            taken = self._claim_limited(queue, worker_id, 1, lease_s, limits, job_id)
+            return taken[0] if taken else None
         self._coll(queue)
         taken = self._claim_ids(queue, [job_id], worker_id, lease_s)
         return taken[0] if taken else None

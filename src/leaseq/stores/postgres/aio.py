@@ -188,7 +188,8 @@ class AsyncPostgres:
             tasks=[s.task for s in specs], payloads=[s.payload_json for s in specs],
             revisions=[s.revision for s in specs], delays=[float(s.delay_s) for s in specs],
             max_attempts=[s.max_attempts for s in specs],
-            data=[json.dumps({"revision": s.revision}) if s.revision else None for s in specs])
+            data=[json.dumps({"revision": s.revision}) if s.revision else None for s in specs],
+            priorities=[s.priority for s in specs], keys=[s.concurrency_key for s in specs])
         pairs = [tuple(r.values()) for r in rows]
         unchanged = {job_id for job_id, same in pairs if job_id is not None and same}
         if len(unchanged) < sum(job_id is not None for job_id, _ in pairs):

@@ -53,7 +53,8 @@ class EnqueuePlan:
         self.updates.append((name, {
             "queue": self.queue, "id": spec.job_id, "task": spec.task,
             "payload": spec.payload_json, "revision": spec.revision,
-            "delay_s": spec.delay_s, "max_attempts": spec.max_attempts}))
+            "delay_s": spec.delay_s, "max_attempts": spec.max_attempts,
+            "priority": spec.priority, "concurrency_key": spec.concurrency_key}))
 
     @staticmethod
     def inserted_row(spec: JobSpec) -> dict[str, Any]:
@@ -65,7 +66,9 @@ class EnqueuePlan:
                 "tasks": [s.task for s in specs], "payloads": [s.payload_json for s in specs],
                 "revisions": [s.revision for s in specs],
                 "delays": [float(s.delay_s) for s in specs],
-                "max_attempts": [s.max_attempts for s in specs]}
+                "max_attempts": [s.max_attempts for s in specs],
+                "priorities": [s.priority for s in specs],
+                "keys": [s.concurrency_key for s in specs]}
 
     def journal_columns(self) -> dict[str, Any]:
         ids, reasons, data = zip(*self.journal, strict=True)

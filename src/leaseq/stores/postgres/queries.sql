@@ -44,17 +44,20 @@ WITH u AS (
                  FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = u.id) AS unchanged
     FROM unnest(%(ids)s::text[], %(tasks)s::text[], %(payloads)s::text[],
                 %(revisions)s::text[], %(delays)s::float8[], %(max_attempts)s::integer[],
-                %(data)s::text[]) WITH ORDINALITY
-        AS u(id, task, payload, revision, delay_s, max_attempts, data, n)
+                %(data)s::text[], %(priorities)s::integer[], %(keys)s::text[]) WITH ORDINALITY
+        AS u(id, task, payload, revision, delay_s, max_attempts, data, priority,
+             concurrency_key, n)
     OFFSET 0),
 new AS (
     SELECT * FROM u
     WHERE unchanged IS NULL AND NOT EXISTS (SELECT 1 FROM u WHERE NOT unchanged)),
 ins AS (
     INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
-                        lease_epoch, revision, created_at, updated_at, first_seen_at)
+                        lease_epoch, revision, created_at, updated_at, first_seen_at,
+                        priority, concurrency_key)
     SELECT %(queue)s, id, task, 'pending', payload::json, 0, max_attempts,
-           {now} + make_interval(secs => delay_s), 0, revision, {now}, {now}, {now}
+           {now} + make_interval(secs => delay_s), 0, revision, {now}, {now}, {now},
+           priority, concurrency_key
     FROM new ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
@@ -75,9 +78,11 @@ SELECT NULL, NULL FROM note;
 -- name: enqueue_one
 WITH ins AS (
     INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
-                        lease_epoch, revision, created_at, updated_at, first_seen_at)
+                        lease_epoch, revision, created_at, updated_at, first_seen_at,
+                        priority, concurrency_key)
     VALUES (%(queue)s, %(id)s, %(task)s, 'pending', %(payload)s::json, 0, %(max_attempts)s,
-            {now} + make_interval(secs => %(delay_s)s), 0, %(revision)s, {now}, {now}, {now})
+            {now} + make_interval(secs => %(delay_s)s), 0, %(revision)s, {now}, {now}, {now},
+            %(priority)s, %(concurrency_key)s)
     ON CONFLICT (queue, id) DO NOTHING
     RETURNING id),
 log AS (
@@ -98,12 +103,15 @@ FOR UPDATE;
 -- missing from RETURNING and decides again under the row lock.
 -- name: insert_jobs
 INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
-                    lease_epoch, revision, created_at, updated_at, first_seen_at)
+                    lease_epoch, revision, created_at, updated_at, first_seen_at,
+                    priority, concurrency_key)
 SELECT %(queue)s, u.id, u.task, 'pending', u.payload::json, 0, u.max_attempts,
-       {now} + make_interval(secs => u.delay_s), 0, u.revision, {now}, {now}, {now}
+       {now} + make_interval(secs => u.delay_s), 0, u.revision, {now}, {now}, {now},
+       u.priority, u.concurrency_key
 FROM unnest(%(ids)s::text[], %(tasks)s::text[], %(payloads)s::text[], %(revisions)s::text[],
-            %(delays)s::float8[], %(max_attempts)s::integer[])
-     AS u(id, task, payload, revision, delay_s, max_attempts)
+            %(delays)s::float8[], %(max_attempts)s::integer[], %(priorities)s::integer[],
+            %(keys)s::text[])
+     AS u(id, task, payload, revision, delay_s, max_attempts, priority, concurrency_key)
 ORDER BY u.id
 ON CONFLICT (queue, id) DO NOTHING
 RETURNING id;
@@ -114,7 +122,7 @@ SET status = 'pending', payload = %(payload)s::json, task = %(task)s, revision =
     max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
     result = NULL, result_key = NULL, stale = false, worker_id = NULL,
     lease_until = {now} + make_interval(secs => %(delay_s)s), published_at = NULL,
-    updated_at = {now}
+    updated_at = {now}, priority = %(priority)s, concurrency_key = %(concurrency_key)s
 WHERE queue = %(queue)s AND id = %(id)s;
 
 -- A new revision starts with a fresh budget: attempts kept from the old one could be at or
@@ -124,17 +132,19 @@ UPDATE {jobs}
 SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
     max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0,
     lease_until = {now} + make_interval(secs => %(delay_s)s),
-    published_at = NULL, updated_at = {now}
+    published_at = NULL, updated_at = {now}, priority = %(priority)s,
+    concurrency_key = %(concurrency_key)s
 WHERE queue = %(queue)s AND id = %(id)s;
 
 -- A processing job keeps its lease; its worker's finish becomes a give-back (see base.py).
 -- The running attempt belongs to the old revision, so the budget is reset now: an expired
 -- lease then returns the job ready for the new revision instead of failing it as expired.
+-- It keeps its concurrency key while it runs: the key's running count must not move.
 -- name: mark_stale
 UPDATE {jobs}
 SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
     max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0, stale = true,
-    updated_at = {now}
+    updated_at = {now}, priority = %(priority)s
 WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: journal_enqueued
@@ -161,7 +171,7 @@ WITH c AS (
       AND status IN ('pending', 'processing') AND attempts < max_attempts
       AND lease_until <= (SELECT {now})
       AND (status = 'pending' OR lease_until < (SELECT {now}))
-    ORDER BY lease_until, id
+    ORDER BY priority DESC, lease_until, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED),
 taken AS (
@@ -602,6 +612,124 @@ log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
     SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s FROM owed ORDER BY id)
 SELECT id FROM owed;
+
+-- --- limits in the claim (docs/limits.md) ---------------------------------------------------
+-- A limited claim is one transaction: it locks its queue's limits row first (limit_lock), so
+-- every count the claim statement reads next (a new snapshot, READ COMMITTED) stays true until
+-- it commits: no other limited claim of the queue runs in between. Finishes take no lock;
+-- they only lower the counts.
+
+-- name: limit_row
+INSERT INTO {limits} (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
+
+-- clock_timestamp(), not now(): the stamp of a claim that waited on the lock is the time it
+-- got it (limits.stamp keeps stamps from going backwards).
+-- name: limit_lock
+SELECT recent, key_limit, rate_per_s,
+       extract(epoch FROM clock_timestamp())::float8 + %(off)s AS now
+FROM {limits} WHERE queue = %(queue)s
+FOR UPDATE;
+
+-- The limits a key-limited claim runs with, written only when they changed.
+-- name: record_limits
+UPDATE {limits}
+SET key_limit = %(key_limit)s::integer, rate_per_s = %(rate_per_s)s::integer
+WHERE queue = %(queue)s
+  AND (key_limit IS DISTINCT FROM %(key_limit)s::integer
+       OR rate_per_s IS DISTINCT FROM %(rate_per_s)s::integer);
+
+-- name: save_limits
+UPDATE {limits}
+SET recent = %(recent)s::float8[], key_limit = %(key_limit)s, rate_per_s = %(rate_per_s)s
+WHERE queue = %(queue)s;
+
+-- The key-limited claim, in one statement: a loose index scan of jobs_keyed gives each key
+-- with live jobs (one probe per key); per key, its count in jobs_keyed_running (read no
+-- further than key_limit) gives its free slots and a walk of jobs_keyed its first ready jobs; jobs without a key come from the front of
+-- jobs_claimable (among the first `scan` of them, limits.UNKEYED_SCAN). The best `limit` of
+-- those, in claim order, are taken. The predicates repeat the partial indexes'.
+-- name: claim_keyed
+WITH RECURSIVE keys(k) AS (
+    SELECT min(concurrency_key) FROM {jobs}
+    WHERE queue = %(queue)s AND concurrency_key IS NOT NULL
+      AND status IN ('pending', 'processing')
+    UNION ALL
+    SELECT (SELECT min(j.concurrency_key) FROM {jobs} j
+            WHERE j.queue = %(queue)s AND j.concurrency_key > keys.k
+              AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing'))
+    FROM keys WHERE keys.k IS NOT NULL),
+slots AS (
+    SELECT k, %(key_limit)s - (
+        SELECT count(*) FROM (
+            SELECT 1 FROM {jobs} r
+            WHERE r.queue = %(queue)s AND r.concurrency_key = keys.k
+              AND r.concurrency_key IS NOT NULL AND r.status = 'processing'
+            LIMIT %(key_limit)s) running) AS free
+    FROM keys WHERE k IS NOT NULL),
+cand AS (
+    SELECT c.id, c.priority, c.lease_until
+    FROM slots CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.lease_until FROM {jobs} j
+        WHERE j.queue = %(queue)s AND j.concurrency_key = slots.k
+          AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing')
+          AND j.attempts < j.max_attempts
+          AND j.lease_until <= (SELECT {now})
+          AND (j.status = 'pending' OR j.lease_until < (SELECT {now}))
+        ORDER BY j.priority DESC, j.lease_until, j.id
+        LIMIT least(slots.free, %(limit)s)) c
+    WHERE slots.free > 0
+    UNION ALL
+    SELECT f.id, f.priority, f.lease_until FROM (
+        SELECT id, priority, lease_until, concurrency_key FROM {jobs}
+        WHERE queue = %(queue)s
+          AND status IN ('pending', 'processing') AND attempts < max_attempts
+          AND lease_until <= (SELECT {now})
+          AND (status = 'pending' OR lease_until < (SELECT {now}))
+        ORDER BY priority DESC, lease_until, id
+        LIMIT %(scan)s) f
+    WHERE f.concurrency_key IS NULL),
+best AS (
+    SELECT id FROM cand ORDER BY priority DESC, lease_until, id LIMIT %(limit)s),
+c AS (
+    SELECT j.id FROM {jobs} j
+    WHERE j.queue = %(queue)s AND j.id IN (SELECT id FROM best)
+    FOR UPDATE SKIP LOCKED),
+taken AS (
+    UPDATE {jobs} j
+    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+        lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
+        stale = false, updated_at = {now}
+    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
+    FROM taken ORDER BY id)
+SELECT * FROM taken ORDER BY lease_until, id;
+
+-- One job's key and how many of its key are processing (claim_one under a key limit).
+-- name: job_key_running
+SELECT j.concurrency_key,
+       (SELECT count(*) FROM {jobs} r
+        WHERE r.queue = %(queue)s AND r.concurrency_key = j.concurrency_key
+          AND r.concurrency_key IS NOT NULL AND r.status = 'processing') AS running
+FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = %(id)s;
+
+-- name: limits_row
+SELECT l.recent, l.key_limit, l.rate_per_s, extract(epoch FROM {now})::float8 AS now
+FROM (SELECT 1) one LEFT JOIN {limits} l ON l.queue = %(queue)s;
+
+-- Per key with live jobs: how many are ready and how many are processing (held_back).
+-- name: key_backlog
+SELECT concurrency_key,
+       count(*) FILTER (WHERE status = 'processing') AS running,
+       count(*) FILTER (WHERE attempts < max_attempts AND lease_until <= {now}
+                        AND (status = 'pending' OR lease_until < {now})) AS ready
+FROM {jobs}
+WHERE queue = %(queue)s AND concurrency_key IS NOT NULL AND status IN ('pending', 'processing')
+GROUP BY concurrency_key;
+
 
 -- The schedule ledger (docs/periodic.md). Every write bumps `version`, the compare-and-set
 -- token an advance is planned against.

@@ -40,9 +40,11 @@ from leaseq.journal import (
     JournalEvent,
     sql_literals,
 )
+from leaseq.limits import NO_LIMITS, ClaimLimits
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.aio import AsyncPostgres
 from leaseq.stores.postgres.ledger import ScheduleLedger
+from leaseq.stores.postgres.limited import LimitedClaims
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.operators import PostgresOperatorTools
 from leaseq.stores.postgres.operators import free_text as _text
@@ -64,7 +66,7 @@ T = TypeVar("T")
 _INSERT_RACES = 64
 
 
-class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
+class PostgresStore(PostgresOperatorTools, ScheduleLedger, LimitedClaims, SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -75,6 +77,7 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
         self.queries = load_queries(__package__, "queries.sql", now=NOW,
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal",
+                                    limits=f"{self._schema}.limits",
                                     schedules=f"{self._schema}.schedules",
                                     workers=f"{self._schema}.workers", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
@@ -110,6 +113,11 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
             if cols is None and cur.description:
                 cols = self._columns[name] = {c.name: i for i, c in enumerate(cur.description)}
             return cols or {}, rows
+
+    @staticmethod
+    def _decode(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
+        """Jobs from tuple rows (limited.py reads its own cursor)."""
+        return _jobs(cols, rows)
 
     def _jobs(self, conn: psycopg.Connection, name: str, **params: Any) -> list[Job]:
         cols, rows = self._tuples(conn, name, **params)
@@ -241,7 +249,9 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
                 delays=[float(s.delay_s) for s in specs],
                 max_attempts=[s.max_attempts for s in specs],
                 data=[json.dumps({"revision": s.revision}) if s.revision else None
-                      for s in specs])
+                      for s in specs],
+                priorities=[s.priority for s in specs],
+                keys=[s.concurrency_key for s in specs])
         except UniqueViolation:
             return None
         unchanged = {job_id for job_id, same in rows if job_id is not None and same}
@@ -259,7 +269,8 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
             conn, "enqueue_one", queue=queue, channel=self.options.channel, id=spec.job_id,
             task=spec.task, payload=spec.payload_json, revision=spec.revision,
             delay_s=float(spec.delay_s), max_attempts=spec.max_attempts,
-            data=json.dumps({"revision": spec.revision}) if spec.revision else None)
+            data=json.dumps({"revision": spec.revision}) if spec.revision else None,
+            priority=spec.priority, concurrency_key=spec.concurrency_key)
         return [EnqueueResult(spec.job_id, EnqueueOutcome.CREATED)] if rows[0][0] else None
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
@@ -291,17 +302,31 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, SQLStore):
 
     # --- workers ---------------------------------------------------------------------------
 
-    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float,
+              limits: ClaimLimits = NO_LIMITS) -> list[Job]:
         # Safe to retry even when the commit's fate is unknown: a claim that did commit only
         # holds its jobs until their lease runs out, then they are claimed again.
+        key_limit = limits.key_limit
+        if limits.rate_per_s is None and key_limit is not None:
+            return self._session.run(lambda conn: self._claim_keyed(
+                conn, queue, worker_id, limit, lease_s, key_limit),
+                idempotent=True, autocommit=True)
+        if limits.any:
+            return self._session.run(lambda conn: self._claim_limited(
+                conn, queue, worker_id, limit, lease_s, limits), idempotent=True)
         return self._session.run(lambda conn: self._jobs(
             conn, "claim", queue=queue, worker_id=_text(worker_id), limit=limit,
             lease_s=lease_s), idempotent=True, autocommit=True)
 
-    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
-        jobs = self._session.run(lambda conn: self._jobs(
-            conn, "claim_one", queue=queue, id=job_id, worker_id=_text(worker_id),
-            lease_s=lease_s), idempotent=True, autocommit=True)
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float,
+                  limits: ClaimLimits = NO_LIMITS) -> Job | None:
+        if limits.any:
+            jobs = self._session.run(lambda conn: self._claim_limited(
+                conn, queue, worker_id, 1, lease_s, limits, job_id), idempotent=True)
+        else:
+            jobs = self._session.run(lambda conn: self._jobs(
+                conn, "claim_one", queue=queue, id=job_id, worker_id=_text(worker_id),
+                lease_s=lease_s), idempotent=True, autocommit=True)
         return jobs[0] if jobs else None
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
@@ -547,3 +572,4 @@ def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     # Positional, in Job's field order: mypy cannot match a list's items to the fields.
     return [Job(*[_dt(row[i]) if t else row[i] for i, t in at])  # type: ignore[arg-type]
             for row in rows]
+

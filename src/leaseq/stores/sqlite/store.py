@@ -44,11 +44,13 @@ from leaseq.journal import (
     quarantine_reason,
     sql_literals,
 )
+from leaseq.limits import NO_LIMITS, ClaimLimits
 from leaseq.stores.base import Store, decide_upsert
 from leaseq.stores.sql import load_queries
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.stores.sqlite.ledger import ScheduleLedger
+from leaseq.stores.sqlite.limited import LimitedClaims
 from leaseq.stores.sqlite.operators import SQLiteOperatorTools
 from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
@@ -62,7 +64,7 @@ WAKEUP_POLL_S = 0.002
 Q = load_queries(__package__, "queries.sql", now=NOW, **sql_literals())
 
 
-class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
+class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, LimitedClaims, SQLStore):
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -174,8 +176,8 @@ class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
         with self._lock:
             self._conn.executescript(
                 "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
-                "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_schedules; "
-                "DROP TABLE IF EXISTS leaseq_workers;")
+                "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_limits; "
+                "DROP TABLE IF EXISTS leaseq_schedules; DROP TABLE IF EXISTS leaseq_workers;")
 
     # --- producers -------------------------------------------------------------------------
 
@@ -204,7 +206,8 @@ class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
                 old: dict[str, Any] | None, on_conflict: OnConflict) -> EnqueueOutcome:
         params = self._params(queue=queue, id=spec.job_id, task=spec.task,
                               payload=spec.payload_json, revision=spec.revision,
-                              delay_s=spec.delay_s, max_attempts=spec.max_attempts)
+                              delay_s=spec.delay_s, max_attempts=spec.max_attempts,
+                              priority=spec.priority, concurrency_key=spec.concurrency_key)
         if old is None:
             conn.execute(Q["insert_job"], params)
             return self._enqueued(conn, queue, spec, EnqueueOutcome.CREATED)
@@ -227,17 +230,25 @@ class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
 
     # --- workers ---------------------------------------------------------------------------
 
-    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float) -> list[Job]:
+    def claim(self, queue: str, worker_id: str, limit: int, lease_s: float,
+              limits: ClaimLimits = NO_LIMITS) -> list[Job]:
         with self._tx() as conn:
-            rows = self._rows(conn, "claim", queue=queue, worker_id=worker_id, lease_s=lease_s,
-                              limit=limit)
+            if limits.any:
+                rows = self._claim_limited(conn, queue, worker_id, limit, lease_s, limits)
+            else:
+                rows = self._rows(conn, "claim", queue=queue, worker_id=worker_id,
+                                  lease_s=lease_s, limit=limit)
             self._journal_claims(conn, queue, rows)
         return sorted((_job(r) for r in rows), key=lambda j: (j.lease_until, j.id))
 
-    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float) -> Job | None:
+    def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float,
+                  limits: ClaimLimits = NO_LIMITS) -> Job | None:
         with self._tx() as conn:
-            rows = self._rows(conn, "claim_one", queue=queue, id=job_id, worker_id=worker_id,
-                              lease_s=lease_s)
+            if limits.any:
+                rows = self._claim_limited(conn, queue, worker_id, 1, lease_s, limits, job_id)
+            else:
+                rows = self._rows(conn, "claim_one", queue=queue, id=job_id,
+                                  worker_id=worker_id, lease_s=lease_s)
             self._journal_claims(conn, queue, rows)
         return _job(rows[0]) if rows else None
 
@@ -492,7 +503,6 @@ class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, SQLStore):
             rows = self._rows(conn, "reowe_publish", queue=queue, ids=json.dumps(list(job_ids)))
             self._journal_rows(conn, queue, rows, JournalEvent.PUBLISH_OWED, lambda _: reason)
         return [r["id"] for r in rows]
-
 
     # --- waiting for a finish --------------------------------------------------------------
 

@@ -51,7 +51,11 @@ BAD_JOBS: dict[str, dict[str, Any]] = {
     "long-id": {"job_id": "x" * 513, "payload": {}},
     "negative-delay": {"job_id": "bad", "payload": {}, "delay_s": -1},
     "not-an-object": {"job_id": "bad", "payload": [1, 2]},
-    "unknown-field": {"job_id": "bad", "payload": {}, "priority": 1},
+    "unknown-field": {"job_id": "bad", "payload": {}, "urgency": 1},
+    "priority-not-a-number": {"job_id": "bad", "payload": {}, "priority": "high"},
+    "priority-out-of-range": {"job_id": "bad", "payload": {}, "priority": 2**31},
+    "empty-concurrency-key": {"job_id": "bad", "payload": {}, "concurrency_key": ""},
+    "payload-names-priority": {"job_id": "bad", "payload": {"priority": 1}},
 }
 
 

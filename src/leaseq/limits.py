@@ -1,0 +1,117 @@
+"""Limits a claim obeys (docs/limits.md): per-key concurrency and a sliding-window rate.
+
+Every store checks them inside the claim's transaction, under one lock per queue (SQLite's
+``BEGIN IMMEDIATE``, a PostgreSQL row lock on the queue's limits row, a MongoDB write to the
+queue's limits document that makes concurrent claims conflict), so N workers obey one limit.
+
+The rate limit keeps, per queue, the store-clock timestamps of the last ``rate_per_s`` claims
+(``recent``, oldest first). A claim at time ``t`` may take as many jobs as the log leaves room
+for in ``(t − 1 s, t]``, and appends one timestamp per job it took. Stamps never go backwards
+(``stamp``), so the admission rule gives the sliding guarantee: in ANY one-second window there
+are at most ``rate_per_s`` claims. Proof: let ``T`` be the latest claim of a window
+``[s, s + 1)``; every other claim in it has a stamp ``≥ s > T − 1`` and was admitted before
+``T`` (stamps grow in admission order), so it is in the log at ``T`` — unless ``rate_per_s``
+newer stamps pushed it out, all ``> T − 1`` too, and then ``T`` found no room. ``T``'s
+admission counted them all and took at most what was left. A token bucket refilled at
+``r``/s with capacity ``r`` admits up to ``2r`` in some windows; this log never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: The sliding window of ``rate_per_s``, in seconds.
+WINDOW_S = 1.0
+#: How far past its first ``limit`` claimable jobs a key-limited claim looks for jobs
+#: without a key (those behind a longer keyed backlog wait for the front to move). Every
+#: claim of a key-limited queue reads these entries, so it stays small: give a large stream
+#: of jobs without a key a queue of its own.
+UNKEYED_SCAN = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimLimits:
+    """The limits of one queue, as its policy gives them (None: not limited)."""
+
+    key_limit: int | None = None
+    rate_per_s: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.key_limit is not None or self.rate_per_s is not None
+
+
+NO_LIMITS = ClaimLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBack:
+    """Ready jobs a limit keeps from being claimed right now."""
+
+    by_key: int = 0
+    """Ready jobs beyond their key's free slots."""
+    by_rate: int = 0
+    """Ready jobs (not held by a key) beyond what the rate limit admits now."""
+
+    @property
+    def total(self) -> int:
+        return self.by_key + self.by_rate
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsState:
+    """What a store keeps per limited queue, read under the claim's lock: the rate log, the
+    limits its claims last ran with, and the store's clock (Unix seconds)."""
+
+    recent: list[float]
+    recorded: ClaimLimits
+    now: float
+
+    def at(self) -> float:
+        """The stamp a claim made now is counted at."""
+        return stamp(self.recent, self.now)
+
+
+def stamp(recent: Sequence[float], now: float) -> float:
+    """The time a claim is counted at: the store's clock, never before the last stamp (a
+    transaction that waited on the lock may carry an earlier clock reading)."""
+    return max(now, recent[-1]) if recent else now
+
+
+def admit(recent: Sequence[float], at: float, want: int, rate_per_s: int) -> int:
+    """How many of ``want`` claims may be stamped ``at`` (``at ≥`` every stamp in
+    ``recent``): the room left in the window ``(at − 1 s, at]``."""
+    in_window = sum(1 for t in recent if t > at - WINDOW_S)
+    return max(0, min(want, rate_per_s - in_window))
+
+
+def record(recent: Sequence[float], at: float, taken: int, rate_per_s: int) -> list[float]:
+    """The log after ``taken`` claims stamped ``at``: the newest ``rate_per_s`` stamps, all
+    an admission needs (see the module's proof). Stamps older than the window are dropped,
+    but the newest one is always kept, so the next stamp never goes before it."""
+    kept = [t for t in recent if t > at - WINDOW_S] + [at] * taken
+    if not kept and recent:
+        kept = [recent[-1]]
+    return kept[-rate_per_s:]
+
+
+def free_slots(key_limit: int, running: int) -> int:
+    return max(0, key_limit - running)
+
+
+def key_backlog(ready_and_running: Sequence[tuple[int, int]], key_limit: int) -> int:
+    """Ready jobs held by key limits: per key ``(ready, running)``, the ready beyond the
+    key's free slots."""
+    return sum(max(0, ready - free_slots(key_limit, running))
+               for ready, running in ready_and_running)
+
+
+def held_back(ready: int, by_key: int, recent: Sequence[float], now: float,
+              limits: ClaimLimits) -> HeldBack:
+    """What the limits hold back of ``ready`` claimable jobs, ``by_key`` of them by keys."""
+    if limits.rate_per_s is None:
+        return HeldBack(by_key, 0)
+    open_ = ready - by_key
+    room = admit(recent, stamp(recent, now), open_, limits.rate_per_s)
+    return HeldBack(by_key, max(0, open_ - room))

@@ -1,0 +1,127 @@
+"""The PostgreSQL store's limited claim (docs/limits.md): per-key concurrency and the sliding
+rate, in one transaction behind the queue's limits row lock (see queries.sql: the claim
+statement's snapshot is taken after the lock is held, so the counts it reads stay true until
+it commits); and the held-back counts. Mixed into ``PostgresStore``, whose plumbing it uses
+(its ``claim`` and ``claim_one`` call in here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from leaseq.job import Job
+from leaseq.limits import (
+    UNKEYED_SCAN,
+    ClaimLimits,
+    HeldBack,
+    LimitsState,
+    admit,
+    held_back,
+    key_backlog,
+    record,
+)
+from leaseq.stores.postgres.operators import free_text
+from leaseq.stores.postgres.session import Session
+
+
+class LimitedClaims:
+    """``claim`` and ``claim_one`` under ``ClaimLimits``, and ``held_back``, on PostgreSQL."""
+
+    queries: dict[str, str]
+    time_offset_s: float
+    _session: Session
+    _rows: Callable[..., list[dict[str, Any]]]
+    _jobs: Callable[..., list[Job]]
+    _exec: Callable[..., None]
+    _count: Callable[..., int]
+    _decode: Callable[[dict[str, int], list[tuple[Any, ...]]], list[Job]]
+
+    def _claim_limited(self, conn: psycopg.Connection, queue: str, worker_id: str, limit: int,
+                       lease_s: float, limits: ClaimLimits,
+                       job_id: str | None = None) -> list[Job]:
+        """The claim under ``limits``, in one transaction behind the queue's limits row lock
+        (see queries.sql). ``job_id``: only that job."""
+        state = self._limit_lock(conn, queue)
+        at = state.at()
+        if limits.rate_per_s is not None:
+            limit = admit(state.recent, at, limit, limits.rate_per_s)
+        params = {"queue": queue, "worker_id": free_text(worker_id), "lease_s": lease_s}
+        if not limit:
+            jobs: list[Job] = []
+        elif job_id is not None:
+            jobs = (self._jobs(conn, "claim_one", id=job_id, **params)
+                    if self._key_has_room(conn, queue, job_id, limits) else [])
+        elif limits.key_limit is None:
+            jobs = self._jobs(conn, "claim", limit=limit, **params)
+        else:
+            jobs = self._jobs(conn, "claim_keyed", limit=limit, key_limit=limits.key_limit,
+                              scan=limit + UNKEYED_SCAN, **params)
+        rate = limits.rate_per_s
+        if (rate is not None and jobs) or state.recorded != limits:
+            recent = (record(state.recent, at, len(jobs), rate) if rate is not None and jobs
+                      else state.recent)
+            self._exec(conn, "save_limits", queue=queue, recent=recent,
+                       key_limit=limits.key_limit, rate_per_s=limits.rate_per_s)
+        return jobs
+
+    def _claim_keyed(self, conn: psycopg.Connection, queue: str, worker_id: str, limit: int,
+                     lease_s: float, key_limit: int) -> list[Job]:
+        """A key-limited claim without a rate, its transaction sent in one round trip: the
+        server runs the statements in order, so the claim's snapshot (READ COMMITTED: taken
+        when the statement starts) comes after the lock on the queue's limits row is held,
+        as in ``_claim_limited``. Nothing the claim needs is decided in between."""
+        params = {"queue": queue, "off": float(self.time_offset_s)}
+        claim = conn.cursor(row_factory=tuple_row)
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute(self.queries["limit_row"], params)
+            conn.execute(self.queries["limit_lock"], params)
+            conn.execute(self.queries["record_limits"],
+                         {**params, "key_limit": key_limit, "rate_per_s": None})
+            claim.execute(self.queries["claim_keyed"], {
+                **params, "worker_id": free_text(worker_id), "lease_s": lease_s,
+                "limit": limit, "key_limit": key_limit, "scan": limit + UNKEYED_SCAN},
+                prepare=True)
+            conn.execute("COMMIT")
+        rows = claim.fetchall()
+        return self._decode({c.name: i for i, c in enumerate(claim.description or [])}, rows)
+
+    def _limit_lock(self, conn: psycopg.Connection, queue: str) -> LimitsState:
+        """Lock the queue's limits row (made on first use) and read it."""
+        rows = self._rows(conn, "limit_lock", queue=queue)
+        if not rows:
+            self._exec(conn, "limit_row", queue=queue)
+            rows = self._rows(conn, "limit_lock", queue=queue)
+        return _limits_state(rows[0])
+
+    def _key_has_room(self, conn: psycopg.Connection, queue: str, job_id: str,
+                      limits: ClaimLimits) -> bool:
+        if limits.key_limit is None:
+            return True
+        rows = self._rows(conn, "job_key_running", queue=queue, id=job_id)
+        return not rows or rows[0]["running"] < limits.key_limit
+
+    def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
+        def work(conn: psycopg.Connection) -> HeldBack:
+            state = _limits_state(self._rows(conn, "limits_row", queue=queue)[0])
+            asked = state.recorded if limits is None else limits
+            if not asked.any:
+                return HeldBack()
+            ready = self._count(conn, "ready", queue=queue)
+            by_key = 0
+            if asked.key_limit is not None:
+                by_key = key_backlog([(r["ready"], r["running"]) for r in
+                                      self._rows(conn, "key_backlog", queue=queue)],
+                                     asked.key_limit)
+            return held_back(ready, by_key, state.recent, state.now, asked)
+
+        return self._session.run(work, idempotent=True)
+
+
+def _limits_state(row: dict[str, Any]) -> LimitsState:
+    """A queue's limits row (all NULL when it has none) as ``LimitsState``."""
+    return LimitsState(list(row["recent"] or []),
+                       ClaimLimits(row["key_limit"], row["rate_per_s"]), float(row["now"]))

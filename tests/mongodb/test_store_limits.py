@@ -1,0 +1,186 @@
+"""The MongoDB store's limited claim (limited.py) against the recording fake: the limits
+document is written first in the claim's transaction, keys and rate decide what is claimed,
+and the key counts' "ready" expression says what the claimable filter says."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from mongo_fakes import REPLICA_SET, FakeDB
+from pipeline_model import evaluate, matches, truthy
+
+from leaseq.errors import InvalidQueueName, UnsupportedOperation
+from leaseq.limits import ClaimLimits, HeldBack
+from leaseq.stores.mongodb import MongoStore, documents
+from leaseq.stores.mongodb.limited import _claim_order, _seconds
+
+Q, LIMITS = "leaseq_q", "leaseq_limits"
+T0 = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+KEYS = ClaimLimits(key_limit=2)
+
+
+def job(job_id: str, **fields: Any) -> dict[str, Any]:
+    return {"_id": job_id, "status": "processing", "attempts": 1, "max_attempts": 5,
+            "lease_epoch": 1, "worker_id": "w", "lease_until": T0, **fields}
+
+
+def gate(*recent: float) -> dict[str, Any]:
+    return {"_id": "q", "claims": 1, "recent": list(recent), "now": T0}
+
+
+@pytest.fixture
+def db() -> FakeDB:
+    return FakeDB(dict(REPLICA_SET))
+
+
+@pytest.fixture
+def store(db: FakeDB) -> MongoStore:
+    return MongoStore(db)
+
+
+def claimed_ids(db: FakeDB) -> list[str]:
+    return [k["filter"]["_id"] if "filter" in k else a[0]["_id"]
+            for a, k in db.of(Q, "find_one_and_update")]
+
+
+def test_a_key_limited_claim_takes_free_slots_in_claim_order_in_one_transaction(db, store):
+    # Given jobs without a key and two keys, one of them full
+    db[LIMITS].answer("find_one_and_update", gate())
+    db[Q].answer("find", [{"_id": "u1", "priority": 0, "lease_until": T0},
+                          {"_id": "k1", "priority": 9, "lease_until": T0,
+                           "concurrency_key": "a"}],
+                 [{"_id": "a1", "priority": 5, "lease_until": T0, "concurrency_key": "a"}])
+    db[Q].answer("aggregate", [{"_id": "a", "running": 1, "ready": 3},
+                               {"_id": "b", "running": 2, "ready": 4},
+                               {"_id": "c", "running": 0, "ready": 0}])
+    db[Q].answer("find_one_and_update", job("a1"), job("u1"))
+    # When it claims up to 3
+    jobs = store.claim("q", "w", 3, 60, KEYS)
+    # Then key a's one free slot and the unkeyed job are taken, best priority first
+    assert [j.id for j in jobs] == ["a1", "u1"]
+    assert claimed_ids(db) == ["a1", "u1"]
+    # The limits document was written first, inside the one transaction
+    sent = [(c, m) for c, m, _, _ in db.calls if m != "create_index"]
+    assert sent[0] == (LIMITS, "find_one_and_update")
+    assert db.client.transactions == ["start", "commit", "end_session"]
+    # Only the free key was walked: one find for unkeyed, one for key "a"
+    finds = db.of(Q, "find")
+    assert len(finds) == 2 and finds[1][0][0] == documents.claimable_keyed("a", 0)
+
+
+def test_a_rate_limited_claim_takes_the_room_left_and_logs_its_stamps(db, store):
+    # Given 2 of 3 claims in the last second
+    now = T0.timestamp()
+    db[LIMITS].answer("find_one_and_update", gate(now - 2.0, now - 0.5, now - 0.1))
+    db[Q].answer("find", [{"_id": "j1"}])
+    db[Q].answer("find_one_and_update", job("j1"))
+    # When it asks for 5
+    jobs = store.claim("q", "w", 5, 60, ClaimLimits(rate_per_s=3))
+    # Then it read one candidate and wrote the log: the two recent stamps and its own
+    assert [j.id for j in jobs] == ["j1"]
+    assert db.of(Q, "find")[0][1]["limit"] == 1
+    saved = db.of(LIMITS, "find_one_and_update")[1]
+    assert saved[0][1] == {"$set": {"recent": [now - 0.5, now - 0.1, now]}}
+
+
+def test_a_full_window_claims_nothing(db, store):
+    now = T0.timestamp()
+    db[LIMITS].answer("find_one_and_update", gate(now - 0.3, now - 0.2))
+    assert store.claim("q", "w", 5, 60, ClaimLimits(rate_per_s=2)) == []
+    assert db.of(Q, "find") == [] and len(db.of(LIMITS, "find_one_and_update")) == 1
+
+
+def test_claim_one_under_a_key_limit_needs_a_free_slot(db, store):
+    # Given job j1 of key "a" with one running, and key_limit 1
+    db[LIMITS].answer("find_one_and_update", gate(), gate(), gate())
+    db[Q].answer("find_one", {"_id": "j1", "concurrency_key": "a"}, {"_id": "j2"},
+                 {"_id": "j1", "concurrency_key": "a"})
+    db[Q].answer("count_documents", 1, 0)
+    db[Q].answer("find_one_and_update", job("j2"), job("j1"))
+    one = ClaimLimits(key_limit=1)
+    # Then j1 waits, j2 (no key) goes, and j1 goes once its key has room
+    assert store.claim_one("q", "j1", "w", 60, one) is None
+    assert store.claim_one("q", "j2", "w", 60, one).id == "j2"  # type: ignore[union-attr]
+    assert store.claim_one("q", "j1", "w", 60, one).id == "j1"  # type: ignore[union-attr]
+
+
+def test_claim_one_under_a_rate_limit_only(db, store):
+    db[LIMITS].answer("find_one_and_update", gate())
+    db[Q].answer("find_one_and_update", job("j1"))
+    assert store.claim_one("q", "j1", "w", 60, ClaimLimits(rate_per_s=5)).id == "j1"  # type: ignore[union-attr]
+    assert db.of(Q, "find_one") == []
+
+
+def test_limits_need_transactions():
+    store = MongoStore(FakeDB())
+    assert not store.supports_claim_limits
+    with pytest.raises(UnsupportedOperation, match="transactions"):
+        store.claim("q", "w", 1, 60, KEYS)
+
+
+def test_limits_is_a_taken_queue_name(store):
+    with pytest.raises(InvalidQueueName, match="claim limits"):
+        store.get("limits", "j1")
+
+
+def test_held_back_without_a_key_limit_reads_no_keys(db, store):
+    db[Q].answer("aggregate", [{"n": 4, "age_ms": 1}])
+    db[LIMITS].answer("find_one", {"recent": [T0.timestamp() - 0.5]})
+    assert store.held_back("q", ClaimLimits(rate_per_s=2)) == HeldBack(0, 3)
+    assert len(db.of(Q, "aggregate")) == 1
+
+
+def test_claim_order_puts_a_missing_priority_last_and_no_lease_first():
+    docs = [{"_id": "b", "priority": 1, "lease_until": T0},
+            {"_id": "n", "lease_until": T0},
+            {"_id": "a", "priority": 1},
+            {"_id": "h", "priority": 7, "lease_until": T0 + timedelta(seconds=1)}]
+    assert [d["_id"] for d in sorted(docs, key=_claim_order)] == ["h", "a", "b", "n"]
+
+
+def test_a_limits_document_without_a_clock_is_refused():
+    with pytest.raises(ValueError, match="server time"):
+        _seconds(None)
+
+
+@pytest.mark.parametrize("sample", [
+    {"status": "pending", "lease_until": None},
+    {"status": "pending"},
+    {"status": "pending", "lease_until": T0 - timedelta(seconds=1)},
+    {"status": "pending", "lease_until": T0 + timedelta(seconds=1)},
+    {"status": "pending", "lease_until": T0, "attempts": 5, "max_attempts": 5},
+    {"status": "processing", "lease_until": T0 - timedelta(seconds=1), "attempts": 1},
+    {"status": "processing", "lease_until": T0 + timedelta(seconds=1), "attempts": 1},
+    {"status": "processing", "lease_until": T0 - timedelta(seconds=1), "attempts": 5,
+     "max_attempts": 5, "stale": True},
+    {"status": "processing", "lease_until": T0 - timedelta(seconds=1), "attempts": 5,
+     "max_attempts": 5},
+    {"status": "done", "lease_until": None},
+])
+def test_key_counts_ready_is_the_claimable_filter(sample):
+    group = documents.key_counts(0)[1]["$group"]
+    ready = group["ready"]["$sum"]["$cond"][0]
+    running = group["running"]["$sum"]["$cond"][0]
+    doc = {"_id": "j", "concurrency_key": "a", **sample}
+    assert truthy(evaluate(ready, doc, T0)) == matches(documents.claimable(0), doc, T0)
+    assert truthy(evaluate(running, doc, T0)) == (sample["status"] == "processing")
+
+
+def test_held_back_without_limits_reads_those_the_claims_recorded(db, store):
+    # Given a queue whose limited claims ran with key_limit 1
+    db[LIMITS].answer("find_one", {"recent": [], "key_limit": 1, "rate_per_s": None}, None)
+    db[Q].answer("aggregate", [{"n": 3, "age_ms": 1}], [{"_id": "a", "ready": 3, "running": 1}])
+    # Then held_back with no limits of its own counts by those
+    assert store.held_back("q") == HeldBack(by_key=3, by_rate=0)
+    # And a queue that never had limits holds nothing back, with no count read
+    assert store.held_back("q") == HeldBack()
+    assert len(db.of(Q, "aggregate")) == 2
+
+
+def test_the_limits_document_records_the_limits_of_the_claim(db, store):
+    db[LIMITS].answer("find_one_and_update", gate())
+    store.claim("q", "w", 1, 60, ClaimLimits(key_limit=3, rate_per_s=7))
+    update = db.of(LIMITS, "find_one_and_update")[0][0][1][0]["$set"]
+    assert (update["key_limit"], update["rate_per_s"]) == ({"$literal": 3}, {"$literal": 7})

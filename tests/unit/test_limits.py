@@ -1,0 +1,128 @@
+"""The admission logic of the claim limits (leaseq.limits), as properties: whatever the order,
+timing and size of the claims, no one-second window ever holds more than ``rate_per_s`` of
+them, and a claim is never refused room that the window has. A token bucket, the usual rate
+limiter, fails the first property (shown below); the log of recent stamps meets it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leaseq.limits import (
+    WINDOW_S,
+    ClaimLimits,
+    HeldBack,
+    admit,
+    held_back,
+    key_backlog,
+    record,
+    stamp,
+)
+
+#: A claim: how long after the previous one it reads the clock (clock readings may go back a
+#: little: a claim that waited on the lock read it before the one that held the lock), and
+#: how many jobs it asks for.
+claims = st.lists(st.tuples(st.floats(-0.05, 0.7, allow_nan=False), st.integers(1, 12)),
+                  max_size=120)
+rates = st.integers(1, 30)
+
+
+def run(rate: int, asks: list[tuple[float, int]]) -> list[float]:
+    """Every admitted claim's stamp, one per job, claims made in the order given."""
+    clock, recent, stamps = 0.0, [], []
+    for step, want in asks:
+        clock += step
+        at = stamp(recent, clock)
+        room = admit(recent, at, want, rate)
+        assert 0 <= room <= want
+        recent = record(recent, at, room, rate)
+        stamps += [at] * room
+    return stamps
+
+
+def most_in_a_window(stamps: list[float]) -> int:
+    """The most stamps in any window [s, s + 1 s): the worst one starts at a stamp."""
+    return max((sum(1 for t in stamps if s <= t < s + WINDOW_S) for s in stamps), default=0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(rate=rates, asks=claims)
+def test_no_sliding_window_holds_more_than_the_rate(rate: int, asks: list[tuple[float, int]]
+                                                    ) -> None:
+    assert most_in_a_window(run(rate, asks)) <= rate
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=rates, asks=claims)
+def test_a_claim_gets_all_the_room_its_window_has(rate: int, asks: list[tuple[float, int]]
+                                                  ) -> None:
+    # Liveness: what a claim is refused is exactly what the last second already used
+    clock, recent, stamps = 0.0, [], []
+    for step, want in asks:
+        clock += step
+        at = stamp(recent, clock)
+        used = sum(1 for t in stamps if t > at - WINDOW_S)
+        room = admit(recent, at, want, rate)
+        assert room == min(want, rate - used)
+        recent = record(recent, at, room, rate)
+        stamps += [at] * room
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=rates, asks=claims)
+def test_stamps_never_go_back_and_the_log_stays_bounded(rate: int,
+                                                        asks: list[tuple[float, int]]) -> None:
+    clock, recent, last = 0.0, [], float("-inf")
+    for step, want in asks:
+        clock += step
+        at = stamp(recent, clock)
+        room = admit(recent, at, want, rate)
+        if room:  # an admitted claim is never stamped before one admitted earlier
+            assert at >= last
+            last = at
+        recent = record(recent, at, room, rate)
+        assert len(recent) <= rate and recent == sorted(recent)
+
+
+def token_bucket(rate: int, asks: list[tuple[float, int]]) -> list[float]:
+    """A bucket of ``rate`` tokens refilled at ``rate`` a second: what the log replaces."""
+    clock, tokens, last, stamps = 0.0, float(rate), 0.0, []
+    for step, want in asks:
+        clock += step
+        tokens = min(rate, tokens + (clock - last) * rate)
+        last = clock
+        took = min(want, int(tokens))
+        tokens -= took
+        stamps += [clock] * took
+    return stamps
+
+
+def test_a_token_bucket_breaks_the_sliding_guarantee_the_log_keeps() -> None:
+    # Given a full bucket emptied at once, then refilled for just under a second
+    asks = [(0.0, 20), (0.99, 20)]
+    # Then the bucket admits nearly twice the rate within one second; the log does not
+    assert most_in_a_window(token_bucket(20, asks)) == 39
+    assert most_in_a_window(run(20, asks)) == 20
+
+
+def test_a_late_clock_reading_is_stamped_after_the_last_claim() -> None:
+    assert stamp([10.0, 10.5], 10.2) == 10.5
+    assert stamp([], 3.0) == 3.0
+
+
+def test_held_back_splits_the_ready_jobs_between_keys_and_rate() -> None:
+    # 10 ready: per key (ready, running) with key_limit 2 → 3 and 0 held by keys
+    by_key = key_backlog([(4, 1), (2, 0)], 2)
+    assert by_key == 3
+    # Of the other 7, a rate of 5 with 3 claims in the last second admits 2 now
+    now = 100.0
+    assert held_back(10, by_key, [99.5, 99.6, 99.9], now, ClaimLimits(2, 5)) == HeldBack(3, 5)
+    assert held_back(10, by_key, [], now, ClaimLimits(key_limit=2)) == HeldBack(3, 0)
+    assert HeldBack(3, 5).total == 8
+
+
+@pytest.mark.parametrize("limits, any_", [(ClaimLimits(), False), (ClaimLimits(1), True),
+                                          (ClaimLimits(rate_per_s=3), True)])
+def test_claim_limits_say_whether_there_are_any(limits: ClaimLimits, any_: bool) -> None:
+    assert limits.any is any_
