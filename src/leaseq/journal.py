@@ -1,6 +1,6 @@
 """The journal's words, defined once: the event names and the fixed reasons every store writes.
 
-Python code imports them from here. The SQL stores' ``queries.sql`` name them as
+Python code imports them from here. The SQL stores' ``queries/*.sql`` name them as
 ``{event.claimed}`` / ``{reason.redelivered}``, which ``sql_literals`` fills in when the
 queries are loaded (the same text as a literal: the statements and their plans do not change),
 and a reason that varies per call (``stale_reason``, ``reason``) is a bound parameter.

@@ -14,22 +14,34 @@ _PLACEHOLDER = re.compile(r"\{[a-z_]+(?:\.[a-z_]+)?\}")
 def load_queries(package: str, filename: str, **substitutions: str) -> dict[str, str]:
     """Read ``filename`` from ``package`` and return ``{name: sql}``.
 
+    ``filename`` is one ``.sql`` file or a folder, whose ``*.sql`` files (one per topic) are
+    read in name order as one set: a name defined in two of them is an error.
     ``{key}`` placeholders are replaced by ``substitutions`` (for example the store's clock
     expression), so each query's text stays whole in its file.
     """
-    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-    parts = _NAME.split(text)
+    entry = resources.files(package).joinpath(filename)
+    files = sorted((f for f in entry.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name) \
+        if entry.is_dir() else [entry]
     queries: dict[str, str] = {}
+    for file in files:
+        label = f"{filename}/{file.name}" if entry.is_dir() else filename
+        _add_queries(queries, label, file.read_text(encoding="utf-8"), substitutions)
+    return queries
+
+
+def _add_queries(queries: dict[str, str], label: str, text: str,
+                 substitutions: dict[str, str]) -> None:
+    """Add the named queries of one file's ``text`` to ``queries``; ``label`` names the file."""
+    parts = _NAME.split(text)
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         sql = body.strip()
         for key, value in substitutions.items():
             sql = sql.replace("{" + key + "}", value)
         if left := _PLACEHOLDER.search(sql):
-            raise ValueError(f"{filename}: query {name!r} names {left[0]}, which nothing fills")
+            raise ValueError(f"{label}: query {name!r} names {left[0]}, which nothing fills")
         if name in queries:
-            raise ValueError(f"{filename}: query {name!r} is defined twice")
+            raise ValueError(f"{label}: query {name!r} is defined twice")
         queries[name] = sql
-    return queries
 
 
 def migrations(package: str) -> list[tuple[int, str, str]]:

@@ -2,7 +2,7 @@
 
 Both stores hold the same tables and answer the same named read queries (``now``, ``queues``,
 ``get``, ``list_jobs``, ``counts``, ``ready``, ``in_flight``, ``journal``, ``outbox_due`` in their
-``queries.sql``), so the methods that run them and turn rows into ``Job`` and ``JournalEntry``
+``queries/*.sql``), so the methods that run them and turn rows into ``Job`` and ``JournalEntry``
 are written here once, on two hooks a store supplies:
 
 * ``_read(name, **params)``: run one of its named read queries, the rows as dicts;
@@ -30,7 +30,7 @@ class SQLStore(Store):
 
     @abc.abstractmethod
     def _read(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        """The rows of the read query ``name`` (from ``queries.sql``), column name → value."""
+        """The rows of the read query ``name`` (from ``queries/*.sql``), column name → value."""
 
     @staticmethod
     @abc.abstractmethod

@@ -1,5 +1,5 @@
 """The PostgreSQL store's limited claim (docs/limits.md): per-key concurrency and the sliding
-rate, in one transaction behind the queue's limits row lock (see queries.sql: the claim
+rate, in one transaction behind the queue's limits row lock (see queries/limits.sql: the claim
 statement's snapshot is taken after the lock is held, so the counts it reads stay true until
 it commits); and the held-back counts. Mixed into ``PostgresStore``, whose plumbing it uses
 (its ``claim`` and ``claim_one`` call in here)."""
@@ -43,7 +43,7 @@ class LimitedClaims:
                        lease_s: float, limits: ClaimLimits,
                        job_id: str | None = None) -> list[Job]:
         """The claim under ``limits``, in one transaction behind the queue's limits row lock
-        (see queries.sql). ``job_id``: only that job."""
+        (see queries/limits.sql). ``job_id``: only that job."""
         state = self._limit_lock(conn, queue)
         at = state.at()
         if limits.rate_per_s is not None:

@@ -3,7 +3,7 @@ actions, edit-and-requeue, bounded counts (the planner's estimate past the cap),
 per hour, table health and the worker registry.
 
 Mixed into ``PostgresStore``, whose plumbing (``_read``, ``_rows``, ``_exec``, ``_count``,
-``_notify``, ``_session``, ``queries``) it uses; the SQL is in ``queries.sql``.
+``_notify``, ``_session``, ``queries``) it uses; the SQL is in ``queries/operators.sql``.
 """
 
 from __future__ import annotations

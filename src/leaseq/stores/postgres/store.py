@@ -1,4 +1,4 @@
-"""PostgreSQL store: psycopg 3 with a connection pool, SQL in ``queries.sql``.
+"""PostgreSQL store: psycopg 3 with a connection pool, SQL in ``queries/*.sql``.
 
 Every primitive is one transaction, and most are one statement: a state change and its journal
 event are written by one data-modifying CTE. The claim is ``SELECT … FOR UPDATE SKIP LOCKED``
@@ -73,8 +73,8 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, LimitedClaims, SQLSto
         self.options = options
         self.time_offset_s = options.time_offset_s
         self._schema = f'"{options.schema}"'  # validated: lower-case letters, digits, _
-        #: This store's named SQL (``queries.sql`` with the schema filled in), e.g. to EXPLAIN.
-        self.queries = load_queries(__package__, "queries.sql", now=NOW,
+        #: This store's named SQL (``queries/*.sql`` with the schema filled in), e.g. to EXPLAIN.
+        self.queries = load_queries(__package__, "queries", now=NOW,
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal",
                                     limits=f"{self._schema}.limits",
@@ -234,14 +234,14 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, LimitedClaims, SQLSto
 
     def _enqueue_fast(self, conn: psycopg.Connection, queue: str,
                       specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
-        """The one-statement enqueue (see ``enqueue_fast`` in queries.sql); None, having
+        """The one-statement enqueue (see ``enqueue_fast`` in queries/enqueue.sql); None, having
         written nothing, when the careful path must decide: an id repeats in the batch, an
         existing job would change or conflict, or a concurrent enqueue inserted one of ours."""
         ids = [s.job_id for s in specs]
         if not specs or len(set(ids)) != len(ids):
             return None
         try:
-            _, rows = self._tuples(  # not prepared: see enqueue_fast in queries.sql
+            _, rows = self._tuples(  # not prepared: see enqueue_fast in queries/enqueue.sql
                 conn, "enqueue_fast", prepare=False, queue=queue,
                 channel=self.options.channel, ids=ids,
                 tasks=[s.task for s in specs], payloads=[s.payload_json for s in specs],

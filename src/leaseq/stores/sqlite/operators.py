@@ -2,7 +2,7 @@
 edit-and-requeue, bounded counts, journal counts per hour and the worker registry.
 
 Mixed into ``SQLiteStore``, whose plumbing (``_read``, ``_rows``, ``_tx``, ``_journal_rows``,
-``_lock``) it uses; the SQL is in ``queries.sql`` with the store's other queries.
+``_lock``) it uses; the SQL is in ``queries/operators.sql`` beside the other topics.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
 
-Q = load_queries(__package__, "queries.sql", now=NOW, **sql_literals())
+Q = load_queries(__package__, "queries", now=NOW, **sql_literals())
 
 
 class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, LimitedClaims, SQLStore):

@@ -1,0 +1,74 @@
+-- PostgreSQL queries of leaseq: claim (placeholders as described in common.sql).
+
+-- The inner SELECT repeats the partial index's predicate word for word so the planner can
+-- use jobs_claimable; SKIP LOCKED lets concurrent claims pass each other's rows.
+-- The clock is read in a sub-select (an InitPlan) on purpose: the planner then cannot estimate
+-- "lease_until <= now" from the column's histogram, which counts the NULLs of every finished
+-- job and, multiplied by the status clause, guesses a handful of due rows where there are
+-- thousands; with that guess it would fetch every due row and sort them. Unestimated, the
+-- ordered index scan that stops after LIMIT rows wins at any size.
+-- name: claim
+WITH c AS (
+    SELECT id FROM {jobs}
+    WHERE queue = %(queue)s
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= (SELECT {now})
+      AND (status = 'pending' OR lease_until < (SELECT {now}))
+    ORDER BY priority DESC, lease_until, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED),
+taken AS (
+    UPDATE {jobs} j
+    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+        lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
+        stale = false, updated_at = {now}
+    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
+    FROM taken ORDER BY id)
+SELECT * FROM taken ORDER BY lease_until, id;
+
+-- name: claim_one
+WITH c AS (
+    SELECT id FROM {jobs}
+    WHERE queue = %(queue)s AND id = %(id)s
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND (lease_until IS NULL
+           OR (lease_until <= {now} AND (status = 'pending' OR lease_until < {now})))
+    FOR UPDATE),
+taken AS (
+    UPDATE {jobs} j
+    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+        lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
+        stale = false, updated_at = {now}
+    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
+    FROM taken)
+SELECT * FROM taken;
+
+-- ids / epochs are parallel arrays: one statement for every in-flight lease.
+-- name: heartbeat
+WITH l AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[]) AS l(id, lease_epoch)),
+held AS (
+    UPDATE {jobs} j
+    SET lease_until = {now} + make_interval(secs => %(lease_s)s)
+    FROM l
+    WHERE j.queue = %(queue)s AND j.id = l.id AND j.lease_epoch = l.lease_epoch
+      AND j.status = 'processing'
+    RETURNING j.id, j.lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT j.queue, j.id, {now}, {event.heartbeat_lost}, j.attempts, l.lease_epoch,
+           'lease epoch ' || l.lease_epoch || ' lost; job is ' || j.status
+           || ' at epoch ' || j.lease_epoch
+    FROM l JOIN {jobs} j ON j.queue = %(queue)s AND j.id = l.id
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch))
+SELECT id, lease_epoch FROM held;

@@ -1,0 +1,136 @@
+-- PostgreSQL queries of leaseq: enqueue (placeholders as described in common.sql).
+
+-- The common enqueue in one statement: ids that do not exist yet are inserted with their
+-- journal rows and one NOTIFY (delivered at commit); exact replays (`unchanged`, the same rule
+-- as decide_upsert, needing no lock since nothing is written for them) are reported. When any
+-- existing id needs more (conflict, update, revive), nothing is written and the caller takes
+-- the careful path. The INSERT has no ON CONFLICT on purpose: an id a concurrent enqueue
+-- inserted after this statement's snapshot raises unique_violation, which aborts the whole
+-- statement (no half-written batch) and sends the caller to the careful path too.
+-- Each id is looked up in a sub-select of its own, planned for one id: a primary-key lookup
+-- whatever the statistics say (a join, as a generic plan on a young table, would rather read
+-- the whole queue). `unchanged` is NULL for an id not stored; OFFSET 0 keeps the CTE whole so
+-- each lookup runs once. Never prepared, as it also runs on callers' own connections (whose
+-- plan_cache_mode is theirs): a generic plan made while the table is young would do each lookup
+-- as a sequential scan and keep doing so as the table grows (see _configure in session.py).
+-- The last SELECT reads `note` so that the NOTIFY is evaluated.
+-- name: enqueue_fast
+WITH u AS (
+    SELECT u.*, (SELECT CASE WHEN u.revision IS NOT NULL
+                             THEN coalesce(j.revision = u.revision, false)
+                             ELSE j.payload::text = u.payload END
+                 FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = u.id) AS unchanged
+    FROM unnest(%(ids)s::text[], %(tasks)s::text[], %(payloads)s::text[],
+                %(revisions)s::text[], %(delays)s::float8[], %(max_attempts)s::integer[],
+                %(data)s::text[], %(priorities)s::integer[], %(keys)s::text[]) WITH ORDINALITY
+        AS u(id, task, payload, revision, delay_s, max_attempts, data, priority,
+             concurrency_key, n)
+    OFFSET 0),
+new AS (
+    SELECT * FROM u
+    WHERE unchanged IS NULL AND NOT EXISTS (SELECT 1 FROM u WHERE NOT unchanged)),
+ins AS (
+    INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
+                        lease_epoch, revision, created_at, updated_at, first_seen_at,
+                        priority, concurrency_key)
+    SELECT %(queue)s, id, task, 'pending', payload::json, 0, max_attempts,
+           {now} + make_interval(secs => delay_s), 0, revision, {now}, {now}, {now},
+           priority, concurrency_key
+    FROM new ORDER BY id),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, reason, data)
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', data::json FROM new ORDER BY n),
+note AS (
+    SELECT pg_notify(%(channel)s, %(queue)s) WHERE EXISTS (SELECT 1 FROM new))
+SELECT id, unchanged FROM u WHERE unchanged IS NOT NULL
+UNION ALL
+SELECT NULL, NULL FROM note;
+
+-- enqueue_fast for one new job, with scalar parameters, prepared. The row exists already
+-- (a replay, an update, a conflict, or a concurrent enqueue's insert): DO NOTHING on the
+-- primary key writes nothing, and the caller takes the careful path. `inserted` is 1 when the
+-- job, its journal row and its NOTIFY were written. No lookup to plan: the arbiter index is
+-- the primary key by definition, so it runs on the session's second pool, where a prepared
+-- statement keeps its generic plan (planning this one on every run cost as much as running
+-- it). Only on leaseq's own connections: a caller's connection= takes enqueue_fast.
+-- name: enqueue_one
+WITH ins AS (
+    INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
+                        lease_epoch, revision, created_at, updated_at, first_seen_at,
+                        priority, concurrency_key)
+    VALUES (%(queue)s, %(id)s, %(task)s, 'pending', %(payload)s::json, 0, %(max_attempts)s,
+            {now} + make_interval(secs => %(delay_s)s), 0, %(revision)s, {now}, {now}, {now},
+            %(priority)s, %(concurrency_key)s)
+    ON CONFLICT (queue, id) DO NOTHING
+    RETURNING id),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, reason, data)
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', %(data)s::json FROM ins),
+note AS (
+    SELECT pg_notify(%(channel)s, %(queue)s) FROM ins)
+SELECT count(*) AS inserted FROM note;
+
+-- Locks the existing rows of one enqueue batch (in id order, so two batches can't deadlock).
+-- name: find_existing
+SELECT id, status, payload::text AS payload, revision FROM {jobs}
+WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+ORDER BY id
+FOR UPDATE;
+
+-- A concurrent insert of the same id makes DO NOTHING skip it: the caller sees the id
+-- missing from RETURNING and decides again under the row lock.
+-- name: insert_jobs
+INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
+                    lease_epoch, revision, created_at, updated_at, first_seen_at,
+                    priority, concurrency_key)
+SELECT %(queue)s, u.id, u.task, 'pending', u.payload::json, 0, u.max_attempts,
+       {now} + make_interval(secs => u.delay_s), 0, u.revision, {now}, {now}, {now},
+       u.priority, u.concurrency_key
+FROM unnest(%(ids)s::text[], %(tasks)s::text[], %(payloads)s::text[], %(revisions)s::text[],
+            %(delays)s::float8[], %(max_attempts)s::integer[], %(priorities)s::integer[],
+            %(keys)s::text[])
+     AS u(id, task, payload, revision, delay_s, max_attempts, priority, concurrency_key)
+ORDER BY u.id
+ON CONFLICT (queue, id) DO NOTHING
+RETURNING id;
+
+-- name: revive_job
+UPDATE {jobs}
+SET status = 'pending', payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
+    max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+    result = NULL, result_key = NULL, stale = false, worker_id = NULL,
+    lease_until = {now} + make_interval(secs => %(delay_s)s), published_at = NULL,
+    updated_at = {now}, priority = %(priority)s, concurrency_key = %(concurrency_key)s
+WHERE queue = %(queue)s AND id = %(id)s;
+
+-- A new revision starts with a fresh budget: attempts kept from the old one could be at or
+-- past the new max_attempts, and nothing would ever claim the job again.
+-- name: update_pending
+UPDATE {jobs}
+SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
+    max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0,
+    lease_until = {now} + make_interval(secs => %(delay_s)s),
+    published_at = NULL, updated_at = {now}, priority = %(priority)s,
+    concurrency_key = %(concurrency_key)s
+WHERE queue = %(queue)s AND id = %(id)s;
+
+-- A processing job keeps its lease; its worker's finish becomes a give-back (see base.py).
+-- The running attempt belongs to the old revision, so the budget is reset now: an expired
+-- lease then returns the job ready for the new revision instead of failing it as expired.
+-- It keeps its concurrency key while it runs: the key's running count must not move.
+-- name: mark_stale
+UPDATE {jobs}
+SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
+    max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0, stale = true,
+    updated_at = {now}, priority = %(priority)s
+WHERE queue = %(queue)s AND id = %(id)s;
+
+-- name: journal_enqueued
+INSERT INTO {journal} (queue, job_id, at, event, reason, data)
+SELECT %(queue)s, u.id, {now}, {event.enqueued}, u.reason, u.data::json
+FROM unnest(%(ids)s::text[], %(reasons)s::text[], %(data)s::text[]) WITH ORDINALITY
+     AS u(id, reason, data, n)
+ORDER BY u.n;
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(queue)s);

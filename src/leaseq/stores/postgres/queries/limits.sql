@@ -1,0 +1,116 @@
+-- PostgreSQL queries of leaseq: limits (placeholders as described in common.sql).
+
+-- name: limit_row
+INSERT INTO {limits} (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
+
+-- clock_timestamp(), not now(): the stamp of a claim that waited on the lock is the time it
+-- got it (limits.stamp keeps stamps from going backwards).
+-- name: limit_lock
+SELECT recent, key_limit, rate_per_s,
+       extract(epoch FROM clock_timestamp())::float8 + %(off)s AS now
+FROM {limits} WHERE queue = %(queue)s
+FOR UPDATE;
+
+-- The limits a key-limited claim runs with, written only when they changed.
+-- name: record_limits
+UPDATE {limits}
+SET key_limit = %(key_limit)s::integer, rate_per_s = %(rate_per_s)s::integer
+WHERE queue = %(queue)s
+  AND (key_limit IS DISTINCT FROM %(key_limit)s::integer
+       OR rate_per_s IS DISTINCT FROM %(rate_per_s)s::integer);
+
+-- name: save_limits
+UPDATE {limits}
+SET recent = %(recent)s::float8[], key_limit = %(key_limit)s, rate_per_s = %(rate_per_s)s
+WHERE queue = %(queue)s;
+
+-- The key-limited claim, in one statement: a loose index scan of jobs_keyed gives each key
+-- with live jobs (one probe per key); per key, its count in jobs_keyed_running (read no
+-- further than key_limit) gives its free slots and a walk of jobs_keyed its first ready jobs; jobs without a key come from the front of
+-- jobs_claimable (among the first `scan` of them, limits.UNKEYED_SCAN). The best `limit` of
+-- those, in claim order, are taken. The predicates repeat the partial indexes'.
+-- name: claim_keyed
+WITH RECURSIVE keys(k) AS (
+    SELECT min(concurrency_key) FROM {jobs}
+    WHERE queue = %(queue)s AND concurrency_key IS NOT NULL
+      AND status IN ('pending', 'processing')
+    UNION ALL
+    SELECT (SELECT min(j.concurrency_key) FROM {jobs} j
+            WHERE j.queue = %(queue)s AND j.concurrency_key > keys.k
+              AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing'))
+    FROM keys WHERE keys.k IS NOT NULL),
+slots AS (
+    SELECT k, %(key_limit)s - (
+        SELECT count(*) FROM (
+            SELECT 1 FROM {jobs} r
+            WHERE r.queue = %(queue)s AND r.concurrency_key = keys.k
+              AND r.concurrency_key IS NOT NULL AND r.status = 'processing'
+            LIMIT %(key_limit)s) running) AS free
+    FROM keys WHERE k IS NOT NULL),
+cand AS (
+    SELECT c.id, c.priority, c.lease_until
+    FROM slots CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.lease_until FROM {jobs} j
+        WHERE j.queue = %(queue)s AND j.concurrency_key = slots.k
+          AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing')
+          AND j.attempts < j.max_attempts
+          AND j.lease_until <= (SELECT {now})
+          AND (j.status = 'pending' OR j.lease_until < (SELECT {now}))
+        ORDER BY j.priority DESC, j.lease_until, j.id
+        LIMIT least(slots.free, %(limit)s)) c
+    WHERE slots.free > 0
+    UNION ALL
+    SELECT f.id, f.priority, f.lease_until FROM (
+        SELECT id, priority, lease_until, concurrency_key FROM {jobs}
+        WHERE queue = %(queue)s
+          AND status IN ('pending', 'processing') AND attempts < max_attempts
+          AND lease_until <= (SELECT {now})
+          AND (status = 'pending' OR lease_until < (SELECT {now}))
+        ORDER BY priority DESC, lease_until, id
+        LIMIT %(scan)s) f
+    WHERE f.concurrency_key IS NULL),
+best AS (
+    SELECT id FROM cand ORDER BY priority DESC, lease_until, id LIMIT %(limit)s),
+c AS (
+    SELECT j.id FROM {jobs} j
+    WHERE j.queue = %(queue)s AND j.id IN (SELECT id FROM best)
+    FOR UPDATE SKIP LOCKED),
+taken AS (
+    UPDATE {jobs} j
+    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+        lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
+        stale = false, updated_at = {now}
+    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    RETURNING j.*),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+    SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+           CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
+    FROM taken ORDER BY id)
+SELECT * FROM taken ORDER BY lease_until, id;
+
+-- One job's key and how many of its key are processing (claim_one under a key limit).
+-- name: job_key_running
+SELECT j.concurrency_key,
+       (SELECT count(*) FROM {jobs} r
+        WHERE r.queue = %(queue)s AND r.concurrency_key = j.concurrency_key
+          AND r.concurrency_key IS NOT NULL AND r.status = 'processing') AS running
+FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = %(id)s;
+
+-- name: limits_row
+SELECT l.recent, l.key_limit, l.rate_per_s, extract(epoch FROM {now})::float8 AS now
+FROM (SELECT 1) one LEFT JOIN {limits} l ON l.queue = %(queue)s;
+
+-- Per key with live jobs: how many are ready and how many are processing (held_back).
+-- name: key_backlog
+SELECT concurrency_key,
+       count(*) FILTER (WHERE status = 'processing') AS running,
+       count(*) FILTER (WHERE attempts < max_attempts AND lease_until <= {now}
+                        AND (status = 'pending' OR lease_until < {now})) AS ready
+FROM {jobs}
+WHERE queue = %(queue)s AND concurrency_key IS NOT NULL AND status IN ('pending', 'processing')
+GROUP BY concurrency_key;
+
+
+-- The schedule ledger (docs/periodic.md). Every write bumps `version`, the compare-and-set
+-- token an advance is planned against.

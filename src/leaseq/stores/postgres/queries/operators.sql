@@ -1,0 +1,135 @@
+-- PostgreSQL queries of leaseq: operators (placeholders as described in common.sql).
+
+-- name: operator_requeue
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+        stale = false, worker_id = NULL,
+        lease_until = {now}, published_at = NULL, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, {event.requeued}, attempts, lease_epoch, {reason.operator}
+    FROM changed)
+SELECT count(*) AS n FROM changed;
+
+-- name: operator_cancel
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND status IN ('pending', 'processing', 'failed')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, {event.cancelled}, attempts, lease_epoch, {reason.operator}
+    FROM changed)
+SELECT count(*) AS n FROM changed;
+
+-- name: exists
+SELECT 1 AS found FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
+
+-- statuses / ages are parallel arrays: one retention rule per status.
+-- name: purge
+WITH rules AS (
+    SELECT * FROM unnest(%(statuses)s::text[], %(ages)s::float8[]) AS r(status, age_s)),
+gone AS (
+    DELETE FROM {jobs} j USING rules r
+    WHERE j.queue = %(queue)s AND j.status = r.status
+      AND j.updated_at < {now} - make_interval(secs => r.age_s)
+    RETURNING j.id),
+log AS (
+    DELETE FROM {journal}
+    WHERE queue = %(queue)s AND job_id IN (SELECT id FROM gone))
+SELECT count(*) AS n FROM gone;
+
+-- The browser's index walks. Each returns the sort key, the id and whether the row passes the
+-- filters the index does not bound (task, prefix, error text, the time range; NULL = any);
+-- browse.walk stops them at a row cap. after_k / after_id are the last row seen.
+-- name: walk_status
+SELECT updated_at AS k, id,
+       ((%(task)s::text IS NULL OR task = %(task)s)
+        AND (%(prefix)s::text IS NULL OR left(id, length(%(prefix)s)) = %(prefix)s)
+        AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND status = %(status)s
+  AND updated_at >= %(since)s AND updated_at < %(until)s
+  AND (updated_at, id) < (%(after_k)s::timestamptz, %(after_id)s::text)
+ORDER BY updated_at DESC, id DESC
+LIMIT %(n)s;
+
+-- name: walk_task
+SELECT NULL AS k, id,
+       ((%(prefix)s::text IS NULL OR left(id, length(%(prefix)s)) = %(prefix)s)
+        AND (%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+        AND updated_at >= %(since)s AND updated_at < %(until)s) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND task = %(task)s AND id > %(after_id)s
+ORDER BY id
+LIMIT %(n)s;
+
+-- name: walk_ids
+SELECT NULL AS k, id,
+       ((%(error)s::text IS NULL OR strpos(lower(error), lower(%(error)s)) > 0)
+        AND updated_at >= %(since)s AND updated_at < %(until)s) AS hit
+FROM {jobs}
+WHERE queue = %(queue)s AND id > %(after_id)s AND id >= %(low)s AND id < %(high)s
+ORDER BY id
+LIMIT %(n)s;
+
+-- name: get_many
+SELECT * FROM {jobs} WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[]);
+
+-- name: bulk_requeue
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, failure = NULL,
+        stale = false, worker_id = NULL, lease_until = {now}, published_at = NULL,
+        updated_at = {now}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: bulk_cancel
+WITH changed AS (
+    UPDATE {jobs}
+    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status IN ('pending', 'processing', 'failed')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: bulk_delete
+WITH changed AS (
+    DELETE FROM {jobs}
+    WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
+      AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
+    FROM changed ORDER BY id)
+SELECT id FROM changed;
+
+-- name: requeue_edited
+WITH changed AS (
+    UPDATE {jobs}
+    SET payload = %(payload)s::json, status = 'pending', attempts = 0, snoozes = 0,
+        givebacks = 0, failure = NULL, stale = false, worker_id = NULL, lease_until = {now},
+        published_at = NULL, updated_at = {now}
+    WHERE queue = %(queue)s AND id = %(id)s AND status NOT IN ('pending', 'processing')
+    RETURNING queue, id, attempts, lease_epoch),
+log AS (
+    INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
+    SELECT queue, id, {now}, e.event, attempts, lease_epoch, %(reason)s
+    FROM changed, (VALUES (1, {event.edited}), (2, {event.requeued})) AS e(n, event) ORDER BY e.n)
+SELECT id FROM changed;

@@ -1,0 +1,32 @@
+-- PostgreSQL queries of leaseq: read (placeholders as described in common.sql).
+
+-- name: get
+SELECT * FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
+
+-- name: list_jobs
+SELECT * FROM {jobs}
+WHERE queue = %(queue)s AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND id > %(after_id)s::text
+ORDER BY id LIMIT %(limit)s;
+
+-- name: counts
+SELECT status, count(*) AS n FROM {jobs} WHERE queue = %(queue)s GROUP BY status;
+
+-- name: ready
+SELECT count(*) AS n, extract(epoch FROM {now} - min(lease_until))::float8 AS age
+FROM {jobs}
+WHERE queue = %(queue)s
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now});
+
+-- name: in_flight
+SELECT count(*) AS n FROM {jobs}
+WHERE queue = %(queue)s AND status = 'processing' AND lease_until > {now};
+
+-- name: journal
+SELECT * FROM {journal} WHERE queue = %(queue)s AND job_id = %(id)s ORDER BY seq;
+
+-- name: append_journal
+INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
+VALUES (%(queue)s, %(id)s, {now}, %(event)s, %(attempt)s, %(lease_epoch)s, %(worker_id)s,
+        %(reason)s, %(data)s::json);

@@ -1,0 +1,53 @@
+-- PostgreSQL queries of leaseq: schedules (placeholders as described in common.sql).
+
+-- name: schedule_insert
+INSERT INTO {schedules} (name, queue, spec, cursor, version, created_at, updated_at)
+VALUES (%(schedule)s, %(queue)s, %(spec)s, {now}, 0, {now}, {now})
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- Locks the row, so a change is decided once and journaled once.
+-- name: schedule_lock
+SELECT * FROM {schedules} WHERE name = %(schedule)s FOR UPDATE;
+
+-- name: schedule_respec
+UPDATE {schedules}
+SET spec = %(spec)s, queue = %(queue)s, active = true, version = version + 1,
+    updated_at = {now}
+WHERE name = %(schedule)s AND (spec <> %(spec)s OR queue <> %(queue)s OR NOT active)
+RETURNING name;
+
+-- name: schedule_get
+SELECT * FROM {schedules} WHERE name = %(schedule)s;
+
+-- name: schedule_list
+SELECT * FROM {schedules} ORDER BY name;
+
+-- The compare-and-set: no row comes back when another scheduler (or a pause, a resume, a
+-- change) moved the version since this advance was planned. A concurrent advance holds the
+-- row lock until it commits; this one then re-checks the version and matches nothing.
+-- name: schedule_advance
+UPDATE {schedules}
+SET cursor = %(cursor)s, version = version + 1,
+    last_tick = coalesce(%(last_tick)s, last_tick),
+    last_job_id = coalesce(%(last_job_id)s, last_job_id),
+    skipped = skipped + %(skipped)s, updated_at = {now}
+WHERE name = %(schedule)s AND version = %(version)s AND NOT paused AND active
+  AND cursor < %(cursor)s
+RETURNING queue;
+
+-- A resume moves the cursor to now: the ticks of the pause never fire.
+-- name: schedule_pause
+UPDATE {schedules}
+SET paused = %(paused)s, version = version + 1, updated_at = {now},
+    cursor = CASE WHEN %(paused)s THEN cursor ELSE greatest(cursor, {now}) END
+WHERE name = %(schedule)s AND paused <> %(paused)s
+RETURNING queue;
+
+-- name: schedule_deactivate
+UPDATE {schedules}
+SET active = false, version = version + 1, updated_at = {now}
+WHERE active AND queue = ANY(%(queues)s::text[]) AND NOT name = ANY(%(keep)s::text[])
+RETURNING name, queue;
+
+-- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------

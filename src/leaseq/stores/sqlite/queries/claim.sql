@@ -1,0 +1,48 @@
+-- SQLite queries of leaseq: claim (placeholders as described in common.sql).
+
+-- The inner SELECT repeats the partial index's predicate word for word so SQLite uses it.
+-- name: claim
+UPDATE leaseq_jobs
+SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+    lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
+    updated_at = {now}
+WHERE queue = :queue AND id IN (
+    SELECT id FROM leaseq_jobs
+    WHERE queue = :queue
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    ORDER BY priority DESC, lease_until, id
+    LIMIT :limit)
+RETURNING *;
+
+-- name: claim_one
+UPDATE leaseq_jobs
+SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+    lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
+    updated_at = {now}
+WHERE queue = :queue AND id = :id
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND (lease_until IS NULL OR (lease_until <= {now} AND (status = 'pending' OR lease_until < {now})))
+RETURNING *;
+
+-- :leases is a JSON array of [id, lease_epoch] pairs.
+-- name: heartbeat
+UPDATE leaseq_jobs
+SET lease_until = {now} + :lease_s
+WHERE queue = :queue AND status = 'processing'
+  AND (id, lease_epoch) IN (
+      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
+RETURNING id;
+
+-- name: journal_heartbeat_lost
+INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, reason)
+SELECT queue, id, {now}, {event.heartbeat_lost}, attempts, :lease_epoch,
+       'lease epoch ' || :lease_epoch || ' lost; job is ' || status || ' at epoch ' || lease_epoch
+FROM leaseq_jobs WHERE queue = :queue AND id = :id;
+
+-- name: any_ready
+SELECT 1 AS ready FROM leaseq_jobs
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+LIMIT 1;

@@ -1,0 +1,31 @@
+-- SQLite queries of leaseq: dashboard (placeholders as described in common.sql).
+
+-- Hours are whole multiples of 3,600 s since the epoch (UTC).
+-- name: journal_hourly
+SELECT CAST(at / 3600 AS INTEGER) * 3600 AS hour, event, count(*) AS n
+FROM leaseq_journal
+WHERE queue = :queue AND at >= (CAST({now} / 3600 AS INTEGER) - :hours + 1) * 3600
+GROUP BY hour, event
+ORDER BY hour, event;
+
+-- Bounded counts for the overview and doctor: at most :cap index entries each.
+-- name: count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND status = :status LIMIT :cap);
+
+-- name: ready_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leaseq_jobs
+    WHERE queue = :queue
+      AND status IN ('pending', 'processing') AND attempts < max_attempts
+      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+    LIMIT :cap);
+
+-- The first claimable job in not-before order is the one ready longest.
+-- name: oldest_ready
+SELECT {now} - lease_until AS age FROM leaseq_jobs
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+ORDER BY lease_until
+LIMIT 1;

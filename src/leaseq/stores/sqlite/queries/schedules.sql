@@ -1,0 +1,47 @@
+-- SQLite queries of leaseq: schedules (placeholders as described in common.sql).
+
+-- name: schedule_insert
+INSERT INTO leaseq_schedules (name, queue, spec, cursor, version, created_at, updated_at)
+VALUES (:schedule, :queue, :spec, {now}, 0, {now}, {now})
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_respec
+UPDATE leaseq_schedules
+SET spec = :spec, queue = :queue, active = 1, version = version + 1, updated_at = {now}
+WHERE name = :schedule AND (spec <> :spec OR queue <> :queue OR active = 0)
+RETURNING name;
+
+-- name: schedule_get
+SELECT * FROM leaseq_schedules WHERE name = :schedule;
+
+-- name: schedule_list
+SELECT * FROM leaseq_schedules ORDER BY name;
+
+-- The compare-and-set: no row comes back when another scheduler (or a pause, a resume, a
+-- change) moved the version since this advance was planned.
+-- name: schedule_advance
+UPDATE leaseq_schedules
+SET cursor = :cursor, version = version + 1,
+    last_tick = coalesce(:last_tick, last_tick), last_job_id = coalesce(:last_job_id, last_job_id),
+    skipped = skipped + :skipped, updated_at = {now}
+WHERE name = :schedule AND version = :version AND paused = 0 AND active = 1 AND cursor < :cursor
+RETURNING queue;
+
+-- A resume moves the cursor to now: the ticks of the pause never fire.
+-- name: schedule_pause
+UPDATE leaseq_schedules
+SET paused = :paused, version = version + 1, updated_at = {now},
+    cursor = CASE WHEN :paused = 0 THEN max(cursor, {now}) ELSE cursor END
+WHERE name = :schedule AND paused <> :paused
+RETURNING queue;
+
+-- name: schedule_deactivate
+UPDATE leaseq_schedules
+SET active = 0, version = version + 1, updated_at = {now}
+WHERE active = 1
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND name NOT IN (SELECT value FROM json_each(:keep))
+RETURNING name, queue;
+
+-- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
