@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from leaseq.stores.postgres.store import PostgresStore
 
 _SAVEPOINT = "leaseq_aenqueue"
-_INSERT_RACES = 64  # as the blocking store's: see there
+_INSERT_RACES = 64  # as the blocking store's: see enqueue.py
 
 
 async def _configure(conn: psycopg.AsyncConnection) -> None:

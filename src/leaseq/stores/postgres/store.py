@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
@@ -19,13 +18,11 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row, tuple_row
 
-from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
+from leaseq.errors import JobNotFound
 from leaseq.job import (
     Completion,
-    EnqueueOutcome,
     EnqueueResult,
     FollowUp,
     Job,
@@ -43,13 +40,14 @@ from leaseq.journal import (
 from leaseq.limits import NO_LIMITS, ClaimLimits
 from leaseq.stores.base import Store
 from leaseq.stores.postgres.aio import AsyncPostgres
+from leaseq.stores.postgres.enqueue import PostgresEnqueue
+from leaseq.stores.postgres.enqueue import check_text as _check_text
 from leaseq.stores.postgres.ledger import ScheduleLedger
 from leaseq.stores.postgres.limited import LimitedClaims
 from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.operators import PostgresOperatorTools
 from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
-from leaseq.stores.postgres.plan import EnqueuePlan
 from leaseq.stores.postgres.session import Session
 from leaseq.stores.sql import load_queries, migrations
 from leaseq.stores.sqlbase import SQLStore
@@ -57,16 +55,11 @@ from leaseq.stores.watch import NotifyWatch, finish_key
 
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
-_SAVEPOINT = "leaseq_enqueue"
 T = TypeVar("T")
-#: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
-#: Every loss means a competing transaction committed (its rows are then seen and decided like
-#: any existing job), so losses are bounded by the number of concurrent producers of the same
-#: new ids; 64 leaves room for dozens of them.
-_INSERT_RACES = 64
 
 
-class PostgresStore(PostgresOperatorTools, ScheduleLedger, LimitedClaims, SQLStore):
+class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, LimitedClaims,
+                    SQLStore):
     supports_push_wakeups = True
 
     def __init__(self, conninfo: str, options: PostgresOptions, url: str):
@@ -180,125 +173,6 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, LimitedClaims, SQLSto
         self._listener.close()
         self._session.run(lambda conn: conn.execute(
             f"DROP SCHEMA IF EXISTS {self._schema} CASCADE"), autocommit=True)
-
-    # --- producers -------------------------------------------------------------------------
-
-    def enqueue_many(self, queue: str, specs: Sequence[JobSpec], on_conflict: OnConflict = "raise",
-                     connection: Any = None) -> list[EnqueueResult]:
-        _check_text(specs)
-        if connection is None:
-            # New ids and exact replays: one autocommitted statement. Anything else: the
-            # careful path, in a transaction of its own (the fast try wrote nothing then).
-            one = len(specs) == 1  # planned once: it scans nothing (see enqueue_one)
-            fast = self._enqueue_one if one else self._enqueue_fast
-            results = self._session.run(lambda conn: fast(conn, queue, specs),
-                                        autocommit=True, generic_plans=one)
-            if results is not None:
-                return results
-            return self._session.run(
-                lambda conn: self._enqueue(conn, queue, specs, on_conflict, fast=False))
-        if not isinstance(connection, psycopg.Connection):
-            raise TypeError("connection= must be a psycopg.Connection on the PostgreSQL store")
-        idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if connection.autocommit and idle:
-            raise InvalidInput("connection= is in autocommit mode with no open transaction: "
-                               "open one first (with connection.transaction(): ...)")
-        return self._enqueue(connection, queue, specs, on_conflict)
-
-    def _enqueue(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
-                 on_conflict: OnConflict, fast: bool = True) -> list[EnqueueResult]:
-        """Enqueue inside ``conn``'s transaction, under a savepoint: a conflict or an error
-        undoes only this call (the caller's transaction stays usable), and a lost insert race
-        is decided again with the winner's row locked."""
-        _check_text(specs)
-        for _ in range(_INSERT_RACES):
-            conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-            try:
-                results = self._enqueue_fast(conn, queue, specs) if fast else None
-                if results is None:
-                    # The fast try wrote nothing, or failed on a raced id: start clean.
-                    conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-                    results = self._enqueue_once(conn, queue, specs, on_conflict)
-            except BaseException:
-                if not conn.broken:
-                    conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-                raise
-            if results is not None:
-                conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
-                return results
-            conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-            fast = False
-            time.sleep(random.uniform(0, 0.002))  # de-synchronise producers racing in step
-        raise StoreUnavailable(f"queue {queue!r}: enqueue kept racing concurrent inserts of "
-                               "the same ids; try again")
-
-    def _enqueue_fast(self, conn: psycopg.Connection, queue: str,
-                      specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
-        """The one-statement enqueue (see ``enqueue_fast`` in queries/enqueue.sql); None, having
-        written nothing, when the careful path must decide: an id repeats in the batch, an
-        existing job would change or conflict, or a concurrent enqueue inserted one of ours."""
-        ids = [s.job_id for s in specs]
-        if not specs or len(set(ids)) != len(ids):
-            return None
-        try:
-            _, rows = self._tuples(  # not prepared: see enqueue_fast in queries/enqueue.sql
-                conn, "enqueue_fast", prepare=False, queue=queue,
-                channel=self.options.channel, ids=ids,
-                tasks=[s.task for s in specs], payloads=[s.payload_json for s in specs],
-                revisions=[s.revision for s in specs],
-                delays=[float(s.delay_s) for s in specs],
-                max_attempts=[s.max_attempts for s in specs],
-                data=[json.dumps({"revision": s.revision}) if s.revision else None
-                      for s in specs],
-                priorities=[s.priority for s in specs],
-                keys=[s.concurrency_key for s in specs])
-        except UniqueViolation:
-            return None
-        unchanged = {job_id for job_id, same in rows if job_id is not None and same}
-        if len(unchanged) < sum(job_id is not None for job_id, _ in rows):
-            return None
-        return [EnqueueResult(i, EnqueueOutcome.UNCHANGED if i in unchanged
-                              else EnqueueOutcome.CREATED) for i in ids]
-
-    def _enqueue_one(self, conn: psycopg.Connection, queue: str,
-                     specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
-        """One new job in one prepared statement (see ``enqueue_one``); None, having written
-        nothing, when the id exists: the careful path decides (replay, update, conflict)."""
-        spec = specs[0]
-        _, rows = self._tuples(
-            conn, "enqueue_one", queue=queue, channel=self.options.channel, id=spec.job_id,
-            task=spec.task, payload=spec.payload_json, revision=spec.revision,
-            delay_s=float(spec.delay_s), max_attempts=spec.max_attempts,
-            data=json.dumps({"revision": spec.revision}) if spec.revision else None,
-            priority=spec.priority, concurrency_key=spec.concurrency_key)
-        return [EnqueueResult(spec.job_id, EnqueueOutcome.CREATED)] if rows[0][0] else None
-
-    def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
-                      on_conflict: OnConflict) -> list[EnqueueResult] | None:
-        """One try; None when a concurrent enqueue inserted one of our new ids first."""
-        ids = sorted({s.job_id for s in specs})
-        rows = {r["id"]: r for r in self._rows(conn, "find_existing", queue=queue, ids=ids)}
-        plan = EnqueuePlan(queue)
-        for spec in specs:
-            plan.decide(spec, rows.get(spec.job_id), on_conflict)
-            rows.setdefault(spec.job_id, plan.inserted_row(spec))
-        if plan.conflicts and on_conflict == "raise":
-            raise JobConflict(queue, plan.conflicts)  # the savepoint undoes the locks
-        if plan.inserts:
-            won = self._rows(conn, "insert_jobs", **plan.insert_columns())
-            if len(won) < len(plan.inserts):
-                return None
-        self._write_plan(conn, plan)
-        return plan.results
-
-    def _write_plan(self, conn: psycopg.Connection, plan: EnqueuePlan) -> None:
-        if not plan.journal:
-            return
-        with conn.pipeline():
-            for name, params in plan.updates:
-                self._exec(conn, name, **params)
-            self._exec(conn, "journal_enqueued", **plan.journal_columns())
-            self._notify(conn, plan.queue)
 
     # --- workers ---------------------------------------------------------------------------
 
@@ -548,12 +422,6 @@ class PostgresStore(PostgresOperatorTools, ScheduleLedger, LimitedClaims, SQLSto
         """Where this store's transactions run: its own pool (a subclass may borrow a
         framework's connection instead, as ``django://`` does)."""
         return Session(conninfo, url, options)
-
-def _check_text(specs: Sequence[JobSpec]) -> None:
-    for spec in specs:
-        if "\x00" in (spec.task or "") + (spec.revision or ""):
-            raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
-
 
 def _dt(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
