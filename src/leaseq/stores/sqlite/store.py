@@ -18,18 +18,14 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from leaseq.errors import InvalidURL, JobConflict, JobNotFound, StoreUnavailable
+from leaseq.errors import InvalidURL, JobNotFound, StoreUnavailable
 from leaseq.job import (
     Completion,
-    EnqueueOutcome,
-    EnqueueResult,
     Failure,
     FollowUp,
     Job,
-    JobSpec,
     Lease,
     LeaseLost,
-    OnConflict,
     given_back_too_often,
     snoozed_too_often,
 )
@@ -42,29 +38,26 @@ from leaseq.journal import (
     STALE_REASON,
     JournalEvent,
     quarantine_reason,
-    sql_literals,
 )
 from leaseq.limits import NO_LIMITS, ClaimLimits
-from leaseq.stores.base import Store, decide_upsert
-from leaseq.stores.sql import load_queries
+from leaseq.stores.base import Store
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
+from leaseq.stores.sqlite.enqueue import SQLiteEnqueue
 from leaseq.stores.sqlite.ledger import ScheduleLedger
 from leaseq.stores.sqlite.limited import LimitedClaims
+from leaseq.stores.sqlite.named import Q
 from leaseq.stores.sqlite.operators import SQLiteOperatorTools
 from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
 
-# Unix seconds with millisecond resolution from SQLite's clock, plus the test-only offset.
-NOW = "((julianday('now') - 2440587.5) * 86400.0 + :off)"
 #: How often an idle worker looks for commits by other processes. Defaults to 2 ms: a
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
 
-Q = load_queries(__package__, "queries", now=NOW, **sql_literals())
 
-
-class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, LimitedClaims, SQLStore):
+class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedClaims,
+                  SQLStore):
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -178,55 +171,6 @@ class SQLiteStore(SQLiteOperatorTools, ScheduleLedger, LimitedClaims, SQLStore):
                 "DROP TABLE IF EXISTS leaseq_jobs; DROP TABLE IF EXISTS leaseq_journal; "
                 "DROP TABLE IF EXISTS leaseq_schema; DROP TABLE IF EXISTS leaseq_limits; "
                 "DROP TABLE IF EXISTS leaseq_schedules; DROP TABLE IF EXISTS leaseq_workers;")
-
-    # --- producers -------------------------------------------------------------------------
-
-    def enqueue_many(self, queue: str, specs: Sequence[JobSpec], on_conflict: OnConflict = "raise",
-                     connection: Any = None) -> list[EnqueueResult]:
-        if connection is not None and not isinstance(connection, sqlite3.Connection):
-            raise TypeError("connection= must be a sqlite3.Connection on the SQLite store")
-        with self._tx(connection) as conn:
-            return self._enqueue(conn, queue, specs, on_conflict)
-
-    def _enqueue(self, conn: sqlite3.Connection, queue: str, specs: Sequence[JobSpec],
-                 on_conflict: OnConflict) -> list[EnqueueResult]:
-        results: list[EnqueueResult] = []
-        conflicts: list[str] = []
-        for spec in specs:
-            found = self._rows(conn, "find_existing", queue=queue, id=spec.job_id)
-            outcome = self._upsert(conn, queue, spec, found[0] if found else None, on_conflict)
-            if outcome is EnqueueOutcome.CONFLICT and on_conflict == "raise":
-                conflicts.append(spec.job_id)
-            results.append(EnqueueResult(spec.job_id, outcome))
-        if conflicts:
-            raise JobConflict(queue, conflicts)  # the transaction rolls back
-        return results
-
-    def _upsert(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
-                old: dict[str, Any] | None, on_conflict: OnConflict) -> EnqueueOutcome:
-        params = self._params(queue=queue, id=spec.job_id, task=spec.task,
-                              payload=spec.payload_json, revision=spec.revision,
-                              delay_s=spec.delay_s, max_attempts=spec.max_attempts,
-                              priority=spec.priority, concurrency_key=spec.concurrency_key)
-        if old is None:
-            conn.execute(Q["insert_job"], params)
-            return self._enqueued(conn, queue, spec, EnqueueOutcome.CREATED)
-        outcome = decide_upsert(old["status"], old["payload"], old["revision"], spec,
-                                on_conflict)
-        if outcome is EnqueueOutcome.REVIVED:
-            conn.execute(Q["revive_job"], params)
-        elif outcome is EnqueueOutcome.UPDATED:
-            live = "mark_stale" if old["status"] == "processing" else "update_pending"
-            conn.execute(Q[live], params)
-        else:
-            return outcome
-        return self._enqueued(conn, queue, spec, outcome)
-
-    def _enqueued(self, conn: sqlite3.Connection, queue: str, spec: JobSpec,
-                  outcome: EnqueueOutcome) -> EnqueueOutcome:
-        self._journal(conn, queue, spec.job_id, JournalEvent.ENQUEUED, reason=outcome.value,
-                      data={"revision": spec.revision} if spec.revision else None)
-        return outcome
 
     # --- workers ---------------------------------------------------------------------------
 
