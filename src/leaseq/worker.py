@@ -9,20 +9,19 @@ each outcome into one fenced write; plain completions go to the ``Completer``, w
 them in batches on its own connection while the claims go on: a job stays in flight, under
 lease and heartbeat, until its batch committed.
 
-The local lease clock (DESIGN.md §8): a job whose lease no request confirmed in time is
-abandoned (``_abandon``) before the store can give it to another worker: its handler sees
-``job.lease_lost`` (an ``async def`` one is cancelled), its result will be discarded, its slot
-is free at once, and the abandonment is journaled once the store answers again.
+The local lease clock (DESIGN.md §8, in ``leaseq.lease_clock``): a job whose lease no request
+confirmed in time is abandoned (``_abandon``) before the store can give it to another worker:
+its handler sees ``job.lease_lost`` (an ``async def`` one is cancelled), its result will be
+discarded, its slot is free at once, and the abandonment is journaled once the store answers
+again. Start, drain and shutdown are in ``leaseq.lifecycle``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -36,11 +35,16 @@ from typing import Any
 from leaseq import sweeper
 from leaseq.app import App
 from leaseq.completer import Completer
-from leaseq.deadline import within
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.heartbeat import Heartbeat
-from leaseq.job import Job, LeaseLost, safe_reason
-from leaseq.journal import JournalEvent
+from leaseq.job import Job, safe_reason
+from leaseq.lease_clock import ABANDONED_EVENT as ABANDONED_EVENT
+from leaseq.lease_clock import JOURNAL_RETRY_S as JOURNAL_RETRY_S
+from leaseq.lease_clock import LeaseClock
+from leaseq.lifecycle import EXIT_SECOND_SIGNAL as EXIT_SECOND_SIGNAL
+from leaseq.lifecycle import PREFETCH_REASON, Lifecycle
+from leaseq.lifecycle import SHUTDOWN_REASON as SHUTDOWN_REASON
+from leaseq.lifecycle import nothing as _nothing
 from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
 from leaseq.prefetch import Prefetch
@@ -50,14 +54,6 @@ from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
 
 log = logging.getLogger(__name__)
 
-#: Exit status after a second stop signal: in-flight jobs are left to their leases.
-EXIT_SECOND_SIGNAL = 130
-SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
-PREFETCH_REASON = "prefetched but not started in time: given back to be taken at once"
-#: Journal event of a job this worker stopped trusting its lease for (written when it can).
-ABANDONED_EVENT = JournalEvent.LEASE_ABANDONED
-#: How often a worker cut off from its store tries again to journal what it abandoned.
-JOURNAL_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -140,7 +136,7 @@ def make_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Worker:
+class Worker(LeaseClock, Lifecycle):
     """Runs an ``App``'s tasks. ``run()`` blocks; ``request_stop()`` (any thread) or the
     ``stop_event`` given to ``run`` stops it gracefully; ``run(handle_signals=True)`` also
     stops on SIGTERM / SIGINT (main thread only)."""
@@ -432,77 +428,7 @@ class Worker:
             self._wake.set()
             self.store.notify_local(item.queue.name)
 
-    # --- the local lease clock ---------------------------------------------------------------
-
-    def _abandon(self, item: InFlight) -> bool:
-        """The lease clock of ``item`` ran out (heartbeat thread): stop trusting the lease
-        before the store can give the job to another worker. The handler sees
-        ``job.lease_lost`` (an ``async def`` one is cancelled), its result is discarded, its
-        slot is free now. False when its finishing write holds it: that write is fenced, so
-        the store decides, and the lease clock looks again shortly."""
-        if not item.lock.acquire(blocking=False):
-            return False
-        try:
-            if item.finished or item.completing:
-                return True
-            item.finished = True  # the runner writes nothing for it any more
-            self._runner.lease_lost(item)
-        finally:
-            item.lock.release()
-        silent_s = self.clock() - item.confirmed_at
-        log.warning("job %s: lease not confirmed for %.1f s; abandoned%s (attempt %d)",
-                    item.job.id, silent_s, "" if item.started else " before it started",
-                    item.job.attempts,
-                    extra=job_fields("lease_abandoned", item.job))
-        if item.future is not None:
-            item.future.cancel()  # an async handler is cancelled; a sync one runs on
-        self._free_slot(item)
-        with self._lock:
-            self._abandoned.append((item, silent_s))
-        self._settle(item)
-        self._start_ready()
-        return True
-
-    def _free_slot(self, item: InFlight) -> None:
-        """An abandoned job gives its slot back at once, whether its handler is waiting,
-        running (a sync one runs on in its pool thread until it notices) or done."""
-        with self._lock:
-            for entry in self._ready:
-                if entry[1] is item:
-                    self._ready.remove(entry)  # never started: it holds no slot
-                    return
-            if item.future is not None and not item.landed:
-                item.abandoned = True
-                self._running -= 1
-
-    def _journal_abandoned(self) -> None:
-        """Journal the jobs the lease clock abandoned, once the store answers again (tried at
-        most every ``JOURNAL_RETRY_S`` while it does not)."""
-        if not self._abandoned:  # the common case, read without the lock: nothing to write
-            return
-        with self._lock:
-            pending = list(self._abandoned)
-        if not pending or self.clock() < self._journal_at:
-            return
-        for item, silent_s in pending:
-            job = item.job
-            try:
-                with within(JOURNAL_RETRY_S):
-                    self.store.append_journal(
-                        item.queue.name, job.id, ABANDONED_EVENT, attempt=job.attempts,
-                        lease_epoch=job.lease_epoch, worker_id=self.worker_id,
-                        reason=f"lease not confirmed for {silent_s:.1f} s",
-                        data={"silent_s": round(silent_s, 3)})
-            except LeaseqError:
-                self._journal_at = self.clock() + JOURNAL_RETRY_S
-                return
-            with self._lock:
-                self._abandoned.remove((item, silent_s))
-
-    def abandoned_pending(self) -> int:
-        """Abandoned jobs not yet journaled (the store has not answered since)."""
-        with self._lock:
-            return len(self._abandoned)
+    # --- helpers ---------------------------------------------------------------------------
 
     def _why(self, error: BaseException) -> str:
         """An error as a log line shows it: type and message, with the app's redactor."""
@@ -523,128 +449,6 @@ class Worker:
             leases = 2 * (concurrency + self._prefetch.limit) - len(self._in_flight)
         return min(room, leases)
 
-    # --- start, drain, shutdown ------------------------------------------------------------
-
-    def _start(self) -> None:
-        # Twice the slots: a sync handler abandoned by the lease clock keeps its thread until
-        # it notices, while its slot already runs the next job (threads start only if needed).
-        self._pool = ThreadPoolExecutor(2 * self.config.concurrency,
-                                        thread_name_prefix="leaseq-job")
-        self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
-        self._completer = self._runner.completer = Completer()
-        finisher = self._finisher
-        self._runner.fallback = lambda fn: finisher.submit(fn)
-        self._heartbeat.start()
-
-    def _start_scheduler(self) -> Callable[[], None]:
-        """The scheduler in a thread of its own when the app has schedules; returns its stop."""
-        if not self.config.scheduler or not self.app.schedules:
-            return _nothing
-        from leaseq.scheduler.service import Scheduler
-
-        stop = threading.Event()
-        thread = threading.Thread(target=Scheduler(self.app).run, args=(stop,),
-                                  name="leaseq-scheduler", daemon=True)
-        thread.start()
-
-        def stop_it() -> None:
-            stop.set()
-            thread.join(timeout=5)
-
-        return stop_it
-
-    def _drain(self) -> None:
-        """Let in-flight jobs finish within ``grace_s``, then give the rest back (ready now)
-        so another worker takes them at once instead of waiting for the lease."""
-        deadline = self.clock() + self.config.grace_s
-        if self._snapshot():
-            log.info("stopping: %d job(s) in flight get up to %.1f s to finish",
-                     len(self._snapshot()), self.config.grace_s, extra=queue_fields("stopping"))
-        with self._lock:  # jobs that never got a slot go back at once, free
-            waiting = [item for _, item in self._ready]
-            self._ready.clear()
-        for item in waiting:
-            self._give_back(item, PREFETCH_REASON)
-            self._settle(item)
-        if waiting:
-            log.info("stopping: %d prefetched job(s) given back", len(waiting),
-                     extra=queue_fields("stopping"))
-        while self._snapshot() and self.clock() < deadline:
-            self._wake.wait(min(deadline - self.clock(), 0.1))
-            self._wake.clear()
-        for item in self._snapshot():
-            self._give_back(item, SHUTDOWN_REASON)
-            if item.future is None:
-                self._settle(item)
-
-    def _give_back(self, item: InFlight, reason: str) -> None:
-        """Give the job back. Free when its handler never started (under the same lock the
-        runner takes to start it, so it then never will); counted toward the policy's
-        ``max_givebacks`` when it ran, so a job that outlives every grace period still
-        spends its attempts and ends. A job whose completion is being written is left to it."""
-        with item.lock:
-            if item.finished or item.completing:
-                return
-            item.finished = True
-            item.job.lease_lost = True  # the handler may notice; its result will be discarded
-            policy = item.task.policy if item.task else item.queue.policy
-            try:
-                item.queue.give_back(item.job, item.started, reason,
-                                     max_givebacks=policy.max_givebacks)
-                if reason == SHUTDOWN_REASON:
-                    log.warning("job %s: %s after the grace period; given back", item.job.id,
-                                "still running" if item.started else "not started",
-                                extra=job_fields("given_back", item.job))
-            except LeaseLost:
-                pass  # already taken or cancelled: nothing of ours to give back
-            except LeaseqError as exc:
-                log.error("job %s: could not give it back (%s); its lease will expire",
-                          item.job.id, self._why(exc),
-                          extra=job_fields("give_back_failed", item.job))
-        if item.future is not None:
-            item.future.cancel()  # cancels an async handler; a running thread runs on
-
-    def _register(self) -> None:
-        """The worker registry's beat (dashboard, ``leaseq doctor``), from the heartbeat."""
-        self.store.register_worker(self.worker_id, [q.name for q in self.queues],
-                                   len(self._snapshot()))
-
-    def _shutdown(self) -> None:
-        self._heartbeat.stop()
-        with contextlib.suppress(LeaseqError):  # a killed worker is pruned by the sweeper
-            self.store.unregister_worker(self.worker_id)
-        for pool in (self._pool, self._finisher):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
-        self._loop.stop()
-        if self._completer is not None:
-            self._completer.close()
-
-    def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return _nothing
-        # A SIGINT that is ignored (a supervised child, a background job) stays ignored.
-        sigs = [s for s in (signal.SIGTERM, signal.SIGINT)
-                if signal.getsignal(s) is not signal.SIG_IGN]
-        previous = {s: signal.getsignal(s) for s in sigs}
-
-        def on_signal(signum: int, frame: Any) -> None:
-            # No locks here (the main thread may hold them): a counter the loop polls.
-            self._signals += 1
-            if self._signals > 1:
-                os.write(2, b"leaseq: second stop signal, exiting now; in-flight jobs come "
-                            b"back when their leases expire\n")
-                os._exit(EXIT_SECOND_SIGNAL)
-
-        for sig in previous:
-            signal.signal(sig, on_signal)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
-
 
 def _may_prefetch(queue: Queue) -> bool:
     """Whether the claim may take more than the free slots. Not for a queue whose claim is
@@ -653,7 +457,3 @@ def _may_prefetch(queue: Queue) -> bool:
     slots. The policy declares those limits where it has them."""
     policy = queue.policy
     return not (getattr(policy, "key_limit", None) or getattr(policy, "rate_per_s", None))
-
-
-def _nothing() -> None:
-    return None

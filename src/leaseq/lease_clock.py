@@ -1,0 +1,112 @@
+"""The worker's local lease clock (DESIGN.md §8): a job whose lease no request confirmed in
+time is abandoned before the store can give it to another worker, its slot freed at once, and
+the abandonment journaled once the store answers again. Mixed into ``leaseq.worker.Worker``,
+whose state it uses."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from leaseq.deadline import within
+from leaseq.errors import LeaseqError
+from leaseq.journal import JournalEvent
+from leaseq.logfields import job_fields
+from leaseq.runner import InFlight, Runner
+from leaseq.stores.base import Store
+
+log = logging.getLogger("leaseq.worker")  # the worker's records, whichever module writes them
+
+#: Journal event of a job this worker stopped trusting its lease for (written when it can).
+ABANDONED_EVENT = JournalEvent.LEASE_ABANDONED
+#: How often a worker cut off from its store tries again to journal what it abandoned.
+JOURNAL_RETRY_S = 1.0
+
+
+class LeaseClock:
+    """The lease clock's side of ``Worker``: abandon, free the slot, journal later."""
+
+    store: Store
+    worker_id: str
+    clock: Callable[[], float]
+    _runner: Runner
+    _lock: threading.Lock
+    _ready: deque[tuple[float, InFlight]]
+    _running: int
+    _abandoned: list[tuple[InFlight, float]]
+    _journal_at: float
+    _settle: Callable[[InFlight], None]
+    _start_ready: Callable[[], None]
+
+    def _abandon(self, item: InFlight) -> bool:
+        """The lease clock of ``item`` ran out (heartbeat thread): stop trusting the lease
+        before the store can give the job to another worker. The handler sees
+        ``job.lease_lost`` (an ``async def`` one is cancelled), its result is discarded, its
+        slot is free now. False when its finishing write holds it: that write is fenced, so
+        the store decides, and the lease clock looks again shortly."""
+        if not item.lock.acquire(blocking=False):
+            return False
+        try:
+            if item.finished or item.completing:
+                return True
+            item.finished = True  # the runner writes nothing for it any more
+            self._runner.lease_lost(item)
+        finally:
+            item.lock.release()
+        silent_s = self.clock() - item.confirmed_at
+        log.warning("job %s: lease not confirmed for %.1f s; abandoned%s (attempt %d)",
+                    item.job.id, silent_s, "" if item.started else " before it started",
+                    item.job.attempts,
+                    extra=job_fields("lease_abandoned", item.job))
+        if item.future is not None:
+            item.future.cancel()  # an async handler is cancelled; a sync one runs on
+        self._free_slot(item)
+        with self._lock:
+            self._abandoned.append((item, silent_s))
+        self._settle(item)
+        self._start_ready()
+        return True
+
+    def _free_slot(self, item: InFlight) -> None:
+        """An abandoned job gives its slot back at once, whether its handler is waiting,
+        running (a sync one runs on in its pool thread until it notices) or done."""
+        with self._lock:
+            for entry in self._ready:
+                if entry[1] is item:
+                    self._ready.remove(entry)  # never started: it holds no slot
+                    return
+            if item.future is not None and not item.landed:
+                item.abandoned = True
+                self._running -= 1
+
+    def _journal_abandoned(self) -> None:
+        """Journal the jobs the lease clock abandoned, once the store answers again (tried at
+        most every ``JOURNAL_RETRY_S`` while it does not)."""
+        if not self._abandoned:  # the common case, read without the lock: nothing to write
+            return
+        with self._lock:
+            pending = list(self._abandoned)
+        if not pending or self.clock() < self._journal_at:
+            return
+        for item, silent_s in pending:
+            job = item.job
+            try:
+                with within(JOURNAL_RETRY_S):
+                    self.store.append_journal(
+                        item.queue.name, job.id, ABANDONED_EVENT, attempt=job.attempts,
+                        lease_epoch=job.lease_epoch, worker_id=self.worker_id,
+                        reason=f"lease not confirmed for {silent_s:.1f} s",
+                        data={"silent_s": round(silent_s, 3)})
+            except LeaseqError:
+                self._journal_at = self.clock() + JOURNAL_RETRY_S
+                return
+            with self._lock:
+                self._abandoned.remove((item, silent_s))
+
+    def abandoned_pending(self) -> int:
+        """Abandoned jobs not yet journaled (the store has not answered since)."""
+        with self._lock:
+            return len(self._abandoned)
+
