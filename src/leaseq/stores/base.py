@@ -50,13 +50,13 @@ from leaseq.job import (
 )
 from leaseq.journal import REOWE_REASON
 from leaseq.limits import NO_LIMITS, ClaimLimits, HeldBack
-from leaseq.stores.protocol_ops import AsyncCalls, OperatorTools, ScheduleLedger
+from leaseq.stores.protocol_ops import AsyncPrimitives, OperatorPrimitives, SchedulePrimitives
 
 if TYPE_CHECKING:
     from leaseq.queue import Queue
 
 
-class Store(ScheduleLedger, OperatorTools, AsyncCalls, abc.ABC):
+class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
     """One database that holds leaseq's jobs. Thread-safe; open with ``leaseq.connect``.
 
     The schedule ledger, the operators' tools and the asyncio calls are declared in the

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class ScheduleLedger(abc.ABC):
+class SchedulePrimitives(abc.ABC):
     """The store primitives of periodic jobs."""
 
     # --- periodic jobs: the schedule ledger (docs/periodic.md) ------------------------------
@@ -86,7 +86,7 @@ class ScheduleLedger(abc.ABC):
 
 
 
-class OperatorTools(abc.ABC):
+class OperatorPrimitives(abc.ABC):
     """The store primitives of the operators' tools."""
 
     # --- operators' tools: the dashboard and doctor (DESIGN.md §8) ---------------------------
@@ -170,7 +170,7 @@ class OperatorTools(abc.ABC):
 
 
 
-class AsyncCalls:
+class AsyncPrimitives:
     """The store's calls for asyncio callers, and waiting for a job's finish."""
 
     if TYPE_CHECKING:  # the blocking primitives they run, declared in ``Store``

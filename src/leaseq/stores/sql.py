@@ -20,11 +20,14 @@ def load_queries(package: str, filename: str, **substitutions: str) -> dict[str,
     expression), so each query's text stays whole in its file.
     """
     entry = resources.files(package).joinpath(filename)
-    files = sorted((f for f in entry.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name) \
-        if entry.is_dir() else [entry]
+    if entry.is_dir():
+        files = sorted((f for f in entry.iterdir() if f.name.endswith(".sql")),
+                       key=lambda f: f.name)
+        labelled = [(f"{filename}/{file.name}", file) for file in files]
+    else:
+        labelled = [(filename, entry)]
     queries: dict[str, str] = {}
-    for file in files:
-        label = f"{filename}/{file.name}" if entry.is_dir() else filename
+    for label, file in labelled:
         _add_queries(queries, label, file.read_text(encoding="utf-8"), substitutions)
     return queries
 
