@@ -1,5 +1,11 @@
 -- PostgreSQL queries of leaseq: limits (placeholders as described in common.sql).
 
+-- --- limits in the claim (docs/limits.md) ---------------------------------------------------
+-- A limited claim is one transaction: it locks its queue's limits row first (limit_lock), so
+-- every count the claim statement reads next (a new snapshot, READ COMMITTED) stays true until
+-- it commits: no other limited claim of the queue runs in between. Finishes take no lock;
+-- they only lower the counts.
+
 -- name: limit_row
 INSERT INTO {limits} (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
 
@@ -110,7 +116,3 @@ SELECT concurrency_key,
 FROM {jobs}
 WHERE queue = %(queue)s AND concurrency_key IS NOT NULL AND status IN ('pending', 'processing')
 GROUP BY concurrency_key;
-
-
--- The schedule ledger (docs/periodic.md). Every write bumps `version`, the compare-and-set
--- token an advance is planned against.

@@ -43,6 +43,8 @@ log AS (
     WHERE queue = %(queue)s AND job_id IN (SELECT id FROM gone))
 SELECT count(*) AS n FROM gone;
 
+-- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
+
 -- The browser's index walks. Each returns the sort key, the id and whether the row passes the
 -- filters the index does not bound (task, prefix, error text, the time range; NULL = any);
 -- browse.walk stops them at a row cap. after_k / after_id are the last row seen.

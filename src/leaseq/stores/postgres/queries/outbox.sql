@@ -45,9 +45,3 @@ log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
     SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s FROM owed ORDER BY id)
 SELECT id FROM owed;
-
--- --- limits in the claim (docs/limits.md) ---------------------------------------------------
--- A limited claim is one transaction: it locks its queue's limits row first (limit_lock), so
--- every count the claim statement reads next (a new snapshot, READ COMMITTED) stays true until
--- it commits: no other limited claim of the queue runs in between. Finishes take no lock;
--- they only lower the counts.

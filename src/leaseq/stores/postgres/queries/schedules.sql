@@ -1,5 +1,8 @@
 -- PostgreSQL queries of leaseq: schedules (placeholders as described in common.sql).
 
+-- The schedule ledger (docs/periodic.md). Every write bumps `version`, the compare-and-set
+-- token an advance is planned against.
+
 -- name: schedule_insert
 INSERT INTO {schedules} (name, queue, spec, cursor, version, created_at, updated_at)
 VALUES (%(schedule)s, %(queue)s, %(spec)s, {now}, 0, {now}, {now})
@@ -49,5 +52,3 @@ UPDATE {schedules}
 SET active = false, version = version + 1, updated_at = {now}
 WHERE active AND queue = ANY(%(queues)s::text[]) AND NOT name = ANY(%(keep)s::text[])
 RETURNING name, queue;
-
--- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------

@@ -1,5 +1,8 @@
 -- SQLite queries of leaseq: limits (placeholders as described in common.sql).
 
+-- --- limits in the claim (docs/limits.md) ---------------------------------------------------
+-- Every query below runs under BEGIN IMMEDIATE, which serialises the claims of every queue.
+
 -- Each key with live jobs and how many of them are processing: a loose index scan
 -- of leaseq_jobs_keyed, one seek per key, and a count in leaseq_jobs_keyed_running that
 -- stops at :key_limit (the key is full then, however many run). The
@@ -82,7 +85,3 @@ SELECT j.concurrency_key,
         WHERE r.queue = :queue AND r.concurrency_key = j.concurrency_key
           AND r.concurrency_key IS NOT NULL AND r.status = 'processing') AS running
 FROM leaseq_jobs j WHERE j.queue = :queue AND j.id = :id;
-
-
--- The schedule ledger (docs/periodic.md). Every write bumps `version`, the compare-and-set
--- token an advance is planned against.

@@ -27,6 +27,8 @@ WHERE queue = :queue AND job_id IN (
 DELETE FROM leaseq_jobs
 WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s;
 
+-- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
+
 -- The browser's index walks. Each returns the sort key, the id and whether the row passes the
 -- filters the index does not bound (:task, :prefix, :error, the time range; NULL = any);
 -- browse.walk stops them at a row cap. :after_k / :after_id are the last row seen.

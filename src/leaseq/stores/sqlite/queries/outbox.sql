@@ -30,6 +30,3 @@ UPDATE leaseq_jobs SET published_at = NULL
 WHERE queue = :queue AND status = 'pending' AND published_at IS NOT NULL
   AND id IN (SELECT value FROM json_each(:ids))
 RETURNING id, attempts, lease_epoch;
-
--- --- limits in the claim (docs/limits.md) ---------------------------------------------------
--- Every query below runs under BEGIN IMMEDIATE, which serialises the claims of every queue.

@@ -1,5 +1,8 @@
 -- SQLite queries of leaseq: schedules (placeholders as described in common.sql).
 
+-- The schedule ledger (docs/periodic.md). Every write bumps `version`, the compare-and-set
+-- token an advance is planned against.
+
 -- name: schedule_insert
 INSERT INTO leaseq_schedules (name, queue, spec, cursor, version, created_at, updated_at)
 VALUES (:schedule, :queue, :spec, {now}, 0, {now}, {now})
@@ -43,5 +46,3 @@ WHERE active = 1
   AND queue IN (SELECT value FROM json_each(:queues))
   AND name NOT IN (SELECT value FROM json_each(:keep))
 RETURNING name, queue;
-
--- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
