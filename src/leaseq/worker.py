@@ -55,7 +55,6 @@ from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ()
