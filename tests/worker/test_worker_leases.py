@@ -13,13 +13,17 @@ from leaseq.stores import connect
 
 LEASE_S = 1.0
 BEAT_S = 0.1
+#: The busy-handler test's lease: ten beat intervals would do on a quiet machine, not on CI.
+BUSY_LEASE_S = 3.0
 
 
 def test_heartbeat_keeps_a_busy_job_from_being_reclaimed(app: leaseq.App, url: str) -> None:
-    # Given a handler that burns CPU for 10 beats — twice its lease
-    @app.task(queue="work", lease_s=LEASE_S, heartbeat_every_s=BEAT_S)
+    # Given a handler that burns CPU for one and a half leases. The lease is long enough that
+    # a loaded machine's stalls (a beat waits at most half its interval, then tries again)
+    # cannot run the local lease clock out: only a heartbeat that stopped would lose it.
+    @app.task(queue="work", lease_s=BUSY_LEASE_S, heartbeat_every_s=BEAT_S)
     def crunch() -> int:
-        deadline = time.monotonic() + 2 * LEASE_S
+        deadline = time.monotonic() + 1.5 * BUSY_LEASE_S
         n = 0
         while time.monotonic() < deadline:
             n += 1
@@ -30,15 +34,17 @@ def test_heartbeat_keeps_a_busy_job_from_being_reclaimed(app: leaseq.App, url: s
     stolen: list = []
     with running(app):
         wait_until(lambda: app.queue("work").get("c").status == "processing")  # type: ignore[union-attr]
-        # When another worker keeps trying to take it and a sweeper keeps reclaiming
-        while not app.queue("work").is_finished("c"):
+        # When another worker keeps trying to take it and a sweeper keeps reclaiming, until
+        # it is done or taken (a taken job would stay with the thief: stop looking then)
+        give_up_at = time.monotonic() + 10 * BUSY_LEASE_S
+        while not (app.queue("work").is_finished("c") or stolen) and time.monotonic() < give_up_at:
             stolen += thief.claim("thief", 1)
             thief.reclaim_expired()
             time.sleep(0.05)
     # Then nobody took it: one attempt, done, never reclaimed
+    assert stolen == []
     job = app.queue("work").get("c")
     assert job is not None and (job.status, job.attempts) == ("done", 1)
-    assert stolen == []
     assert events(app.queue("work"), "c") == ["enqueued", "claimed", "result_saved"]
     thief.store.close()
 
