@@ -6,9 +6,12 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
 import pytest
 
+from leaseq.job import Completion, Lease
 from leaseq.stores.postgres import PostgresStore
+from leaseq.stores.watch import FinishWaiters, finish_key
 
 #: The idle worker's fallback poll: a wake-up that needs it would take this long.
 POLL_S = 10.0
@@ -77,3 +80,32 @@ def test_one_notify_per_queue_per_transaction(store: PostgresStore, schema_url: 
         # Then one notification per queue arrives
         got = sorted(n.payload for n in listen.notifies(timeout=0.5))
     assert got == ["a", "b"]
+
+
+def test_one_finishing_statement_sends_every_key_in_few_notifications(
+        store: PostgresStore, schema_url: str) -> None:
+    # Given a connection listening to the finish channel and 450 claimed jobs
+    channel = f"lqdone_{store.options.schema}"
+    q = store.queue("mail")
+    q.enqueue_many([q.spec(f"j{i}", {"i": i}) for i in range(450)])
+    jobs = q.claim("w1", limit=450)
+    with psycopg.connect(schema_url.split("?")[0], autocommit=True) as listener:
+        listener.execute(f"LISTEN {channel}")
+        # When one statement finishes all of them
+        store.complete_many("mail", [Completion(Lease(j.id, j.lease_epoch)) for j in jobs])
+        notes = list(listener.notifies(timeout=5, stop_after=3))
+    # Then three notifications carry the 450 keys, each well under NOTIFY's 8,000 bytes
+    keys = [key for note in notes for key in note.payload.split()]
+    assert sorted(keys) == sorted(finish_key("mail", j.id) for j in jobs)
+    assert len(notes) == 3 and max(len(n.payload) for n in notes) < 8000
+
+
+def test_a_waiter_is_woken_by_a_key_in_a_shared_notification() -> None:
+    # Given two waiters on different jobs
+    waiters = FinishWaiters()
+    woken: list[str] = []
+    waiters.add(finish_key("q", "a"), lambda: woken.append("a"))
+    waiters.add(finish_key("q", "b"), lambda: woken.append("b"))
+    # When one notification names b among others, Then only b's waiter wakes
+    waiters.heard(f"{finish_key('q', 'x')} {finish_key('q', 'b')} {finish_key('q', 'y')}")
+    assert woken == ["b"]

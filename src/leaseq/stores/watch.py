@@ -8,7 +8,7 @@ reads the job again. Three kinds, one per store family:
 * ``ChangeCounterWatch``: SQLite's ``PRAGMA data_version`` read on a connection of its own,
   which therefore sees every commit, this process's included; a read costs microseconds and
   takes no lock (the same signal the SQLite store's idle workers wait on).
-* ``NotifyWatch``: PostgreSQL's NOTIFY on the job's finish (a trigger sends it at commit),
+* ``NotifyWatch``: PostgreSQL's NOTIFY on the job's finish (a statement trigger sends it at commit),
   heard by the store's one LISTEN connection and handed to the waiters by ``FinishWaiters``.
 """
 
@@ -32,8 +32,8 @@ NOTIFY_FALLBACK_S = 1.0
 
 
 def finish_key(queue: str, job_id: str) -> str:
-    """The payload of a job's finish NOTIFY (``008_finish_notify.sql`` computes the same): a
-    fixed-size digest, since a job id may be longer than a NOTIFY payload may be."""
+    """A job's key in a finish NOTIFY (``009_finish_notify_per_statement.sql`` computes the
+    same): a fixed-size digest, since a job id may be longer than a NOTIFY payload may be."""
     return hashlib.md5(f"{queue}/{job_id}".encode(), usedforsecurity=False).hexdigest()
 
 
@@ -109,8 +109,11 @@ class FinishWaiters:
                     del self._by_key[key]
 
     def heard(self, payload: str) -> None:
+        """A finish NOTIFY: the keys of the jobs one statement finished, space-separated."""
         with self._lock:
-            wakes = list(self._by_key.get(payload, ()))
+            if not self._by_key:
+                return
+            wakes = [w for key in payload.split() for w in self._by_key.get(key, ())]
         for wake in wakes:
             wake()
 
