@@ -146,6 +146,22 @@ class TableHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexHealth:
+    """An index's size and the part of it estimated to be bloat: pages a fresh build would not
+    need (emptied by deletes and updates, kept by the index)."""
+
+    schema: str
+    index: str
+    table: str
+    size_bytes: int
+    estimated_bloat_bytes: int
+
+    @property
+    def bloat_share(self) -> float:
+        return self.estimated_bloat_bytes / self.size_bytes if self.size_bytes else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerInfo:
     worker_id: str
     queues: list[str]

@@ -7,13 +7,15 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 import leaseq
+from leaseq.browse import IndexHealth
 from leaseq.cli import cli
-from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
+from leaseq.doctor import DoctorConfig, check_index_bloat, diagnose, diagnose_job
 from leaseq.job import Job, JournalEntry, Lease
 from leaseq.stores.base import Store
 
@@ -111,6 +113,39 @@ def test_clock_skew_between_the_database_and_this_host(store: Store, tmp_path) -
     found = json.loads(result.output.split("\nleaseq:")[0])["findings"]
     assert {"symptom", "cause", "ran", "action"} <= set(found[0])
     assert found[0]["action"].startswith("leaseq ")
+
+
+
+def test_sqlite_has_no_index_estimate_so_no_index_finding(store: Store) -> None:
+    healthy(store)
+    report = diagnose(store, DoctorConfig(index_min_bytes=0, index_bloat_share=0.0))
+    assert store.index_health() == []
+    assert "index_bloat" in report.checks_run
+    assert "index_bloat" not in {f.check for f in report.findings}
+
+
+class Indexes:
+    """A store's ``index_health`` alone: the part ``check_index_bloat`` reads."""
+
+    def __init__(self, *indexes: IndexHealth) -> None:
+        self.indexes = list(indexes)
+
+    def index_health(self) -> list[IndexHealth]:
+        return self.indexes
+
+
+def test_index_bloat_is_a_warning_past_both_thresholds() -> None:
+    mb = 1_000_000
+    big = IndexHealth("app", "jobs_status", "jobs", 40 * mb, 30 * mb)
+    lean = IndexHealth("app", "jobs_pkey", "jobs", 40 * mb, 10 * mb)
+    tiny = IndexHealth("app", "jobs_task", "jobs", 2 * mb, 2 * mb - 8192)
+    store: Any = Indexes(big, lean, tiny)
+    (found,) = check_index_bloat(store, DoctorConfig())
+    assert found.symptom == "index jobs_status on jobs: about 75% of its 40 MB is bloat (estimated)"
+    assert found.action.startswith("REINDEX INDEX CONCURRENTLY app.jobs_status")
+    assert found.severity == "warn"
+    assert [f.symptom.split()[1] for f in check_index_bloat(
+        store, DoctorConfig(index_min_bytes=mb))] == ["jobs_status", "jobs_task"]
 
 
 def story(*events: tuple[str, str | None]) -> list[JournalEntry]:

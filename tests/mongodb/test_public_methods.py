@@ -232,6 +232,7 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                       ({"pending": "3", "processing": "0", "done": "5+", "failed": "0",
                         "cancelled": "0"}, "5+", True)),
     "table_health": (lambda db: None, lambda s, db: s.table_health(), []),
+    "index_health": (lambda db: None, lambda s, db: s.index_health(), []),
     "register_worker": (lambda db: None, lambda s, db: s.register_worker("w", ["q"], 1), None),
     "unregister_worker": (lambda db: None, lambda s, db: s.unregister_worker("w"), None),
     "list_workers": (lambda db: db[WORKERS].answer("find", [

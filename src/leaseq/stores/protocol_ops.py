@@ -18,6 +18,7 @@ from leaseq.browse import (
     BulkAction,
     BulkResult,
     HourlyCount,
+    IndexHealth,
     JobFilter,
     JobPage,
     QueueSummary,
@@ -147,6 +148,12 @@ class OperatorPrimitives(abc.ABC):
         """Dead-row statistics of the store's tables, where the database keeps them
         (PostgreSQL: a table bloats when vacuum falls behind its updates). ``[]`` here: a
         store with nothing to say."""
+        return []
+
+    def index_health(self) -> list[IndexHealth]:
+        """Each index of the store's tables with its size and estimated bloat, as of the
+        database's last statistics (PostgreSQL: btree pages vacuum emptied but could not give
+        back), by index name. ``[]`` here: a store with nothing to say."""
         return []
 
     @abc.abstractmethod

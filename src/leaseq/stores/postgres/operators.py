@@ -1,6 +1,6 @@
 """The PostgreSQL store's operators' tools (DESIGN.md §8): the filtered job page, bulk
 actions, edit-and-requeue, bounded counts (the planner's estimate past the cap), journal counts
-per hour, table health and the worker registry.
+per hour, table and index health and the worker registry.
 
 Mixed into ``PostgresStore``, whose plumbing (``_read``, ``_rows``, ``_exec``, ``_count``,
 ``_notify``, ``_session``, ``queries``) it uses; the SQL is in ``queries/operators.sql``.
@@ -24,6 +24,7 @@ from leaseq.browse import (
     Count,
     Fetch,
     HourlyCount,
+    IndexHealth,
     JobFilter,
     JobPage,
     KeyRow,
@@ -148,6 +149,14 @@ class PostgresOperatorTools:
         return [TableHealth(r["relname"], int(r["n_live_tup"]), int(r["n_dead_tup"]),
                             int(r["size_bytes"]), self._time(r["last_vacuum"]))
                 for r in rows]
+
+    def index_health(self) -> list[IndexHealth]:
+        # An estimate from the catalog, not pgstatindex(): that reads every page of the index,
+        # and doctor's checks stay bounded reads (queries/dashboard.sql says how and its limits).
+        schema = self.options.schema
+        return [IndexHealth(schema, r["index"], r["table_name"], int(r["size_bytes"]),
+                            int(r["bloat_bytes"]))
+                for r in self._read("index_health", schema=schema)]
 
     def register_worker(self, worker_id: str, queues: Sequence[str], in_flight: int) -> None:
         # Safe to retry: a second upsert only moves the beat.
