@@ -34,7 +34,9 @@ WHERE queue = %(queue)s;
 -- with live jobs (one probe per key); per key, its count in jobs_keyed_running (read no
 -- further than key_limit) gives its free slots and a walk of jobs_keyed its first ready jobs; jobs without a key come from the front of
 -- jobs_claimable (among the first `scan` of them, limits.UNKEYED_SCAN). The best `limit` of
--- those, in claim order, are taken. The predicates repeat the partial indexes'.
+-- those, in claim order, are taken. The predicates repeat the partial indexes'. The chosen ids
+-- are locked through the primary key as an array (`= ANY(ARRAY(...))`): written as `IN (SELECT
+-- ...)`, a young table's statistics made the planner read the whole queue into a hash join.
 -- name: claim_keyed
 WITH RECURSIVE keys(k) AS (
     SELECT min(concurrency_key) FROM {jobs}
@@ -79,7 +81,7 @@ best AS (
     SELECT id FROM cand ORDER BY priority DESC, lease_until, id LIMIT %(limit)s),
 c AS (
     SELECT j.id FROM {jobs} j
-    WHERE j.queue = %(queue)s AND j.id IN (SELECT id FROM best)
+    WHERE j.queue = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM best))
     FOR UPDATE SKIP LOCKED),
 taken AS (
     UPDATE {jobs} j
