@@ -345,13 +345,18 @@ class Worker(LeaseClock, Lifecycle):
     def _start_ready(self) -> None:
         """Start waiting jobs while slots are free (called by the loop after a claim, and by
         each handler that frees its slot, so a slot never waits for the loop)."""
-        while not self._stop.is_set():
-            with self._lock:
-                if not self._ready or self._running >= self.config.concurrency:
-                    return
-                _, item = self._ready.popleft()
-                self._running += 1
+        while (item := self._take_ready()) is not None:
             self._launch(item)
+
+    def _take_ready(self) -> InFlight | None:
+        """The oldest waiting job, its slot taken; None when none waits or no slot is free."""
+        with self._lock:
+            if (self._stop.is_set() or not self._ready
+                    or self._running >= self.config.concurrency):
+                return None
+            _, item = self._ready.popleft()
+            self._running += 1
+        return item
 
     def _give_back_overdue(self) -> None:
         """Prefetched jobs that waited longer than ``prefetch_wait_s`` go back at once, free,
@@ -374,24 +379,46 @@ class Worker(LeaseClock, Lifecycle):
 
     def _launch(self, item: InFlight) -> None:
         item.slot_taken_at = self.clock()
-        future: Future[Any]
         task = item.task
         if task is not None and task.is_async:
             coro = self._runner.run_async(item, self._finish_off_loop)
             future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
+            item.future = future
+            future.add_done_callback(functools.partial(self._landed, item))
         else:
-            # the pool exists while the worker runs
-            future = self._pool.submit(self._runner.run_sync, item)  # type: ignore[union-attr]
-        item.future = future
-        future.add_done_callback(functools.partial(self._landed, item))
+            item.future = Future()
+            self._pool.submit(self._run_slot, item)  # type: ignore[union-attr]
+
+    def _run_slot(self, item: InFlight | None) -> None:
+        """A pool thread's turn with one slot: run the sync handler, land it, and go on with the
+        next waiting job itself while there is one (no hand-over to another thread per job)."""
+        while item is not None:
+            future = item.future
+            assert future is not None
+            if future.set_running_or_notify_cancel():  # not given back before it started
+                try:
+                    future.set_result(self._runner.run_sync(item))
+                except BaseException as exc:  # landed as a worker error, as the pool would
+                    future.set_exception(exc)
+            self._landed(item, future, start_next=False)
+            item = self._take_ready()
+            if item is not None:
+                item.slot_taken_at = self.clock()
+                if item.task is not None and item.task.is_async:
+                    self._launch(item)  # an async handler runs on the loop, not here
+                    item = None
+                else:
+                    item.future = Future()
+        self._start_ready()
 
     def _finish_off_loop(self, fn: Callable[..., str], *args: Any) -> asyncio.Future[str]:
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._finisher, fn, *args)
 
-    def _landed(self, item: InFlight, future: Future[Any]) -> None:
+    def _landed(self, item: InFlight, future: Future[Any], start_next: bool = True) -> None:
         """The handler is done with its slot. The job stays in flight while the completer
-        writes it (``COMPLETING``); any other outcome is written already."""
+        writes it (``COMPLETING``); any other outcome is written already. ``start_next``:
+        start waiting jobs here (a pool thread's slot loop takes the next one itself)."""
         with self._lock:
             item.landed = True
             if not item.abandoned:  # an abandoned job's slot was freed already
@@ -404,7 +431,8 @@ class Worker(LeaseClock, Lifecycle):
                           traceback_text(error, self.app.redact),
                           extra=job_fields("worker_error", item.job))
             self._settle(item)
-        self._start_ready()
+        if start_next:
+            self._start_ready()
         self._wake_loop(item)
 
     def _settle(self, item: InFlight) -> None:
