@@ -74,7 +74,8 @@ class Queue(AsyncQueueMethods):
             QueuePolicy.build(self.policy, max_attempts=attempts)  # range check
         return JobSpec(
             job_id=validate.job_id(job_id),
-            payload=dict(payload) if isinstance(payload, Mapping) else payload,
+            payload=dict(payload) if type(payload) is dict or isinstance(payload, Mapping)
+            else payload,
             payload_json=validate.payload(payload, self.policy.max_payload_bytes),
             task=task,
             revision=revision,

@@ -41,10 +41,13 @@ def queue_name(name: Any) -> str:
 def job_id(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidJobId("a job id must be a non-empty string")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidJobId("a job id must be valid Unicode (no lone surrogates)") from None
+    if value.isascii():  # one byte per character, and no surrogate
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidJobId("a job id must be valid Unicode (no lone surrogates)") from None
     if size > MAX_JOB_ID_BYTES:
         raise InvalidJobId(f"a job id may have at most {MAX_JOB_ID_BYTES} bytes, got {size}")
     if "\x00" in value:
@@ -62,7 +65,7 @@ def terminal_status(status: Any) -> str:
 
 
 def delay_s(value: Any, name: str = "delay_s") -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # a tuple: faster here
         raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not math.isfinite(value) or value < 0:
         raise InvalidInput(f"{name} must be a finite number ≥ 0, got {value!r}")
@@ -96,7 +99,7 @@ def concurrency_key(value: Any) -> str | None:
 
 def payload(value: Any, max_bytes: int) -> str:
     """Check a payload and give its canonical JSON text (sorted keys, no spaces)."""
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # a dict skips the ABC
         kind = type(value).__name__
         raise InvalidPayload(f"a payload must be a JSON object (a dict), got {kind}")
     for key in value:
@@ -125,10 +128,15 @@ def result_key(value: Any) -> str | None:
     return value
 
 
+#: ``json.dumps`` with these arguments builds an encoder per call; one built once is the same
+#: encoder (it keeps no state between calls) and saves a third of the time on small payloads.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False,
+                              ensure_ascii=False).encode
+
+
 def canonical_json(value: Any, max_bytes: int, what: str) -> str:
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False,
-                          ensure_ascii=False)
+        text = _CANONICAL(value)
     except ValueError as exc:
         raise InvalidPayload(f"{what} holds a value JSON cannot carry (NaN or Infinity?): "
                              f"{str(exc)[:200]}") from None
@@ -136,11 +144,14 @@ def canonical_json(value: Any, max_bytes: int, what: str) -> str:
         raise InvalidPayload(f"{what} is not JSON: {str(exc)[:200]}") from None
     except RecursionError:
         raise InvalidPayload(f"{what} is nested too deeply to store") from None
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidPayload(f"{what} holds a string that is not valid Unicode "
-                             "(a lone surrogate)") from None
+    if text.isascii():  # one byte per character, and no surrogate
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidPayload(f"{what} holds a string that is not valid Unicode "
+                                 "(a lone surrogate)") from None
     if size > max_bytes:
         raise InvalidPayload(f"{what} is {size} bytes as JSON; the limit is {max_bytes}")
     return text
@@ -149,11 +160,17 @@ def canonical_json(value: Any, max_bytes: int, what: str) -> str:
 _MAX_DEPTH = 100
 
 
+#: Values with nothing inside to check: exact types, so a subclass still takes the long way.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _check_keys(value: Any, depth: int) -> None:
     """Keys must be strings without '$' first, '.' or NUL: MongoDB can't store them as given."""
     if depth > _MAX_DEPTH:
         raise InvalidPayload(f"payload is nested deeper than {_MAX_DEPTH} levels")
-    if isinstance(value, Mapping):
+    # A leaf one level down passes the depth check there as long as depth < _MAX_DEPTH.
+    shallow = depth < _MAX_DEPTH
+    if type(value) is dict or isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidPayload(f"payload keys must be strings, got {type(key).__name__}")
@@ -161,10 +178,12 @@ def _check_keys(value: Any, depth: int) -> None:
                 raise InvalidPayload(
                     f"payload key {key[:80]!r} may not start with '$' or hold '.' or NUL"
                 )
-            _check_keys(item, depth + 1)
+            if not (shallow and type(item) in _LEAVES):
+                _check_keys(item, depth + 1)
     elif isinstance(value, list | tuple):
         for item in value:
-            _check_keys(item, depth + 1)
+            if not (shallow and type(item) in _LEAVES):
+                _check_keys(item, depth + 1)
 
 
 def error_text(text: str | None) -> str | None:

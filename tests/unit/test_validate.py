@@ -72,6 +72,23 @@ def test_10000_deep_nesting_is_refused_without_crashing(build: Any) -> None:
         validate.payload({"v": build(10_000)}, 10**9)
 
 
+def _with_leaf(depth: int, leaf: Any, in_list: bool) -> dict[str, Any]:
+    """A payload whose ``leaf`` sits ``depth`` levels down (the payload itself is level 0)."""
+    node: Any = leaf
+    for _ in range(depth - 1):
+        node = [node] if in_list else {"x": node}
+    return {"v": node}
+
+
+@pytest.mark.parametrize("in_list", [False, True], ids=["objects", "lists"])
+@pytest.mark.parametrize("leaf", [1, "s", None, 1.5, True, [], {}], ids=repr)
+def test_a_leaf_is_refused_one_level_past_the_depth_limit(leaf: Any, in_list: bool) -> None:
+    # Given the same leaf at level 100 (the deepest allowed) and at level 101
+    validate.payload(_with_leaf(100, leaf, in_list), 10**9)
+    with pytest.raises(InvalidPayload, match="nested deeper than 100"):
+        validate.payload(_with_leaf(101, leaf, in_list), 10**9)
+
+
 def test_deep_result_is_refused_without_crashing() -> None:
     with pytest.raises(InvalidPayload, match="nested"):
         validate.result(nested_lists(10_000), 10**9)

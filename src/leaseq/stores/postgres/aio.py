@@ -13,7 +13,6 @@ not retried here: the error surfaces as ``StoreUnavailable`` at once.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -26,6 +25,7 @@ from psycopg.rows import dict_row
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry, OnConflict
+from leaseq.stores.postgres.enqueue import batch_columns
 from leaseq.stores.postgres.plan import EnqueuePlan
 
 if TYPE_CHECKING:
@@ -183,13 +183,8 @@ class AsyncPostgres:
         ids = [s.job_id for s in specs]
         if not specs or len(set(ids)) != len(ids):
             return None
-        rows = await self._rows(
-            conn, "enqueue_fast", queue=queue, channel=self._store.options.channel, ids=ids,
-            tasks=[s.task for s in specs], payloads=[s.payload_json for s in specs],
-            revisions=[s.revision for s in specs], delays=[float(s.delay_s) for s in specs],
-            max_attempts=[s.max_attempts for s in specs],
-            data=[json.dumps({"revision": s.revision}) if s.revision else None for s in specs],
-            priorities=[s.priority for s in specs], keys=[s.concurrency_key for s in specs])
+        rows = await self._rows(conn, "enqueue_fast", queue=queue,
+                                channel=self._store.options.channel, **batch_columns(specs))
         pairs = [tuple(r.values()) for r in rows]
         unchanged = {job_id for job_id, same in pairs if job_id is not None and same}
         if len(unchanged) < sum(job_id is not None for job_id, _ in pairs):

@@ -192,6 +192,29 @@ class EnqueueSuite:
         assert [must_get(q, i) for i in ids] == stored
         assert _journal_sizes(q, ids) == journal
 
+    def test_awkward_text_round_trips_through_a_batch(self, leaseq_store: FreshStore) -> None:
+        # Given a batch whose ids, tasks, revisions and keys hold quotes, backslashes, JSON
+        # syntax, control characters and non-ASCII text, with nested payloads
+        q = leaseq_store.queue()
+        texts = ['q"uo\'te', "back\\slash\\", "ünï©ødé 😀", '[1,{"a":null}]', "null",
+                 "tab\tnew\nline"]
+        batch = [q.spec(t, {"t": t, "nested": ROUND_TRIP}, task=f"task {t}",
+                        revision=t if i % 2 else None, delay_s=i * 10.25, max_attempts=i + 1,
+                        priority=-i, concurrency_key=f"key {t}")
+                 for i, t in enumerate(texts)]
+        # When it is enqueued
+        assert [r.outcome for r in q.enqueue_many(batch)] == ["created"] * len(texts)
+        # Then each job holds exactly what its spec said, and the batch replays as unchanged
+        for i, t in enumerate(texts):
+            job = must_get(q, t)
+            assert (job.id, job.payload, job.task, job.revision, job.max_attempts) == (
+                t, {"t": t, "nested": ROUND_TRIP}, f"task {t}", t if i % 2 else None, i + 1)
+            assert (job.priority, job.concurrency_key) == (-i, f"key {t}")
+            assert job.lease_until is not None and job.created_at is not None
+            delay = (job.lease_until - job.created_at).total_seconds()
+            assert delay == pytest.approx(i * 10.25, abs=CLOCK_SLACK_S)
+        assert [r.outcome for r in q.enqueue_many(batch)] == ["unchanged"] * len(texts)
+
     def test_duplicate_ids_in_one_batch_see_each_other(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()
         results = q.enqueue_many([q.spec("a", {"v": 1}), q.spec("a", {"v": 1}),

@@ -14,15 +14,23 @@
 -- plan_cache_mode is theirs): a generic plan made while the table is young would do each lookup
 -- as a sequential scan and keep doing so as the table grows (see _configure in session.py).
 -- The last SELECT reads `note` so that the NOTIFY is evaluated.
+-- The batch comes as one JSON array per column (see batch_columns in enqueue.py), read
+-- side by side; payloads are JSON strings whose text becomes the stored json as it is.
 -- name: enqueue_fast
 WITH u AS (
     SELECT u.*, (SELECT CASE WHEN u.revision IS NOT NULL
                              THEN coalesce(j.revision = u.revision, false)
                              ELSE j.payload::text = u.payload END
                  FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = u.id) AS unchanged
-    FROM unnest(%(ids)s::text[], %(tasks)s::text[], %(payloads)s::text[],
-                %(revisions)s::text[], %(delays)s::float8[], %(max_attempts)s::integer[],
-                %(data)s::text[], %(priorities)s::integer[], %(keys)s::text[]) WITH ORDINALITY
+    FROM ROWS FROM (json_array_elements_text(%(ids)s::json),
+                    json_array_elements_text(%(tasks)s::json),
+                    json_array_elements_text(%(payloads)s::json),
+                    json_array_elements_text(%(revisions)s::json),
+                    json_array_elements_text(%(delays)s::json),
+                    json_array_elements_text(%(max_attempts)s::json),
+                    json_array_elements_text(%(data)s::json),
+                    json_array_elements_text(%(priorities)s::json),
+                    json_array_elements_text(%(keys)s::json)) WITH ORDINALITY
         AS u(id, task, payload, revision, delay_s, max_attempts, data, priority,
              concurrency_key, n)
     OFFSET 0),
@@ -33,9 +41,9 @@ ins AS (
     INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
                         lease_epoch, revision, created_at, updated_at, first_seen_at,
                         priority, concurrency_key)
-    SELECT %(queue)s, id, task, 'pending', payload::json, 0, max_attempts,
-           {now} + make_interval(secs => delay_s), 0, revision, {now}, {now}, {now},
-           priority, concurrency_key
+    SELECT %(queue)s, id, task, 'pending', payload::json, 0, max_attempts::integer,
+           {now} + make_interval(secs => delay_s::float8), 0, revision, {now}, {now}, {now},
+           priority::integer, concurrency_key
     FROM new ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)

@@ -1,0 +1,34 @@
+"""PostgreSQL-specific: a batch reaches the server as JSON text, and the ``json`` columns keep
+text as given, so what is stored must be the very text the spec carried. Replay detection
+compares that stored text with the spec's ``payload_json``; a re-spelled payload (escapes,
+spacing) would turn every replay into a conflict. The other stores keep no text to compare."""
+
+from __future__ import annotations
+
+import json
+
+from leaseq.stores.postgres import PostgresStore
+
+PAYLOAD = {"é": "snow ☃ \u2028 😀", "a": {"b": [1, 2.5, None, {"c": "q\"uo'te \\ /"}]},
+           "control": "\t\n\x01", "big": 2**63}
+
+
+def _stored(store: PostgresStore, sql: str) -> list[tuple[str, str | None]]:
+    sql = sql.format(schema=f'"{store.options.schema}"')
+    return store._session.run(lambda conn: conn.execute(sql).fetchall())
+
+
+def test_a_batch_stores_each_payload_as_its_canonical_text(store: PostgresStore) -> None:
+    # Given a batch of new jobs with nested, non-ASCII payloads, some with a revision
+    q = store.queue("texts")
+    batch = [q.spec(f"j{i} ☃", {**PAYLOAD, "i": i}, revision="ré\"v" if i % 2 else None)
+             for i in range(4)]
+    # When it is enqueued in one call
+    assert {r.outcome for r in q.enqueue_many(batch)} == {"created"}
+    # Then each payload is stored byte for byte as the spec's canonical text
+    jobs = dict(_stored(store, "SELECT id, payload::text FROM {schema}.jobs"))
+    assert jobs == {s.job_id: s.payload_json for s in batch}
+    # And the journal data of a revised job is the same text the careful path writes
+    data = dict(_stored(store, "SELECT job_id, data::text FROM {schema}.journal"))
+    assert data == {s.job_id: json.dumps({"revision": s.revision}) if s.revision else None
+                    for s in batch}
