@@ -53,3 +53,20 @@ def test_the_key_limited_claim_never_runs_a_generic_plan(store: PostgresStore) -
         "WHERE statement LIKE '%%RECURSIVE keys%%'").fetchall(), autocommit=True)
     assert rows, "the keyed claim is prepared"
     assert all(generic == 0 for generic, _ in rows)
+
+
+def test_indexed_text_columns_compare_bytes(store: PostgresStore) -> None:
+    # Given a migrated schema, When its text columns' collations are read
+    rows = store._session.run(lambda conn: conn.execute(
+        "SELECT c.relname || '.' || a.attname, coalesce(co.collname, '') "
+        "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "LEFT JOIN pg_collation co ON co.oid = a.attcollation "
+        "WHERE n.nspname = %s AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND a.atttypid = 'text'::regtype",
+        [store.options.schema]).fetchall(), idempotent=True)
+    collations = dict(rows)
+    # Then every text column an index compares sorts by bytes (never through strcoll)
+    for column in ("jobs.queue", "jobs.id", "jobs.status", "jobs.task", "jobs.concurrency_key",
+                   "journal.queue", "journal.job_id", "journal.event"):
+        assert collations[column] == "C", (column, collations[column])

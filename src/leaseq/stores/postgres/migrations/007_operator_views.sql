@@ -9,7 +9,8 @@ CREATE TABLE {schema}.workers (
 );
 
 -- The job browser's filter by task, in id order. A task is written at enqueue (and by a new
--- revision) only, so this index costs nothing on a claim or a finish.
+-- revision) only; still, a claim or a finish changes other indexed columns, so no such update
+-- is HOT and each adds an entry here too (one index insert per state change).
 CREATE INDEX jobs_task ON {schema}.jobs (queue, task, id);
 
 -- Journal counts per hour (throughput and failures over the last hour): a range of one
