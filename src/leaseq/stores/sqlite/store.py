@@ -33,7 +33,6 @@ from leaseq.journal import (
     EXPIRED,
     LEASE_EXPIRED,
     OPERATOR,
-    REDELIVERED,
     SPENT_WHILE_PENDING,
     STALE_REASON,
     JournalEvent,
@@ -199,9 +198,10 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
     def _journal_claims(self, conn: sqlite3.Connection, queue: str,
                         rows: list[dict[str, Any]]) -> None:
         # From the epoch, not the attempts: a snooze or a give-back refunds the attempt, but
-        # the claim after it is still a redelivery.
-        self._journal_rows(conn, queue, rows, JournalEvent.CLAIMED,
-                           lambda r: REDELIVERED if r["lease_epoch"] > 1 else None)
+        # the claim after it is still a redelivery (journal_claims in queries/read.sql).
+        if rows:
+            conn.execute(Q["journal_claims"], self._params(
+                queue=queue, ids=json.dumps([r["id"] for r in rows])))
 
     def _journal_rows(self, conn: sqlite3.Connection, queue: str, rows: Iterable[dict[str, Any]],
                       event: str, reason: Callable[[dict[str, Any]], str | None]) -> None:
@@ -263,8 +263,9 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         with self._tx() as conn:
             done = {r["id"]: r for r in self._rows(conn, "complete_many", queue=queue,
                                                    items=payload)}
-            self._journal_rows(conn, queue, done.values(), JournalEvent.RESULT_SAVED,
-                               lambda r: r["status"])
+            if done:
+                conn.execute(Q["journal_results"], self._params(
+                    queue=queue, ids=json.dumps(list(done))))
             return [self._settle(conn, queue, c.lease, done) for c in items]
 
     def _settle(self, conn: sqlite3.Connection, queue: str, lease: Lease,

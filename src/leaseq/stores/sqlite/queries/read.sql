@@ -27,3 +27,16 @@ SELECT * FROM leaseq_journal WHERE queue = :queue AND job_id = :id ORDER BY seq;
 -- name: append_journal
 INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
 VALUES (:queue, :id, {now}, :event, :attempt, :lease_epoch, :worker_id, :reason, :data);
+
+-- The journal rows of a claim or a batch completion in one statement, read from the rows the
+-- statement just wrote (the write lock is still held): no Python per row. :ids is a JSON array.
+-- name: journal_claims
+INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+SELECT queue, id, {now}, {event.claimed}, attempts, lease_epoch, worker_id,
+       CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
+FROM leaseq_jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: journal_results
+INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
+SELECT queue, id, {now}, {event.result_saved}, attempts, lease_epoch, worker_id, status
+FROM leaseq_jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
