@@ -76,9 +76,8 @@ class WorkerConfig:
     """How long a prefetched job may wait for a slot; one that waited longer is given back at
     once (free) for another worker to start. Defaults to 0.5 s."""
     claim_gather_s: float = 0.002
-    """With jobs in flight and few slots free (or, when every queue has claim limits, not all
-    of them), how long to wait for more slots to free before claiming, so one claim takes
-    several jobs. Defaults to 2 ms."""
+    """With jobs in flight and few slots free, how long to wait for more slots to free before
+    claiming, so one claim takes several jobs. Defaults to 2 ms."""
     idle_min_s: float = 0.01
     """First wait when nothing was claimable; doubles while idle. Defaults to 10 ms."""
     idle_max_s: float = 1.0
@@ -256,13 +255,10 @@ class Worker(LeaseClock, Lifecycle):
 
     def _gather_slots(self) -> None:
         """While jobs run, let slots that free close together be claimed together: one claim
-        statement for several jobs instead of one each. Waits at most ``claim_gather_s``.
-        A worker that may not prefetch (every queue limited) waits for all its slots: its
-        claim takes only free slots, and a claim of 9 then 1 costs two claims for 10 jobs."""
-        prefetch = any(_may_prefetch(q) for q in self.queues)
-        want = max(1, self.config.concurrency // 4) if prefetch else self.config.concurrency
+        statement for several jobs instead of one each. Waits at most ``claim_gather_s``."""
+        want = max(1, self.config.concurrency // 4)
         deadline = self.clock() + self.config.claim_gather_s
-        while 0 < self._room(prefetch) < want and self.clock() < deadline and self._snapshot():
+        while 0 < self._room() < want and self.clock() < deadline and self._snapshot():
             self._wake.wait(self.config.claim_gather_s / 4)
             self._wake.clear()
 
