@@ -132,18 +132,23 @@ def test_the_key_limited_claim_seeks_each_key_not_its_backlog(
         keyed: tuple[SQLiteStore, sqlite3.Connection]) -> None:
     # Given 3,300 pending jobs of q2 over 40 keys (about 80 each)
     store, conn = keyed
-    # When a key-limited claim looks for its candidates
-    slots_plan = _plan(conn, "key_slots", queue="q2", key_limit=2)
-    candidates_plan = _plan(conn, "key_candidates", queue="q2", concurrency_key="tenant-3",
-                            limit=2)
-    slots = _steps(conn, "key_slots", queue="q2", key_limit=2)
-    # Then the keys come from a loose scan of the keyed index and the running counts from
-    # theirs: work per key, not per job
-    assert any("USING INDEX leaseq_jobs_keyed " in line for line in slots_plan), slots_plan
-    assert any("leaseq_jobs_keyed_running" in line for line in slots_plan), slots_plan
-    assert any("USING INDEX leaseq_jobs_keyed " in line for line in candidates_plan), (
-        candidates_plan)
-    assert slots * STEP < 40 * 100, (slots * STEP, slots_plan)
+    params = {"queue": "q2", "key_limit": 2, "limit": 10, "scan": 30, "worker_id": "w1",
+              "lease_s": 60.0}
+    # When a key-limited claim is planned and run (one statement)
+    plan = _plan(conn, "claim_keyed", **params)
+    conn.execute("BEGIN")  # a statement opening with WITH gets no implicit transaction
+    steps = _steps(conn, "claim_keyed", **params)
+    conn.rollback()  # the claim wrote: leave the jobs to the store
+    # Then the keys come from a loose scan of the keyed index, the running counts and each
+    # key's first jobs from theirs: work per key, not per job
+    assert any("USING INDEX leaseq_jobs_keyed (queue=? AND concurrency_key>?)" in line
+               for line in plan), plan
+    assert any("leaseq_jobs_keyed_running" in line for line in plan), plan
+    assert any("USING INDEX leaseq_jobs_keyed (queue=? AND concurrency_key=?)" in line
+               for line in plan), plan
+    # (about 400 steps a key, the same with four times the backlog; walking the backlog
+    # would take some 30 a job)
+    assert steps * STEP < 40 * 500, (steps * STEP, plan)
     # And a real claim takes at most key_limit jobs of each key, highest priority first
     jobs = store.queue("q2", key_limit=2).claim("w1", limit=200)
     per_key: dict[str | None, int] = {}

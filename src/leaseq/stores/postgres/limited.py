@@ -77,10 +77,7 @@ class LimitedClaims:
         claim = conn.cursor(row_factory=tuple_row)
         with conn.pipeline():
             conn.execute("BEGIN")
-            conn.execute(self.queries["limit_row"], params)
-            conn.execute(self.queries["limit_lock"], params)
-            conn.execute(self.queries["record_limits"],
-                         {**params, "key_limit": key_limit, "rate_per_s": None})
+            conn.execute(self.queries["key_limit_lock"], {**params, "key_limit": key_limit})
             claim.execute(self.queries["claim_keyed"], {
                 **params, "worker_id": free_text(worker_id), "lease_s": lease_s,
                 "limit": limit, "key_limit": key_limit, "scan": limit + UNKEYED_SCAN},

@@ -17,7 +17,6 @@ from leaseq.limits import (
     HeldBack,
     LimitsState,
     admit,
-    free_slots,
     held_back,
     key_backlog,
     record,
@@ -36,11 +35,13 @@ class LimitedClaims:
                        job_id: str | None = None) -> list[dict[str, Any]]:
         """The claim under ``limits``; BEGIN IMMEDIATE already holds every other claim off,
         so the counts read here stay true until the commit. ``job_id``: only that job."""
+        params = {"queue": queue, "worker_id": worker_id, "lease_s": lease_s}
+        if limits.rate_per_s is None and limits.key_limit is not None and job_id is None:
+            return self._claim_keyed(conn, limit, limits.key_limit, params)
         state = self._limits_state(conn, queue)
         at = state.at()
         if limits.rate_per_s is not None:
             limit = admit(state.recent, at, limit, limits.rate_per_s)
-        params = {"queue": queue, "worker_id": worker_id, "lease_s": lease_s}
         if not limit:
             rows: list[dict[str, Any]] = []
         elif job_id is not None:
@@ -49,8 +50,8 @@ class LimitedClaims:
         elif limits.key_limit is None:
             rows = self._rows(conn, "claim", limit=limit, **params)
         else:
-            ids = self._keyed_candidates(conn, queue, limit, limits.key_limit)
-            rows = self._rows(conn, "claim_chosen", ids=json.dumps(ids), **params) if ids else []
+            rows = self._rows(conn, "claim_keyed", limit=limit, key_limit=limits.key_limit,
+                              scan=limit + UNKEYED_SCAN, **params)
         rate = limits.rate_per_s
         if (rate is not None and rows) or state.recorded != limits:
             recent = (record(state.recent, at, len(rows), rate) if rate is not None and rows
@@ -58,6 +59,14 @@ class LimitedClaims:
             self._rows(conn, "save_limits", queue=queue, recent=json.dumps(recent),
                        key_limit=limits.key_limit, rate_per_s=limits.rate_per_s)
         return rows
+
+    def _claim_keyed(self, conn: sqlite3.Connection, limit: int, key_limit: int,
+                     params: dict[str, Any]) -> list[dict[str, Any]]:
+        """A key-limited claim without a rate: no rate log to read or write, so two statements
+        (record the limits when they changed, claim), not the read-decide-write of a rate."""
+        self._rows(conn, "record_key_limit", queue=params["queue"], key_limit=key_limit)
+        return self._rows(conn, "claim_keyed", limit=limit, key_limit=key_limit,
+                          scan=limit + UNKEYED_SCAN, **params)
 
     def _limits_state(self, conn: sqlite3.Connection, queue: str) -> LimitsState:
         rows = self._rows(conn, "limits_row", queue=queue)
@@ -73,20 +82,6 @@ class LimitedClaims:
             return True
         rows = self._rows(conn, "job_key_running", queue=queue, id=job_id)
         return not rows or rows[0]["running"] is None or rows[0]["running"] < limits.key_limit
-
-    def _keyed_candidates(self, conn: sqlite3.Connection, queue: str, limit: int,
-                          key_limit: int) -> list[str]:
-        """Ids to claim, in claim order: each key's first ready jobs up to its free slots
-        (one seek per key), and jobs without a key from the front of the claimable index."""
-        found = self._rows(conn, "unkeyed_candidates", queue=queue, limit=limit,
-                           scan=limit + UNKEYED_SCAN)
-        for slot in self._rows(conn, "key_slots", queue=queue, key_limit=key_limit):
-            free = min(free_slots(key_limit, slot["running"]), limit)
-            if free:
-                found += self._rows(conn, "key_candidates", queue=queue, limit=free,
-                                    concurrency_key=slot["concurrency_key"])
-        found.sort(key=lambda r: (-r["priority"], r["lease_until"], r["id"]))
-        return [r["id"] for r in found[:limit]]
 
     def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
         with self._lock:

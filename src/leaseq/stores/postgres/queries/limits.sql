@@ -1,10 +1,10 @@
 -- PostgreSQL queries of leaseq: limits (placeholders as described in common.sql).
 
 -- --- limits in the claim (docs/limits.md) ---------------------------------------------------
--- A limited claim is one transaction: it locks its queue's limits row first (limit_lock), so
--- every count the claim statement reads next (a new snapshot, READ COMMITTED) stays true until
--- it commits: no other limited claim of the queue runs in between. Finishes take no lock;
--- they only lower the counts.
+-- A limited claim is one transaction: it locks its queue's limits row first (limit_lock, or
+-- key_limit_lock for a key limit alone), so every count the claim statement reads next (a new
+-- snapshot, READ COMMITTED) stays true until it commits: no other limited claim of the queue
+-- runs in between. Finishes take no lock; they only lower the counts.
 
 -- name: limit_row
 INSERT INTO {limits} (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
@@ -17,13 +17,17 @@ SELECT recent, key_limit, rate_per_s,
 FROM {limits} WHERE queue = %(queue)s
 FOR UPDATE;
 
--- The limits a key-limited claim runs with, written only when they changed.
--- name: record_limits
-UPDATE {limits}
-SET key_limit = %(key_limit)s::integer, rate_per_s = %(rate_per_s)s::integer
-WHERE queue = %(queue)s
-  AND (key_limit IS DISTINCT FROM %(key_limit)s::integer
-       OR rate_per_s IS DISTINCT FROM %(rate_per_s)s::integer);
+-- The lock of a key-limited claim without a rate (it needs no clock and no rate log), in one
+-- statement: makes the queue's limits row on first use and records the limits the claim runs
+-- with, written only when they changed. ON CONFLICT DO UPDATE locks the row even when its
+-- WHERE is false (a row lock that conflicts with limit_lock's FOR UPDATE and with itself), so
+-- this takes the same turn as limit_lock does.
+-- name: key_limit_lock
+INSERT INTO {limits} AS l (queue, key_limit, rate_per_s)
+VALUES (%(queue)s, %(key_limit)s::integer, NULL)
+ON CONFLICT (queue) DO UPDATE
+SET key_limit = excluded.key_limit, rate_per_s = NULL
+WHERE l.key_limit IS DISTINCT FROM excluded.key_limit OR l.rate_per_s IS NOT NULL;
 
 -- name: save_limits
 UPDATE {limits}
@@ -31,7 +35,8 @@ SET recent = %(recent)s::float8[], key_limit = %(key_limit)s, rate_per_s = %(rat
 WHERE queue = %(queue)s;
 
 -- The key-limited claim, in one statement: a loose index scan of jobs_keyed gives each key
--- with live jobs (one probe per key); per key, its count in jobs_keyed_running (read no
+-- with live jobs (one probe per key: ORDER BY ... LIMIT 1, not min(), which on a young
+-- table's statistics was planned as an aggregate over every live keyed job); per key, its count in jobs_keyed_running (read no
 -- further than key_limit) gives its free slots and a walk of jobs_keyed its first ready jobs; jobs without a key come from the front of
 -- jobs_claimable (among the first `scan` of them, limits.UNKEYED_SCAN). The best `limit` of
 -- those, in claim order, are taken. The predicates repeat the partial indexes'. The chosen ids
@@ -39,15 +44,17 @@ WHERE queue = %(queue)s;
 -- ...)`, a young table's statistics made the planner read the whole queue into a hash join.
 -- name: claim_keyed
 WITH RECURSIVE keys(k) AS (
-    SELECT min(concurrency_key) FROM {jobs}
-    WHERE queue = %(queue)s AND concurrency_key IS NOT NULL
-      AND status IN ('pending', 'processing')
+    (SELECT concurrency_key FROM {jobs}
+     WHERE queue = %(queue)s AND concurrency_key IS NOT NULL
+       AND status IN ('pending', 'processing')
+     ORDER BY concurrency_key LIMIT 1)
     UNION ALL
-    SELECT (SELECT min(j.concurrency_key) FROM {jobs} j
+    SELECT (SELECT j.concurrency_key FROM {jobs} j
             WHERE j.queue = %(queue)s AND j.concurrency_key > keys.k
-              AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing'))
+              AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing')
+            ORDER BY j.concurrency_key LIMIT 1)
     FROM keys WHERE keys.k IS NOT NULL),
-slots AS (
+slots AS MATERIALIZED (
     SELECT k, %(key_limit)s - (
         SELECT count(*) FROM (
             SELECT 1 FROM {jobs} r

@@ -3,12 +3,16 @@
 -- --- limits in the claim (docs/limits.md) ---------------------------------------------------
 -- Every query below runs under BEGIN IMMEDIATE, which serialises the claims of every queue.
 
--- Each key with live jobs and how many of them are processing: a loose index scan
--- of leaseq_jobs_keyed, one seek per key, and a count in leaseq_jobs_keyed_running that
--- stops at :key_limit (the key is full then, however many run). The
--- predicates repeat the indexes'; without statistics the planner would count a key's jobs by
--- walking the queue's primary key, so the count names its index.
--- name: key_slots
+-- The key-limited claim, in one statement. A loose scan of leaseq_jobs_keyed gives each key
+-- with live jobs (one seek per key) and its count in leaseq_jobs_keyed_running, read no
+-- further than :key_limit (the key is full then, however many run): its free slots. Per key
+-- with free slots, its first :key_limit ready jobs (a seek and a short walk of
+-- leaseq_jobs_keyed; SQLite's LIMIT cannot follow the row, so the key's rank keeps its first
+-- `free`). Jobs without a key come from the front of the claimable index (among the first
+-- :scan, limits.UNKEYED_SCAN). The best :limit of those, in claim order, are taken, each
+-- still claimable. The predicates repeat the indexes'; without statistics the planner would
+-- count a key's jobs by walking the queue's primary key, so the scans name their index.
+-- name: claim_keyed
 WITH RECURSIVE keys(k) AS (
     SELECT min(concurrency_key) FROM leaseq_jobs
     WHERE queue = :queue AND concurrency_key IS NOT NULL
@@ -17,47 +21,55 @@ WITH RECURSIVE keys(k) AS (
     SELECT (SELECT min(j.concurrency_key) FROM leaseq_jobs j
             WHERE j.queue = :queue AND j.concurrency_key > keys.k
               AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing'))
-    FROM keys WHERE keys.k IS NOT NULL)
-SELECT k AS concurrency_key,
-       (SELECT count(*) FROM (
+    FROM keys WHERE keys.k IS NOT NULL),
+slots AS MATERIALIZED (
+    SELECT k, :key_limit - (SELECT count(*) FROM (
             SELECT 1 FROM leaseq_jobs r INDEXED BY leaseq_jobs_keyed_running
             WHERE r.queue = :queue AND r.concurrency_key = keys.k
               AND r.concurrency_key IS NOT NULL AND r.status = 'processing'
-            LIMIT :key_limit)) AS running
-FROM keys WHERE k IS NOT NULL;
-
--- The first ready jobs of one key, in claim order.
--- name: key_candidates
-SELECT id, priority, lease_until FROM leaseq_jobs
-WHERE queue = :queue AND concurrency_key = :concurrency_key
-  AND concurrency_key IS NOT NULL AND status IN ('pending', 'processing')
-  AND attempts < max_attempts
-  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
-ORDER BY priority DESC, lease_until, id
-LIMIT :limit;
-
--- Ready jobs without a key, among the first :scan claimable jobs (limits.UNKEYED_SCAN).
--- name: unkeyed_candidates
-SELECT id, priority, lease_until FROM (
-    SELECT id, priority, lease_until, concurrency_key FROM leaseq_jobs
-    WHERE queue = :queue
-      AND status IN ('pending', 'processing') AND attempts < max_attempts
-      AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
-    ORDER BY priority DESC, lease_until, id
-    LIMIT :scan)
-WHERE concurrency_key IS NULL
-LIMIT :limit;
-
--- The chosen candidates, each still claimable. :ids is a JSON array.
--- name: claim_chosen
+            LIMIT :key_limit)) AS free
+    FROM keys WHERE k IS NOT NULL),
+keyed AS (
+    SELECT j.id, j.priority, j.lease_until, s.free,
+           row_number() OVER (PARTITION BY s.k ORDER BY j.priority DESC, j.lease_until, j.id)
+               AS rank
+    FROM slots s JOIN leaseq_jobs j
+    ON j.queue = :queue AND j.id IN (
+        SELECT c.id FROM leaseq_jobs c INDEXED BY leaseq_jobs_keyed
+        WHERE c.queue = :queue AND c.concurrency_key = s.k
+          AND c.concurrency_key IS NOT NULL AND c.status IN ('pending', 'processing')
+          AND c.attempts < c.max_attempts
+          AND c.lease_until <= {now} AND (c.status = 'pending' OR c.lease_until < {now})
+        ORDER BY c.priority DESC, c.lease_until, c.id
+        LIMIT :key_limit)
+    WHERE s.free > 0),
+cand AS (
+    SELECT id, priority, lease_until FROM keyed WHERE rank <= free
+    UNION ALL
+    SELECT id, priority, lease_until FROM (
+        SELECT id, priority, lease_until, concurrency_key FROM leaseq_jobs
+        WHERE queue = :queue
+          AND status IN ('pending', 'processing') AND attempts < max_attempts
+          AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+        ORDER BY priority DESC, lease_until, id
+        LIMIT :scan)
+    WHERE concurrency_key IS NULL)
 UPDATE leaseq_jobs
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now}
-WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids))
+WHERE queue = :queue AND id IN (
+    SELECT id FROM cand ORDER BY priority DESC, lease_until, id LIMIT :limit)
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
 RETURNING *;
+
+-- The limits a key-limited claim without a rate runs with, recorded only when they changed
+-- (the claim needs no rate log, so nothing is read first).
+-- name: record_key_limit
+INSERT INTO leaseq_limits (queue, key_limit, rate_per_s) VALUES (:queue, :key_limit, NULL)
+ON CONFLICT (queue) DO UPDATE SET key_limit = excluded.key_limit, rate_per_s = NULL
+WHERE key_limit IS NOT excluded.key_limit OR rate_per_s IS NOT NULL;
 
 -- name: limits_row
 SELECT recent, key_limit, rate_per_s, {now} AS now FROM leaseq_limits WHERE queue = :queue;
