@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from leaseq.errors import InvalidInput, InvalidJobId, InvalidPayload, InvalidQueueName
@@ -38,16 +38,21 @@ def queue_name(name: Any) -> str:
     return name
 
 
+def utf8_size(text: str, invalid: Callable[[], InvalidInput]) -> int:
+    """The size of ``text`` in UTF-8; raises ``invalid()`` for a lone surrogate."""
+    if text.isascii():  # one byte per character, and no surrogate
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise invalid() from None
+
+
 def job_id(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidJobId("a job id must be a non-empty string")
-    if value.isascii():  # one byte per character, and no surrogate
-        size = len(value)
-    else:
-        try:
-            size = len(value.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidJobId("a job id must be valid Unicode (no lone surrogates)") from None
+    size = utf8_size(value, lambda: InvalidJobId(
+        "a job id must be valid Unicode (no lone surrogates)"))
     if size > MAX_JOB_ID_BYTES:
         raise InvalidJobId(f"a job id may have at most {MAX_JOB_ID_BYTES} bytes, got {size}")
     if "\x00" in value:
@@ -144,14 +149,8 @@ def canonical_json(value: Any, max_bytes: int, what: str) -> str:
         raise InvalidPayload(f"{what} is not JSON: {str(exc)[:200]}") from None
     except RecursionError:
         raise InvalidPayload(f"{what} is nested too deeply to store") from None
-    if text.isascii():  # one byte per character, and no surrogate
-        size = len(text)
-    else:
-        try:
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidPayload(f"{what} holds a string that is not valid Unicode "
-                                 "(a lone surrogate)") from None
+    size = utf8_size(text, lambda: InvalidPayload(
+        f"{what} holds a string that is not valid Unicode (a lone surrogate)"))
     if size > max_bytes:
         raise InvalidPayload(f"{what} is {size} bytes as JSON; the limit is {max_bytes}")
     return text
