@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -10,6 +11,16 @@ import pytest
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False,
                      help="also run tests marked slow (or set LEASEQ_SLOW=1)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A run started in the background by a non-interactive shell (`scripts/test &`) inherits
+    # SIGINT ignored, and so would every process a test starts: leaseq keeps an ignored
+    # signal ignored (as nohup expects), so the tests that send one would time out. A handler
+    # (unlike an ignore) is reset at exec, so the processes the tests start see a default
+    # SIGINT, as from a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
