@@ -12,7 +12,11 @@ are at most ``rate_per_s`` claims. Proof: let ``T`` be the latest claim of a win
 ``[s, s + 1)``; every other claim in it has a stamp ``≥ s > T − 1`` and was admitted before
 ``T`` (stamps grow in admission order), so it is in the log at ``T`` — unless ``rate_per_s``
 newer stamps pushed it out, all ``> T − 1`` too, and then ``T`` found no room. ``T``'s
-admission counted them all and took at most what was left. A token bucket refilled at
+admission counted them all and took at most what was left. In real time: a store clock that
+reads milliseconds stamps a claim up to 1 ms early, so a claim at the very start of a real
+window could carry a stamp just outside ``T``'s; admissions therefore count
+``(t − 1 s − CLOCK_RESOLUTION_S, t]``, and the guarantee holds on the host's clock as well
+(the conformance suite measures it there). A token bucket refilled at
 ``r``/s with capacity ``r`` admits up to ``2r`` in some windows; this log never does.
 """
 
@@ -23,6 +27,12 @@ from dataclasses import dataclass
 
 #: The sliding window of ``rate_per_s``, in seconds.
 WINDOW_S = 1.0
+#: The coarsest clock a store stamps claims with (SQLite's and MongoDB's read milliseconds).
+#: A stamp may be this much earlier than the claim it marks, so an admission counts the
+#: stamps of a window this much longer: the guarantee then holds in real time too.
+CLOCK_RESOLUTION_S = 0.001
+#: How far back from a new stamp the stamps an admission counts reach.
+COUNTED_S = WINDOW_S + CLOCK_RESOLUTION_S
 #: How far past its first ``limit`` claimable jobs a key-limited claim looks for jobs
 #: without a key (those behind a longer keyed backlog wait for the front to move). Every
 #: claim of a key-limited queue reads these entries, so it stays small: give a large stream
@@ -82,7 +92,7 @@ def stamp(recent: Sequence[float], now: float) -> float:
 def admit(recent: Sequence[float], at: float, want: int, rate_per_s: int) -> int:
     """How many of ``want`` claims may be stamped ``at`` (``at ≥`` every stamp in
     ``recent``): the room left in the window ``(at − 1 s, at]``."""
-    in_window = sum(1 for t in recent if t > at - WINDOW_S)
+    in_window = sum(1 for t in recent if t > at - COUNTED_S)
     return max(0, min(want, rate_per_s - in_window))
 
 
@@ -90,7 +100,7 @@ def record(recent: Sequence[float], at: float, taken: int, rate_per_s: int) -> l
     """The log after ``taken`` claims stamped ``at``: the newest ``rate_per_s`` stamps, all
     an admission needs (see the module's proof). Stamps older than the window are dropped,
     but the newest one is always kept, so the next stamp never goes before it."""
-    kept = [t for t in recent if t > at - WINDOW_S] + [at] * taken
+    kept = [t for t in recent if t > at - COUNTED_S] + [at] * taken
     if not kept and recent:
         kept = [recent[-1]]
     return kept[-rate_per_s:]

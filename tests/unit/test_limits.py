@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leaseq.limits import (
+    COUNTED_S,
     WINDOW_S,
     ClaimLimits,
     HeldBack,
@@ -62,11 +63,33 @@ def test_a_claim_gets_all_the_room_its_window_has(rate: int, asks: list[tuple[fl
     for step, want in asks:
         clock += step
         at = stamp(recent, clock)
-        used = sum(1 for t in stamps if t > at - WINDOW_S)
+        used = sum(1 for t in stamps if t > at - COUNTED_S)
         room = admit(recent, at, want, rate)
         assert room == min(want, rate - used)
         recent = record(recent, at, room, rate)
         stamps += [at] * room
+
+
+#: Claims on a millisecond grid, some exactly one second apart: where a clock that reads
+#: milliseconds puts a stamp up to 1 ms before its claim.
+ms_claims = st.lists(st.tuples(st.sampled_from([0.0, 0.0004, 0.0009, 0.2, 0.5, 0.9995, 1.0]),
+                               st.integers(1, 12)), max_size=120)
+
+
+@settings(max_examples=400, deadline=None)
+@given(rate=rates, asks=ms_claims)
+def test_a_millisecond_clock_keeps_the_rate_in_real_time(rate: int,
+                                                          asks: list[tuple[float, int]]) -> None:
+    # Given a store clock that truncates to milliseconds, each claim made at a real instant
+    clock, recent, real = 0.0, [], []
+    for step, want in asks:
+        clock += step
+        at = stamp(recent, int(clock * 1000) / 1000)
+        room = admit(recent, at, want, rate)
+        recent = record(recent, at, room, rate)
+        real += [clock] * room
+    # Then no real one-second window holds more than the rate either
+    assert most_in_a_window(real) <= rate
 
 
 @settings(max_examples=200, deadline=None)
