@@ -67,11 +67,11 @@ class WorkerConfig:
     """On stop, how long in-flight jobs may finish before they are given back. Defaults to 30 s."""
     sweep_every_s: float = 30.0
     """How often the worker runs the sweeper (reclaim, retention purge). Defaults to 30 s."""
-    prefetch: int = 32
+    prefetch: int = 128
     """Most jobs claimed ahead of free slots, so one claim statement takes a big batch. A
     worker only claims ahead as many jobs as its handlers' pace starts within half of
     ``prefetch_wait_s`` even if they all finish at once (handlers that hold a slot longer:
-    none), and never for a queue with claim limits. 0 turns it off. Defaults to 32."""
+    none), and never for a queue with claim limits. 0 turns it off. Defaults to 128."""
     prefetch_wait_s: float = 0.5
     """How long a prefetched job may wait for a slot; one that waited longer is given back at
     once (free) for another worker to start. Defaults to 0.5 s."""
