@@ -3,11 +3,10 @@ the blocking store.
 
 A connection belongs to the event loop that opened it, so each running loop has its own
 (``LoopConnections``: at most ``pool_max``, idle ones reused); ``aclose()`` closes the running
-loop's. Enqueue follows the blocking
-store's plan exactly: one autocommitted statement for new ids and exact replays, else the
-careful path (``EnqueuePlan``) under a savepoint, in the caller's transaction with
-``connection=aconn`` or in one of its own. Unlike the blocking store, a lost connection is
-not retried here: the error surfaces as ``StoreUnavailable`` at once.
+loop's. Enqueue follows the blocking store's plan exactly: one autocommitted statement for
+new ids, else the careful path (``EnqueuePlan``) under a savepoint, in the caller's transaction
+with ``connection=aconn`` or in one of its own. Unlike the blocking store, a lost connection
+is not retried here: the error surfaces as ``StoreUnavailable`` at once.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from psycopg.rows import dict_row
 
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry, OnConflict
-from leaseq.stores.postgres.enqueue import batch_columns
+from leaseq.stores.postgres.enqueue import batch_columns, one_columns
 from leaseq.stores.postgres.plan import EnqueuePlan
 
 if TYPE_CHECKING:
@@ -132,14 +131,25 @@ class AsyncPostgres:
             _check_connection(connection)
             return await self._enqueue(connection, queue, specs, on_conflict)
         async with self._conn() as conn:
-            try:
-                results = await self._enqueue_fast(conn, queue, specs)
-            except UniqueViolation:
-                results = None  # autocommit: the statement wrote nothing
+            results = await self._enqueue_new(conn, queue, specs)
             if results is not None:
                 return results
             async with conn.transaction():
                 return await self._enqueue(conn, queue, specs, on_conflict, fast=False)
+
+    async def _enqueue_new(self, conn: psycopg.AsyncConnection, queue: str,
+                           specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
+        """New ids in one autocommitted statement on leaseq's own connection, as the blocking
+        store; None, having written nothing, when the careful path must decide."""
+        if len(specs) == 1:
+            rows = await self._rows(conn, "enqueue_one", queue=queue,
+                                    channel=self._store.options.channel, **one_columns(specs[0]))
+            inserted = rows[0]["inserted"]
+            return [EnqueueResult(specs[0].job_id, EnqueueOutcome.CREATED)] if inserted else None
+        try:
+            return await self._enqueue_fast(conn, queue, specs)
+        except UniqueViolation:
+            return None  # autocommit: the statement wrote nothing
 
     async def _enqueue(self, conn: psycopg.AsyncConnection, queue: str,
                        specs: Sequence[JobSpec], on_conflict: OnConflict,
@@ -178,20 +188,14 @@ class AsyncPostgres:
 
     async def _enqueue_fast(self, conn: psycopg.AsyncConnection, queue: str,
                             specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
-        """The blocking store's ``_enqueue_fast``: None, having written nothing, when the
-        careful path must decide. Raises ``UniqueViolation`` on a lost insert race."""
+        """The blocking store's ``_enqueue_fast``: None, having written nothing, when an id
+        repeats in the batch. Raises ``UniqueViolation`` when one exists already."""
         ids = [s.job_id for s in specs]
         if not specs or len(set(ids)) != len(ids):
             return None
-        rows = await self._rows(conn, "enqueue_fast", queue=queue,
-                                channel=self._store.options.channel, **batch_columns(specs))
-        pairs = [tuple(r.values()) for r in rows]
-        unchanged = {job_id for job_id, same in pairs if job_id is not None and same}
-        if len(unchanged) < sum(job_id is not None for job_id, _ in pairs):
-            return None
-        return [EnqueueResult(i, EnqueueOutcome.UNCHANGED if i in unchanged
-                              else EnqueueOutcome.CREATED)
-                for i in ids]
+        await self._rows(conn, "enqueue_fast", queue=queue,
+                         channel=self._store.options.channel, **batch_columns(specs))
+        return [EnqueueResult(i, EnqueueOutcome.CREATED) for i in ids]
 
     async def _enqueue_once(self, conn: psycopg.AsyncConnection, queue: str,
                             specs: Sequence[JobSpec], on_conflict: OnConflict

@@ -44,12 +44,12 @@ class PostgresEnqueue:
                      connection: Any = None) -> list[EnqueueResult]:
         check_text(specs)
         if connection is None:
-            # New ids and exact replays: one autocommitted statement. Anything else: the
-            # careful path, in a transaction of its own (the fast try wrote nothing then).
-            one = len(specs) == 1  # planned once: it scans nothing (see enqueue_one)
-            fast = self._enqueue_one if one else self._enqueue_fast
+            # New ids: one autocommitted statement, prepared and planned once (it reads
+            # nothing: see enqueue_fast and enqueue_one). Anything else: the careful path, in a
+            # transaction of its own (the fast try wrote nothing then).
+            fast = self._enqueue_one if len(specs) == 1 else self._enqueue_fast
             results = self._session.run(lambda conn: fast(conn, queue, specs),
-                                        autocommit=True, generic_plans=one)
+                                        autocommit=True, generic_plans=True)
             if results is not None:
                 return results
             return self._session.run(
@@ -71,9 +71,9 @@ class PostgresEnqueue:
         for _ in range(_INSERT_RACES):
             conn.execute(f"SAVEPOINT {_SAVEPOINT}")
             try:
-                results = self._enqueue_fast(conn, queue, specs) if fast else None
+                results = self._enqueue_fast(conn, queue, specs, prepare=False) if fast else None
                 if results is None:
-                    # The fast try wrote nothing, or failed on a raced id: start clean.
+                    # The fast try wrote nothing, or failed on an existing id: start clean.
                     conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
                     results = self._enqueue_once(conn, queue, specs, on_conflict)
             except BaseException:
@@ -89,38 +89,29 @@ class PostgresEnqueue:
         raise StoreUnavailable(f"queue {queue!r}: enqueue kept racing concurrent inserts of "
                                "the same ids; try again")
 
-    def _enqueue_fast(self, conn: psycopg.Connection, queue: str,
-                      specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
-        """The one-statement enqueue (see ``enqueue_fast`` in queries/enqueue.sql); None, having
-        written nothing, when the careful path must decide: an id repeats in the batch, an
-        existing job would change or conflict, or a concurrent enqueue inserted one of ours."""
+    def _enqueue_fast(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
+                      prepare: bool = True) -> list[EnqueueResult] | None:
+        """The one-statement enqueue of new ids (see ``enqueue_fast`` in queries/enqueue.sql);
+        None, having written nothing, when the careful path must decide: an id repeats in the
+        batch, or one exists already (a replay, an update, a conflict, a concurrent insert).
+        ``prepare`` only on leaseq's own connections (a caller's may sit behind a pooler)."""
         ids = [s.job_id for s in specs]
         if not specs or len(set(ids)) != len(ids):
             return None
         try:
-            _, rows = self._tuples(  # not prepared: see enqueue_fast in queries/enqueue.sql
-                conn, "enqueue_fast", prepare=False, queue=queue,
-                channel=self.options.channel, **batch_columns(specs))
+            self._tuples(conn, "enqueue_fast", prepare=prepare, queue=queue,
+                         channel=self.options.channel, **batch_columns(specs))
         except UniqueViolation:
             return None
-        unchanged = {job_id for job_id, same in rows if job_id is not None and same}
-        if len(unchanged) < sum(job_id is not None for job_id, _ in rows):
-            return None
-        return [EnqueueResult(i, EnqueueOutcome.UNCHANGED if i in unchanged
-                              else EnqueueOutcome.CREATED) for i in ids]
+        return [EnqueueResult(i, EnqueueOutcome.CREATED) for i in ids]
 
     def _enqueue_one(self, conn: psycopg.Connection, queue: str,
                      specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
         """One new job in one prepared statement (see ``enqueue_one``); None, having written
         nothing, when the id exists: the careful path decides (replay, update, conflict)."""
-        spec = specs[0]
-        _, rows = self._tuples(
-            conn, "enqueue_one", queue=queue, channel=self.options.channel, id=spec.job_id,
-            task=spec.task, payload=spec.payload_json, revision=spec.revision,
-            delay_s=float(spec.delay_s), max_attempts=spec.max_attempts,
-            data=json.dumps({"revision": spec.revision}) if spec.revision else None,
-            priority=spec.priority, concurrency_key=spec.concurrency_key)
-        return [EnqueueResult(spec.job_id, EnqueueOutcome.CREATED)] if rows[0][0] else None
+        _, rows = self._tuples(conn, "enqueue_one", queue=queue, channel=self.options.channel,
+                               **one_columns(specs[0]))
+        return [EnqueueResult(specs[0].job_id, EnqueueOutcome.CREATED)] if rows[0][0] else None
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
                       on_conflict: OnConflict) -> list[EnqueueResult] | None:
@@ -172,6 +163,15 @@ def batch_columns(specs: Sequence[JobSpec]) -> dict[str, str]:
                     for s in specs]),
         priorities=_JSON([s.priority for s in specs]),
         keys=_JSON([s.concurrency_key for s in specs]))
+
+
+def one_columns(spec: JobSpec) -> dict[str, Any]:
+    """``enqueue_one``'s parameters."""
+    return dict(id=spec.job_id, task=spec.task, payload=spec.payload_json,
+                revision=spec.revision, delay_s=float(spec.delay_s),
+                max_attempts=spec.max_attempts,
+                data=json.dumps({"revision": spec.revision}) if spec.revision else None,
+                priority=spec.priority, concurrency_key=spec.concurrency_key)
 
 
 def check_text(specs: Sequence[JobSpec]) -> None:

@@ -1,42 +1,29 @@
 -- PostgreSQL queries of leaseq: enqueue (placeholders as described in common.sql).
 
--- The common enqueue in one statement: ids that do not exist yet are inserted with their
--- journal rows and one NOTIFY (delivered at commit); exact replays (`unchanged`, the same rule
--- as decide_upsert, needing no lock since nothing is written for them) are reported. When any
--- existing id needs more (conflict, update, revive), nothing is written and the caller takes
--- the careful path. The INSERT has no ON CONFLICT on purpose: an id a concurrent enqueue
--- inserted after this statement's snapshot raises unique_violation, which aborts the whole
--- statement (no half-written batch) and sends the caller to the careful path too.
--- Each id is looked up in a sub-select of its own, planned for one id: a primary-key lookup
--- whatever the statistics say (a join, as a generic plan on a young table, would rather read
--- the whole queue). `unchanged` is NULL for an id not stored; OFFSET 0 keeps the CTE whole so
--- each lookup runs once. Never prepared, as it also runs on callers' own connections (whose
--- plan_cache_mode is theirs): a generic plan made while the table is young would do each lookup
--- as a sequential scan and keep doing so as the table grows (see _configure in session.py).
--- The last SELECT reads `note` so that the NOTIFY is evaluated.
+-- The common enqueue in one statement: a batch of new ids is inserted with its journal rows
+-- and one NOTIFY (delivered at commit). Nothing is looked up first and the INSERT has no
+-- ON CONFLICT (each costs a probe of the primary key per row): an id that exists already (a
+-- replay, an update, a conflict, or a concurrent enqueue's insert) raises unique_violation,
+-- which aborts the whole statement (no half-written batch; the server logs the error), and
+-- the caller decides on the careful path. Reading nothing, the statement has one plan
+-- whatever the table holds: leaseq's own connections prepare it once (generic plan, like
+-- enqueue_one); a caller's connection= runs it unprepared.
 -- The batch comes as one JSON array per column (see batch_columns in enqueue.py), read
 -- side by side; payloads are JSON strings whose text becomes the stored json as it is.
+-- The last SELECT reads `note` so that the NOTIFY is evaluated.
 -- name: enqueue_fast
 WITH u AS (
-    SELECT u.*, (SELECT CASE WHEN u.revision IS NOT NULL
-                             THEN coalesce(j.revision = u.revision, false)
-                             ELSE j.payload::text = u.payload END
-                 FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = u.id) AS unchanged
-    FROM ROWS FROM (json_array_elements_text(%(ids)s::json),
-                    json_array_elements_text(%(tasks)s::json),
-                    json_array_elements_text(%(payloads)s::json),
-                    json_array_elements_text(%(revisions)s::json),
-                    json_array_elements_text(%(delays)s::json),
-                    json_array_elements_text(%(max_attempts)s::json),
-                    json_array_elements_text(%(data)s::json),
-                    json_array_elements_text(%(priorities)s::json),
-                    json_array_elements_text(%(keys)s::json)) WITH ORDINALITY
-        AS u(id, task, payload, revision, delay_s, max_attempts, data, priority,
-             concurrency_key, n)
-    OFFSET 0),
-new AS (
-    SELECT * FROM u
-    WHERE unchanged IS NULL AND NOT EXISTS (SELECT 1 FROM u WHERE NOT unchanged)),
+    SELECT * FROM ROWS FROM (json_array_elements_text(%(ids)s::json),
+                             json_array_elements_text(%(tasks)s::json),
+                             json_array_elements_text(%(payloads)s::json),
+                             json_array_elements_text(%(revisions)s::json),
+                             json_array_elements_text(%(delays)s::json),
+                             json_array_elements_text(%(max_attempts)s::json),
+                             json_array_elements_text(%(data)s::json),
+                             json_array_elements_text(%(priorities)s::json),
+                             json_array_elements_text(%(keys)s::json)) WITH ORDINALITY
+        AS u(id, task, payload, revision, delay_s, max_attempts, data, priority, concurrency_key,
+             n)),
 ins AS (
     INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
                         lease_epoch, revision, created_at, updated_at, first_seen_at,
@@ -44,15 +31,13 @@ ins AS (
     SELECT %(queue)s, id, task, 'pending', payload::json, 0, max_attempts::integer,
            {now} + make_interval(secs => delay_s::float8), 0, revision, {now}, {now}, {now},
            priority::integer, concurrency_key
-    FROM new ORDER BY id),
+    FROM u ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', data::json FROM new ORDER BY n),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', data::json FROM u ORDER BY n),
 note AS (
-    SELECT pg_notify(%(channel)s, %(queue)s) WHERE EXISTS (SELECT 1 FROM new))
-SELECT id, unchanged FROM u WHERE unchanged IS NOT NULL
-UNION ALL
-SELECT NULL, NULL FROM note;
+    SELECT pg_notify(%(channel)s, %(queue)s))
+SELECT 1 AS sent FROM note;
 
 -- enqueue_fast for one new job, with scalar parameters, prepared. The row exists already
 -- (a replay, an update, a conflict, or a concurrent enqueue's insert): DO NOTHING on the
