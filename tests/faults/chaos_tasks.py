@@ -104,7 +104,7 @@ def clock(n: int, job: Job, sleep_s: float) -> dict[str, int]:
 
 @app.task(queue="chaos", max_attempts=3)
 def poison_raise(n: int, job: Job) -> None:
-    """Scenario 6: always fails; quarantined as exhausted after max_attempts claims."""
+    """Scenario 6: always fails; quarantined as exhausted after max_attempts attempts."""
     ledger().record(job, f"attempt-{job.attempts}", _worker())
     raise RuntimeError(f"poison job {n} fails on every attempt")
 
