@@ -138,6 +138,7 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                              lambda s, db: s.oldest_pending_age_s("q"), 2.5),
     "outbox_due": (answered("find", [doc("a", status="pending")]),
                    lambda s, db: [j.id for j in s.outbox_due("q", 10)], ["a"]),
+    "prepare_outbox": (lambda db: None, lambda s, db: s.prepare_outbox(), None),
     "purge": (lambda db: (db[Q].answer("find", [{"_id": "a"}], [], []),
                           db[Q].answer("delete_many", mock.Mock(deleted_count=1))),
               lambda s, db: s.purge("q", {"done": 60}), 1),

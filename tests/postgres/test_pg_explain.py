@@ -22,8 +22,8 @@ ROWS = 1_000_000
 # A million jobs over four queues: a long history of done and failed jobs, 5% pending (some
 # of them not yet due), a few processing. Only the live ones are in the claim's partial index.
 # As in broker mode, most pending jobs are published (waiting for a consumer) and one in 20 is
-# owed a publish: only those are in the outbox's index. Jobs have five priorities; every other
-# job of queue q0 has one of 50 concurrency keys.
+# owed a publish: only those are in the outbox's index, once a dispatcher has built it. Jobs
+# have five priorities; every other job of queue q0 has one of 50 concurrency keys.
 LOAD = """
 INSERT INTO {schema}.jobs (queue, id, status, payload, attempts, max_attempts, lease_until,
                            lease_epoch, created_at, updated_at, first_seen_at, published_at,
@@ -79,7 +79,9 @@ def test_claim_uses_the_partial_index_at_a_million_jobs(store: PostgresStore,
 def test_outbox_due_uses_its_partial_index_at_a_million_jobs(
         store: PostgresStore, million: psycopg.Connection,
         capsys: pytest.CaptureFixture) -> None:
-    # Given a million jobs, 47,500 of them published and waiting for a consumer
+    # Given a million jobs, 47,500 of them published and waiting for a consumer, and a
+    # dispatcher that prepared the outbox when it started (it builds jobs_outbox)
+    store.prepare_outbox()
     # When the dispatcher's outbox read is planned (with parameters, and generic)
     custom, generic = _both_plans(million, store.queries["outbox_due"])
     # Then it walks jobs_outbox in order; nothing scans the table or the published backlog

@@ -3,9 +3,10 @@ table. (Store-specific because it reads PostgreSQL's own plans; the SQLite twin 
 tests/unit/test_sqlite_plans.py.)
 
 A broker backlog is the realistic shape: most pending jobs are published and wait for a
-consumer, a few are owed a publish, and a history of finished jobs lies behind them. Before
-leaseq_jobs_outbox the dispatcher's every round walked the whole published backlog, and
-``queues()`` (sweeper, metrics) read every job.
+consumer, a few are owed a publish, and a history of finished jobs lies behind them. Without
+jobs_outbox (built by the dispatcher's ``prepare_outbox``) the dispatcher's every round walked
+the whole published backlog, and before its loose index scan ``queues()`` (sweeper, metrics)
+read every job.
 """
 
 from __future__ import annotations
@@ -44,9 +45,14 @@ def backlog(store: PostgresStore, pg_url: str) -> psycopg.Connection:
 
 def test_outbox_due_reads_only_the_jobs_owed_a_publish(store: PostgresStore,
                                                        backlog: psycopg.Connection) -> None:
-    # Given 20,000 jobs, 13,000 of them published and waiting for a consumer
+    # Given 20,000 jobs, 13,000 of them published and waiting for a consumer, in a schema
+    # whose outbox no dispatcher has prepared yet: no jobs_outbox to walk
     params = {"queue": "q1", "limit": 10, "off": 0.0}
-    # When the dispatcher asks for the next jobs owed a publish
+    before = analyze(backlog, store.queries["outbox_due"], params)
+    assert "jobs_outbox" not in " ".join(scans(before)), scans(before)
+    # When a dispatcher starts (it prepares the outbox), then asks for the next jobs owed a
+    # publish
+    store.prepare_outbox()
     plan = analyze(backlog, store.queries["outbox_due"], params)
     # Then the statement reads about as many index entries as it returns, none of the backlog
     assert rows_read(plan) <= 2 * params["limit"], (rows_read(plan), scans(plan))

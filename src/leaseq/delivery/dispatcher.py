@@ -4,7 +4,9 @@ The store is the outbox: a ``pending`` job that is due and has no ``published_at
 publish (every transition to ``pending`` clears the mark). Per queue the loop is: read a batch of
 owed jobs, publish each with ``mandatory`` and publisher confirms, then mark the confirmed ones
 in one transaction. A crash between confirm and mark leaves them owed, so they are published a
-second time; the consumer's claim makes that second delivery harmless.
+second time; the consumer's claim makes that second delivery harmless. Before its first round
+the dispatcher has each store prepare that read (``Store.prepare_outbox``: PostgreSQL builds
+the outbox's index then, so a schema without a dispatcher never pays for it).
 
 A message RabbitMQ dead-letters at its delivery limit (returned unsettled too often: consumers
 that lost their connection or their store) is no verdict on its job. The topology routes those
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from leaseq.delivery.connection import CONTENT_TYPE, decode, encode, reconnecting, session
 from leaseq.delivery.topology import Topology
-from leaseq.errors import InvalidInput
+from leaseq.errors import InvalidInput, StoreUnavailable
 from leaseq.journal import JournalEvent
 
 if TYPE_CHECKING:
@@ -95,6 +97,8 @@ class Dispatcher:
         self.config = config or DispatcherConfig()
         self.declare = declare
         self._next_reclaim = 0.0
+        #: Each store once (several queues may share one), until its outbox is prepared.
+        self._unprepared = list({id(q.store): q.store for q in self.queues}.values())
 
     def run(self, stop: threading.Event) -> None:
         """Publish until ``stop`` is set, reconnecting after whatever a lost connection or a
@@ -104,6 +108,7 @@ class Dispatcher:
                      self.config.max_backoff_s)
 
     def _session(self, stop: threading.Event) -> None:
+        self._prepare_outboxes()
         with session(self.amqp_url, "leaseq-dispatcher") as conn:
             self._ensure_topology(conn)
             channel = conn.channel()
@@ -122,6 +127,24 @@ class Dispatcher:
                     self._ensure_topology(conn)  # an unroutable message: maybe a lost binding
                 elif not any(r.published == self.config.batch_size for r in rounds):
                     self._idle(conn, stop)
+
+    def _prepare_outboxes(self) -> None:
+        """``prepare_outbox`` on each store, once, before the first ``outbox_due`` (on
+        PostgreSQL it builds the outbox's index, which only a dispatcher needs). Before the
+        broker's connection opens: nothing would answer its heartbeats during a long build.
+        A store outage is raised, so the session is tried again; any other failure is logged
+        and the dispatcher goes on without: the index makes ``outbox_due`` fast, not right."""
+        while self._unprepared:
+            store = self._unprepared[0]
+            try:
+                store.prepare_outbox()
+            except StoreUnavailable:
+                raise
+            except Exception:
+                log.warning("dispatcher: could not prepare the outbox of store %s; publishing "
+                            "without it (each round then walks every published job still "
+                            "waiting for a consumer)", store.url, exc_info=True)
+            self._unprepared.pop(0)
 
     def _ensure_topology(self, conn: BlockingConnection) -> None:
         for queue in self.queues:

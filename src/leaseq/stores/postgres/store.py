@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row, tuple_row
 
-from leaseq.errors import JobNotFound
+from leaseq.errors import JobNotFound, StoreUnavailable
 from leaseq.job import (
     Completion,
     EnqueueResult,
@@ -48,6 +48,7 @@ from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.operators import PostgresOperatorTools
 from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
+from leaseq.stores.postgres.outbox_index import ensure_outbox_index
 from leaseq.stores.postgres.session import Session
 from leaseq.stores.sql import load_queries, migrations
 from leaseq.stores.sqlbase import SQLStore
@@ -67,13 +68,14 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         self.time_offset_s = options.time_offset_s
         self._schema = f'"{options.schema}"'  # validated: lower-case letters, digits, _
         #: This store's named SQL (``queries/*.sql`` with the schema filled in), e.g. to EXPLAIN.
-        self.queries = load_queries(__package__, "queries", now=NOW,
+        self.queries = load_queries(__package__, "queries", now=NOW, schema=self._schema,
                                     jobs=f"{self._schema}.jobs",
                                     journal=f"{self._schema}.journal",
                                     limits=f"{self._schema}.limits",
                                     schedules=f"{self._schema}.schedules",
                                     workers=f"{self._schema}.workers", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
+        self._conninfo = conninfo
         self._session = self._open_session(conninfo, url, options)
         self.url = self._session.url
         self._session.first_use(self._migrate_in)
@@ -333,6 +335,23 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
 
     # --- broker outbox --------------------------------------------------------------------
 
+    def prepare_outbox(self) -> None:
+        """Build ``jobs_outbox`` when it is missing or INVALID (see ``outbox_index``).
+
+        On a connection of its own, outside the session: the build (seconds per million jobs,
+        after a wait for the transactions older than it) may run longer than
+        ``call_timeout_s`` lets a call, and a build cut short is only thrown away."""
+        lock_key = f"leaseq.outbox_index.{self.options.schema}"
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                ensure_outbox_index(conn, self.queries, lock_key)
+        except psycopg.OperationalError as exc:
+            if not _connection_lost(exc):
+                raise
+            first_line = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise StoreUnavailable(f"PostgreSQL at {self.url} is unavailable: "
+                                   f"{first_line[:300]}") from None  # libpq shows no password
+
     def republish(self, queue: str, published_before_s: float) -> int:
         # Safe to retry: clearing the mark twice only owes the same publish.
         return self._session.run(lambda conn: self._count(
@@ -422,6 +441,12 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         """Where this store's transactions run: its own pool (a subclass may borrow a
         framework's connection instead, as ``django://`` does)."""
         return Session(conninfo, url, options)
+
+def _connection_lost(exc: psycopg.OperationalError) -> bool:
+    """No connection, or the server went away (class 08, or a shutdown: 57P01-57P03); an
+    error the server reported on a live connection (a deadlock, a cancel) is not that."""
+    return exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))
+
 
 def _dt(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)

@@ -54,6 +54,24 @@ class OutboxSuite:
         assert must_get(q, "first").published_at is not None
         assert "published" in events(q.journal("first"))
 
+    def test_prepare_outbox_is_idempotent_and_changes_no_answer(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given jobs owed a publish, one published, and one not yet due
+        q = leaseq_store.queue()
+        for job_id in ("first", "published", "second"):
+            q.enqueue(job_id, {})
+        q.enqueue("delayed", {}, delay_s=600)
+        assert q.mark_published(leases(q, "published")) == 1
+        # When a dispatcher prepares the outbox (twice: two dispatchers, or a restart)
+        leaseq_store.store.prepare_outbox()
+        leaseq_store.store.prepare_outbox()
+        # Then the outbox owes what it owed, and still follows every later change
+        assert [j.id for j in q.outbox_due()] == ["first", "second"]
+        q.enqueue("third", {})
+        assert q.mark_published(leases(q, "first")) == 1
+        assert [j.id for j in q.outbox_due()] == ["second", "third"]
+
     def test_republish_owes_again_what_was_published_long_ago(
         self, leaseq_store: FreshStore
     ) -> None:

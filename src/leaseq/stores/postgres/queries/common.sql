@@ -1,6 +1,7 @@
--- PostgreSQL queries of leaseq. {jobs} and {journal} are the store's schema-qualified tables;
--- {now} is the server's clock plus the test-only offset `off`. now() is the transaction's
--- start, so every use in one transaction agrees.
+-- PostgreSQL queries of leaseq. {jobs} and {journal} are the store's schema-qualified tables,
+-- {schema} the quoted schema (to name an index in it); {now} is the server's clock plus the
+-- test-only offset `off`. now() is the transaction's start, so every use in one transaction
+-- agrees.
 --
 -- Every state change writes its journal rows in the same statement (a data-modifying CTE),
 -- so a change and its event commit together and cost one round trip.
