@@ -72,17 +72,16 @@ class Queue(AsyncQueueMethods):
         attempts = self.policy.max_attempts if max_attempts is None else max_attempts
         if attempts != self.policy.max_attempts:
             QueuePolicy.build(self.policy, max_attempts=attempts)  # range check
-        return JobSpec(
-            job_id=validate.job_id(job_id),
-            payload=dict(payload) if type(payload) is dict or isinstance(payload, Mapping)
-            else payload,
-            payload_json=validate.payload(payload, self.policy.max_payload_bytes),
-            task=task,
-            revision=revision,
-            delay_s=validate.delay_s(delay_s),
-            max_attempts=attempts,
-            priority=validate.priority(priority),
-            concurrency_key=validate.concurrency_key(concurrency_key),
+        return JobSpec(  # by position (JobSpec's field order): a producer's hot path
+            validate.job_id(job_id),
+            dict(payload) if type(payload) is dict or isinstance(payload, Mapping) else payload,
+            validate.payload(payload, self.policy.max_payload_bytes),
+            task,
+            revision,
+            validate.delay_s(delay_s),
+            attempts,
+            validate.priority(priority),
+            validate.concurrency_key(concurrency_key),
         )
 
     def enqueue(

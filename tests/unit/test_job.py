@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -134,3 +135,16 @@ def test_job_conflict_names_at_most_five_ids_and_says_what_to_do() -> None:
 def test_job_not_found_is_a_lookup_error() -> None:
     error = JobNotFound("thumbs", "file:9")
     assert isinstance(error, LookupError) and "file:9" in str(error)
+
+
+def test_a_spec_carries_each_argument_in_its_own_field(tmp_path: Path) -> None:
+    # Queue.spec builds JobSpec by position (a producer's hot path): each value must land in
+    # the field of its name, whatever order JobSpec's fields take.
+    from leaseq.stores import connect
+
+    with connect(f"sqlite:///{tmp_path / 'spec.db'}") as store:
+        spec = store.queue("q").spec("id-1", {"k": "v"}, task="t", revision="r", delay_s=2,
+                                     max_attempts=3, priority=4, concurrency_key="c")
+    assert (spec.job_id, spec.payload, spec.payload_json, spec.task, spec.revision,
+            spec.delay_s, spec.max_attempts, spec.priority, spec.concurrency_key) == (
+        "id-1", {"k": "v"}, '{"k":"v"}', "t", "r", 2.0, 3, 4, "c")

@@ -163,6 +163,35 @@ def test_valid_payloads_round_trip_through_canonical_json(value: Any) -> None:
     assert json.loads(text) == payload
 
 
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False,
+                                                                       allow_infinity=False),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON_VALUES)
+def test_canonical_json_is_the_text_json_dumps_writes(value: Any) -> None:
+    # The stored payload text is compared with a replay's: it must stay exactly what every
+    # earlier version wrote (json.dumps with these arguments), whatever the encoder's shortcut.
+    try:
+        want = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+        want.encode("utf-8")
+    except UnicodeEncodeError:
+        return  # a lone surrogate: refused by canonical_json, checked above
+    assert validate.canonical_json(value, 10**7, "payload") == want
+
+
+def test_canonical_json_refuses_a_cycle_as_too_deep() -> None:
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(InvalidPayload, match="nested too deeply"):
+        validate.canonical_json(looped, LIMIT, "result")
+
+
 # --- ids, names, delays, statuses, error text ----------------------------------------------
 
 
