@@ -32,3 +32,25 @@ def test_a_batch_stores_each_payload_as_its_canonical_text(store: PostgresStore)
     data = dict(_stored(store, "SELECT job_id, data::text FROM {schema}.journal"))
     assert data == {s.job_id: json.dumps({"revision": s.revision}) if s.revision else None
                     for s in batch}
+
+
+def test_a_batch_keeps_each_jobs_own_values_shared_or_not(store: PostgresStore) -> None:
+    # Given a batch where some columns vary from job to job (task, priority, key, delay,
+    # revision, some of them NULL) and others are shared by all (max_attempts), so both forms
+    # of batch_columns travel in one statement
+    q = store.queue("mixed")
+    batch = [q.spec(f"m{i}", {"i": i}, task=f"t{i % 2}" if i else None,
+                    revision=f"r{i}" if i % 3 == 0 else None, delay_s=60.0 * (i % 2),
+                    max_attempts=7, priority=i % 3, concurrency_key=f"k{i}" if i % 2 else None)
+             for i in range(6)]
+    # When it is enqueued in one call
+    assert {r.outcome for r in q.enqueue_many(batch)} == {"created"}
+    # Then every job holds its own values
+    for spec in batch:
+        job = q.get(spec.job_id)
+        assert (job.task, job.revision, job.max_attempts, job.priority, job.concurrency_key) == (
+            spec.task, spec.revision, spec.max_attempts, spec.priority, spec.concurrency_key)
+    # And the delayed ones are not ready yet, the others are
+    ready = {j.id for j in q.list_jobs(status="pending") if j.lease_until is not None
+             and j.lease_until <= store.server_now()}
+    assert ready == {s.job_id for s in batch if s.delay_s == 0}

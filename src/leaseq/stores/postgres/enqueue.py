@@ -146,23 +146,30 @@ class PostgresEnqueue:
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
-def batch_columns(specs: Sequence[JobSpec]) -> dict[str, str]:
-    """``enqueue_fast``'s parameters: one JSON array per column, in batch order. A JSON text
-    costs one C-level ``json`` call per column, where psycopg dumps a list as an array element
-    by element in Python (most of the client's time in a 1,000-job enqueue). Payloads travel
-    as JSON strings, not spliced in raw: a hand-built ``JobSpec`` with broken
-    ``payload_json`` then fails on its own cast, as before, instead of shifting its
-    neighbours' columns."""
-    return dict(
-        ids=_JSON([s.job_id for s in specs]), tasks=_JSON([s.task for s in specs]),
-        payloads=_JSON([s.payload_json for s in specs]),
-        revisions=_JSON([s.revision for s in specs]),
-        delays=_JSON([float(s.delay_s) for s in specs]),
-        max_attempts=_JSON([s.max_attempts for s in specs]),
-        data=_JSON([json.dumps({"revision": s.revision}) if s.revision else None
-                    for s in specs]),
-        priorities=_JSON([s.priority for s in specs]),
-        keys=_JSON([s.concurrency_key for s in specs]))
+def batch_columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """``enqueue_fast``'s parameters. Ids and payloads travel as one JSON array each, in batch
+    order; every other column either once, as ``<name>_all``, when the whole batch shares its
+    value (one task, no revision, no delay: the usual batch), or as a JSON array
+    ``<name>_each`` (the other one is then None). A JSON text costs one C-level ``json`` call
+    per column, where psycopg dumps a list as an array element by element in Python; a shared
+    value spares the server parsing a column of copies. Payloads travel as JSON strings, not
+    spliced in raw: a hand-built ``JobSpec`` with broken ``payload_json`` then fails on its
+    own cast, as before, instead of shifting its neighbours' columns."""
+    columns: dict[str, Any] = dict(ids=_JSON([s.job_id for s in specs]),
+                                   payloads=_JSON([s.payload_json for s in specs]))
+    varying: list[tuple[str, list[Any]]] = [
+        ("task", [s.task for s in specs]),
+        ("revision", [s.revision for s in specs]),
+        ("delay_s", [float(s.delay_s) for s in specs]),
+        ("max_attempts", [s.max_attempts for s in specs]),
+        ("data", [json.dumps({"revision": s.revision}) if s.revision else None for s in specs]),
+        ("priority", [s.priority for s in specs]),
+        ("key", [s.concurrency_key for s in specs])]
+    for name, values in varying:
+        shared = values.count(values[0]) == len(values)
+        columns[f"{name}_all"] = values[0] if shared else None
+        columns[f"{name}_each"] = None if shared else _JSON(values)
+    return columns
 
 
 def one_columns(spec: JobSpec) -> dict[str, Any]:

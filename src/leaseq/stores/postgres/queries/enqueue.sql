@@ -8,33 +8,41 @@
 -- the caller decides on the careful path. Reading nothing, the statement has one plan
 -- whatever the table holds: leaseq's own connections prepare it once (generic plan, like
 -- enqueue_one); a caller's connection= runs it unprepared.
--- The batch comes as one JSON array per column (see batch_columns in enqueue.py), read
--- side by side; payloads are JSON strings whose text becomes the stored json as it is.
+-- The batch comes as JSON arrays read side by side, ids and payloads always, any other column
+-- only when its value varies in the batch, else as one value for all (`<name>_all`, see
+-- batch_columns in enqueue.py; json_array_elements_text(NULL) gives no rows, so that column
+-- reads NULL and coalesce takes the shared value). Payloads are JSON strings whose text
+-- becomes the stored json as it is.
 -- The last SELECT reads `note` so that the NOTIFY is evaluated.
 -- name: enqueue_fast
 WITH u AS (
     SELECT * FROM ROWS FROM (json_array_elements_text(%(ids)s::json),
-                             json_array_elements_text(%(tasks)s::json),
                              json_array_elements_text(%(payloads)s::json),
-                             json_array_elements_text(%(revisions)s::json),
-                             json_array_elements_text(%(delays)s::json),
-                             json_array_elements_text(%(max_attempts)s::json),
-                             json_array_elements_text(%(data)s::json),
-                             json_array_elements_text(%(priorities)s::json),
-                             json_array_elements_text(%(keys)s::json)) WITH ORDINALITY
-        AS u(id, task, payload, revision, delay_s, max_attempts, data, priority, concurrency_key,
+                             json_array_elements_text(%(task_each)s::json),
+                             json_array_elements_text(%(revision_each)s::json),
+                             json_array_elements_text(%(delay_s_each)s::json),
+                             json_array_elements_text(%(max_attempts_each)s::json),
+                             json_array_elements_text(%(data_each)s::json),
+                             json_array_elements_text(%(priority_each)s::json),
+                             json_array_elements_text(%(key_each)s::json)) WITH ORDINALITY
+        AS u(id, payload, task, revision, delay_s, max_attempts, data, priority, concurrency_key,
              n)),
 ins AS (
     INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
                         lease_epoch, revision, created_at, updated_at, first_seen_at,
                         priority, concurrency_key)
-    SELECT %(queue)s, id, task, 'pending', payload::json, 0, max_attempts::integer,
-           {now} + make_interval(secs => delay_s::float8), 0, revision, {now}, {now}, {now},
-           priority::integer, concurrency_key
+    SELECT %(queue)s, id, coalesce(task, %(task_all)s::text), 'pending', payload::json, 0,
+           coalesce(max_attempts::integer, %(max_attempts_all)s::integer),
+           {now} + make_interval(secs => coalesce(delay_s::float8, %(delay_s_all)s::float8)), 0,
+           coalesce(revision, %(revision_all)s::text), {now}, {now}, {now},
+           coalesce(priority::integer, %(priority_all)s::integer),
+           coalesce(concurrency_key, %(key_all)s::text)
     FROM u ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', data::json FROM u ORDER BY n),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created',
+           coalesce(data, %(data_all)s::text)::json
+    FROM u ORDER BY n),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s))
 SELECT 1 AS sent FROM note;
