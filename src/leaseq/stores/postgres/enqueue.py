@@ -182,7 +182,9 @@ def one_columns(spec: JobSpec) -> dict[str, Any]:
 
 
 def check_text(specs: Sequence[JobSpec]) -> None:
-    for spec in specs:
-        if "\x00" in (spec.task or "") + (spec.revision or ""):
-            raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
+    """PostgreSQL text holds no NUL. Each distinct task and revision is looked at once (a
+    batch mostly shares them)."""
+    texts = {s.task for s in specs} | {s.revision for s in specs}
+    if any(text and "\x00" in text for text in texts):
+        raise InvalidInput("task and revision may not contain NUL on PostgreSQL")
 

@@ -12,10 +12,12 @@
 -- only when its value varies in the batch, else as one value for all (`<name>_all`, see
 -- batch_columns in enqueue.py; json_array_elements_text(NULL) gives no rows, so that column
 -- reads NULL and coalesce takes the shared value). Payloads are JSON strings whose text
--- becomes the stored json as it is.
+-- becomes the stored json as it is. The store clock is read once (`t`), not per row and column.
 -- The last SELECT reads `note` so that the NOTIFY is evaluated.
 -- name: enqueue_fast
-WITH u AS (
+WITH t AS (
+    SELECT {now} AS now),
+u AS (
     SELECT * FROM ROWS FROM (json_array_elements_text(%(ids)s::json),
                              json_array_elements_text(%(payloads)s::json),
                              json_array_elements_text(%(task_each)s::json),
@@ -33,16 +35,16 @@ ins AS (
                         priority, concurrency_key)
     SELECT %(queue)s, id, coalesce(task, %(task_all)s::text), 'pending', payload::json, 0,
            coalesce(max_attempts::integer, %(max_attempts_all)s::integer),
-           {now} + make_interval(secs => coalesce(delay_s::float8, %(delay_s_all)s::float8)), 0,
-           coalesce(revision, %(revision_all)s::text), {now}, {now}, {now},
+           t.now + make_interval(secs => coalesce(delay_s::float8, %(delay_s_all)s::float8)), 0,
+           coalesce(revision, %(revision_all)s::text), t.now, t.now, t.now,
            coalesce(priority::integer, %(priority_all)s::integer),
            coalesce(concurrency_key, %(key_all)s::text)
-    FROM u ORDER BY id),
+    FROM u, t ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created',
+    SELECT %(queue)s, id, t.now, {event.enqueued}, 'created',
            coalesce(data, %(data_all)s::text)::json
-    FROM u ORDER BY n),
+    FROM u, t ORDER BY n),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s))
 SELECT 1 AS sent FROM note;
