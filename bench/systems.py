@@ -8,7 +8,9 @@ a separate OS process, so every library is measured the same way.
 from __future__ import annotations
 
 import abc
+import atexit
 import contextlib
+import glob
 import os
 import signal
 import subprocess
@@ -22,6 +24,11 @@ from bench.targets import Target
 
 #: Environment variable naming the file where benchmark handlers append "<i> <unix time>".
 STARTS_ENV = "LEASEQ_BENCH_STARTS"
+#: Environment variable naming a path prefix: handlers keep "<i> <unix time>" in memory, and
+#: each worker process writes them to ``<prefix>.<pid>`` when it exits (no I/O per job), and
+#: creates ``<prefix>.reached`` once it has recorded ``STAMPS_GOAL_ENV`` starts.
+STAMPS_ENV = "LEASEQ_BENCH_STAMPS"
+STAMPS_GOAL_ENV = "LEASEQ_BENCH_STAMPS_GOAL"
 #: Handler slots of the competitors' workers when no ``--concurrency`` is given.
 DEFAULT_SLOTS = 16
 
@@ -33,6 +40,8 @@ class WorkerSpec:
     concurrency: int | None  # handler slots per process; None: leaseq at its own default
     burst: bool  # exit when the queue is empty (libraries without it are stopped by signal)
     starts_path: str | None = None  # where handlers record their start time (latency)
+    stamps_prefix: str | None = None  # where worker processes write start times at exit
+    stamps_goal: int = 0  # starts after which a worker process marks ``<prefix>.reached``
 
     @property
     def slots(self) -> int:
@@ -91,6 +100,9 @@ class System(abc.ABC):
                                                           env.get("PYTHONPATH")]))
         if spec.starts_path:
             env[STARTS_ENV] = spec.starts_path
+        if spec.stamps_prefix:
+            env[STAMPS_ENV] = spec.stamps_prefix
+            env[STAMPS_GOAL_ENV] = str(spec.stamps_goal)
         return env
 
     def __enter__(self) -> System:
@@ -221,17 +233,51 @@ def _descendants(pid: int) -> list[int]:
 
 
 def record_start(i: int) -> None:
-    """What every benchmark handler does: append its start time (wall clock) when asked to.
+    """What every benchmark handler does: note its start time (wall clock) when asked to.
 
-    The file is opened per call in append mode: one ``write`` of a short line is atomic, so
-    threads and processes can share it; the open costs microseconds against a millisecond
-    budget and happens only in the latency scenario.
+    ``STARTS_ENV``: the file is opened per call in append mode: one ``write`` of a short line
+    is atomic, so threads and processes can share it; the open costs microseconds against a
+    millisecond budget and happens only in the latency scenario. ``STAMPS_ENV``: kept in
+    memory (``list.append`` is atomic), written when the process exits (backlog scenario).
     """
     path = os.environ.get(STARTS_ENV)
     if path:
         now = time.time()
         with open(path, "a") as f:
             f.write(f"{i} {now:.6f}\n")
+    if _STAMPS is not None:
+        _STAMPS.append(f"{i} {time.time():.6f}\n")
+        if len(_STAMPS) == _STAMPS_GOAL:
+            open(f"{os.environ[STAMPS_ENV]}.reached", "a").close()
+
+
+def _stamps_in_memory() -> list[str] | None:
+    prefix = os.environ.get(STAMPS_ENV)
+    if not prefix:
+        return None
+    stamps: list[str] = []
+
+    def write() -> None:
+        with open(f"{prefix}.{os.getpid()}", "w") as f:
+            f.writelines(stamps)
+
+    atexit.register(write)
+    return stamps
+
+
+_STAMPS = _stamps_in_memory()
+_STAMPS_GOAL = int(os.environ.get(STAMPS_GOAL_ENV) or 0)
+
+
+def read_stamps(prefix: str) -> list[float]:
+    """Every worker process's start times (the first of each job), sorted; the files go."""
+    starts: dict[int, float] = {}
+    for path in glob.glob(f"{glob.escape(prefix)}.*"):
+        if not path.endswith(".reached"):
+            for i, at in read_starts(path).items():
+                starts[i] = min(at, starts.get(i, at))
+        os.remove(path)
+    return sorted(starts.values())
 
 
 def read_starts(path: str) -> dict[int, float]:
