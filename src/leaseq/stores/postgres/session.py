@@ -79,10 +79,11 @@ class Session:
             with psycopg.connect(self._conninfo) as conn:  # commits at the end of the block
                 work(conn)
         except psycopg.ProgrammingError as exc:
-            raise InvalidURL(f"PostgreSQL URL {self.url} was refused: {self._line(exc)}") from None
+            raise InvalidURL(
+                f"PostgreSQL URL {self.url} was refused: {self.error_line(exc)}") from None
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(
-                f"cannot connect to PostgreSQL at {self.url}: {self._line(exc)}") from None
+                f"cannot connect to PostgreSQL at {self.url}: {self.error_line(exc)}") from None
         options = self._options
         self._pool = ConnectionPool(
             self._conninfo, min_size=options.pool_min, max_size=options.pool_max,
@@ -118,7 +119,7 @@ class Session:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
                         f"PostgreSQL at {self.url} is unavailable (gave up after "
-                        f"{self._gave_up_after(callers)}): {self._line(exc.cause)}") from None
+                        f"{self._gave_up_after(callers)}): {self.error_line(exc.cause)}") from None
                 time.sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
 
@@ -206,7 +207,7 @@ class Session:
             raise _Retry(exc) from None
         raise StoreUnavailable(
             f"lost the connection to PostgreSQL at {self.url} while committing; the "
-            f"outcome is unknown: {self._line(exc)}") from None
+            f"outcome is unknown: {self.error_line(exc)}") from None
 
     def _after_error(self, conn: psycopg.Connection) -> None:
         if conn.broken or conn.closed:
@@ -235,7 +236,7 @@ class Session:
             with self._checking_lock:
                 self._checking = False
 
-    def _line(self, exc: BaseException) -> str:
+    def error_line(self, exc: BaseException) -> str:
         """The first line of a driver error, with the password masked should it appear."""
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if self._password:

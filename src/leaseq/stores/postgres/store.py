@@ -348,9 +348,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         except psycopg.OperationalError as exc:
             if not _connection_lost(exc):
                 raise
-            first_line = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise StoreUnavailable(f"PostgreSQL at {self.url} is unavailable: "
-                                   f"{first_line[:300]}") from None  # libpq shows no password
+                                   f"{self._session.error_line(exc)}") from None
 
     def republish(self, queue: str, published_before_s: float) -> int:
         # Safe to retry: clearing the mark twice only owes the same publish.
@@ -441,6 +440,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         """Where this store's transactions run: its own pool (a subclass may borrow a
         framework's connection instead, as ``django://`` does)."""
         return Session(conninfo, url, options)
+
 
 def _connection_lost(exc: psycopg.OperationalError) -> bool:
     """No connection, or the server went away (class 08, or a shutdown: 57P01-57P03); an
