@@ -17,7 +17,7 @@ from psycopg.errors import UniqueViolation
 from leaseq.errors import InvalidInput, JobConflict, StoreUnavailable
 from leaseq.job import EnqueueOutcome, EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.postgres.options import PostgresOptions
-from leaseq.stores.postgres.plan import EnqueuePlan
+from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
 from leaseq.stores.postgres.session import Session
 
 _SAVEPOINT = "leaseq_enqueue"
@@ -162,7 +162,7 @@ def batch_columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
         ("revision", [s.revision for s in specs]),
         ("delay_s", [float(s.delay_s) for s in specs]),
         ("max_attempts", [s.max_attempts for s in specs]),
-        ("data", [json.dumps({"revision": s.revision}) if s.revision else None for s in specs]),
+        ("data", [enqueued_data(s) for s in specs]),
         ("priority", [s.priority for s in specs]),
         ("key", [s.concurrency_key for s in specs])]
     for name, values in varying:
@@ -177,7 +177,7 @@ def one_columns(spec: JobSpec) -> dict[str, Any]:
     return dict(id=spec.job_id, task=spec.task, payload=spec.payload_json,
                 revision=spec.revision, delay_s=float(spec.delay_s),
                 max_attempts=spec.max_attempts,
-                data=json.dumps({"revision": spec.revision}) if spec.revision else None,
+                data=enqueued_data(spec),
                 priority=spec.priority, concurrency_key=spec.concurrency_key)
 
 

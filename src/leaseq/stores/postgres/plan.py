@@ -13,6 +13,12 @@ from leaseq.job import EnqueueOutcome, EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.base import decide_upsert
 
 
+def enqueued_data(spec: JobSpec) -> str | None:
+    """The ``enqueued`` journal row's data: the revision written, when there is one. Every
+    enqueue path writes this same text."""
+    return json.dumps({"revision": spec.revision}) if spec.revision else None
+
+
 class EnqueuePlan:
     """What one enqueue batch will write, decided under the batch's row locks."""
 
@@ -35,8 +41,7 @@ class EnqueuePlan:
         if outcome is EnqueueOutcome.CONFLICT:
             self.conflicts.append(spec.job_id)
         elif outcome is not EnqueueOutcome.UNCHANGED:
-            data = json.dumps({"revision": spec.revision}) if spec.revision else None
-            self.journal.append((spec.job_id, outcome.value, data))
+            self.journal.append((spec.job_id, outcome.value, enqueued_data(spec)))
         self.results.append(EnqueueResult(spec.job_id, outcome))
 
     def _update(self, spec: JobSpec, old: dict[str, Any], outcome: EnqueueOutcome) -> None:
