@@ -49,16 +49,16 @@ def run(r: Run) -> None:
         job = jobs[job_id]
         # The attempt each claim spent: a prefetched job given back before it started (free)
         # is claimed again at the same attempt, so claims may outnumber attempts.
-        claims = max((e.attempt or 0 for e in q.journal(job_id) if e.event == "claimed"),
-                     default=0)
+        attempts_spent = max(
+            (e.attempt or 0 for e in q.journal(job_id) if e.event == "claimed"), default=0)
         want = ("failed", "exhausted" if k in raising else "expired") if k in raising | exiting \
             else ("done", None)
         if k in raising and job.failure == "expired" and _pid(job.worker_id) in crashed:
             want = ("failed", "expired")  # its last attempt died with a neighbour's os._exit
             r.log("collateral", job_id=job_id, worker=job.worker_id)
-        spent = want[0] != "failed" or claims == job.max_attempts
+        spent = want[0] != "failed" or attempts_spent == job.max_attempts
         if (job.status, job.failure) != want or not spent:
-            wrong.append((job_id, job.task, job.status, job.failure, claims))
+            wrong.append((job_id, job.task, job.status, job.failure, attempts_spent))
     r.check("each poison job quarantined after exactly max_attempts attempts, right kind; "
             "no healthy job quarantined", not wrong, str(wrong[:5]))
     r.check("crashed workers were restarted", restarts >= len(exiting), f"{restarts} restarts")
