@@ -51,7 +51,7 @@ def utf8_size(text: str, invalid: Callable[[], InvalidInput]) -> int:
 def job_id(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidJobId("a job id must be a non-empty string")
-    size = utf8_size(value, lambda: InvalidJobId(
+    size = len(value) if value.isascii() else utf8_size(value, lambda: InvalidJobId(
         "a job id must be valid Unicode (no lone surrogates)"))
     if size > MAX_JOB_ID_BYTES:
         raise InvalidJobId(f"a job id may have at most {MAX_JOB_ID_BYTES} bytes, got {size}")
@@ -107,11 +107,9 @@ def payload(value: Any, max_bytes: int) -> str:
     if type(value) is not dict and not isinstance(value, Mapping):  # a dict skips the ABC
         kind = type(value).__name__
         raise InvalidPayload(f"a payload must be a JSON object (a dict), got {kind}")
-    for key in value:
-        if key in RESERVED_KEYS:
-            raise InvalidPayload(
-                f"payload key {key!r} is reserved for the job record; rename it"
-            )
+    if not RESERVED_KEYS.isdisjoint(value):  # one C-level pass over the keys
+        key = next(k for k in value if k in RESERVED_KEYS)
+        raise InvalidPayload(f"payload key {key!r} is reserved for the job record; rename it")
     _check_keys(value, depth=0)
     return canonical_json(value, max_bytes, what="payload")
 
@@ -164,7 +162,7 @@ def canonical_json(value: Any, max_bytes: int, what: str) -> str:
         raise InvalidPayload(f"{what} is not JSON: {str(exc)[:200]}") from None
     except RecursionError:
         raise InvalidPayload(f"{what} is nested too deeply to store") from None
-    size = utf8_size(text, lambda: InvalidPayload(
+    size = len(text) if text.isascii() else utf8_size(text, lambda: InvalidPayload(
         f"{what} holds a string that is not valid Unicode (a lone surrogate)"))
     if size > max_bytes:
         raise InvalidPayload(f"{what} is {size} bytes as JSON; the limit is {max_bytes}")
