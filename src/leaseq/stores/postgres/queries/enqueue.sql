@@ -13,7 +13,9 @@
 -- batch_columns in enqueue.py; json_array_elements_text(NULL) gives no rows, so that column
 -- reads NULL and coalesce takes the shared value). Payloads are JSON strings whose text
 -- becomes the stored json as it is. The store clock is read once (`t`), not per row and column.
--- The last SELECT reads `note` so that the NOTIFY is evaluated.
+-- The journal rows are not sorted: each job has one in the batch, and the order of one job's
+-- rows (seq) is all the journal keeps. The last SELECT reads `note` so that the NOTIFY is
+-- evaluated.
 -- name: enqueue_fast
 WITH t AS (
     SELECT {now} AS now),
@@ -26,9 +28,9 @@ u AS (
                              json_array_elements_text(%(max_attempts_each)s::json),
                              json_array_elements_text(%(data_each)s::json),
                              json_array_elements_text(%(priority_each)s::json),
-                             json_array_elements_text(%(key_each)s::json)) WITH ORDINALITY
-        AS u(id, payload, task, revision, delay_s, max_attempts, data, priority, concurrency_key,
-             n)),
+                             json_array_elements_text(%(key_each)s::json))
+        AS u(id, payload, task, revision, delay_s, max_attempts, data, priority,
+             concurrency_key)),
 ins AS (
     INSERT INTO {jobs} (queue, id, task, status, payload, attempts, max_attempts, lease_until,
                         lease_epoch, revision, created_at, updated_at, first_seen_at,
@@ -44,7 +46,7 @@ log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
     SELECT %(queue)s, id, t.now, {event.enqueued}, 'created',
            coalesce(data, %(data_all)s::text)::json
-    FROM u, t ORDER BY n),
+    FROM u, t),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s))
 SELECT 1 AS sent FROM note;
