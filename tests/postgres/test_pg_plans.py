@@ -8,7 +8,11 @@ autovacuum's next ANALYZE. The store's connections plan every run instead.
 
 from __future__ import annotations
 
+import psycopg
+from plan_reading import analyze, rows_read, scans
+
 from leaseq.job import Completion
+from leaseq.journal import HOURLY_UNCOUNTED
 from leaseq.stores.postgres import PostgresStore
 
 
@@ -70,3 +74,29 @@ def test_indexed_text_columns_compare_bytes(store: PostgresStore) -> None:
     for column in ("jobs.queue", "jobs.id", "jobs.status", "jobs.task", "jobs.concurrency_key",
                    "journal.queue", "journal.job_id", "journal.event"):
         assert collations[column] == "C", (column, collations[column])
+
+
+def test_hourly_counts_read_only_the_events_they_count(store: PostgresStore, pg_url: str) -> None:
+    # Given 3,000 jobs enqueued and claimed (6,000 journal rows) and three quarantined
+    q = store.queue("hourly")
+    q.enqueue_many([q.spec(f"j{i}", {"i": i}) for i in range(3000)])
+    claimed = []
+    while jobs := q.claim("w1", limit=500):
+        claimed += jobs
+    for job in claimed[:3]:
+        q.fail(job, "boom")
+    schema = f'"{store.options.schema}"'
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"ANALYZE {schema}.journal")
+        # When the hourly counts are planned and run
+        plan = analyze(conn, store.queries["journal_hourly"], {"queue": "hourly", "hours": 1,
+                                                               "off": 0.0})
+        (definition,) = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = 'journal_at'",
+            (store.options.schema,)).fetchone() or ("",)
+    # Then they read the journal_at index, which holds the three quarantines and not the
+    # enqueues and claims they leave out
+    assert scans(plan) == ["Index Only Scan using journal_at"]
+    assert rows_read(plan) == 3
+    assert all(f"'{event}'" in definition for event in HOURLY_UNCOUNTED), definition
+    assert [(c.event, c.count) for c in store.journal_hourly("hourly", 1)] == [("quarantined", 3)]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from leaseq.journal import HOURLY_UNCOUNTED
 from leaseq.stores.sqlite import SQLiteStore
 from leaseq.stores.sqlite.store import Q
 
@@ -155,3 +156,33 @@ def test_the_key_limited_claim_seeks_each_key_not_its_backlog(
     for job in jobs:
         per_key[job.concurrency_key] = per_key.get(job.concurrency_key, 0) + 1
     assert len(jobs) == 80 and set(per_key.values()) == {2}, per_key
+
+
+# The hourly counts (journal_hourly) over a journal of 20,000 enqueues and claims and five
+# quarantines, all in the hour now running.
+JOURNAL = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :rows)
+INSERT INTO leaseq_journal (queue, job_id, at, event)
+SELECT 'q1', printf('job-%07d', i / 2), unixepoch('now'),
+       CASE WHEN i <= 5 THEN 'quarantined' WHEN i % 2 = 0 THEN 'enqueued' ELSE 'claimed' END
+FROM n
+"""
+
+
+def test_hourly_counts_read_only_the_events_they_count(
+        backlog: tuple[SQLiteStore, sqlite3.Connection]) -> None:
+    # Given a journal of 20,000 enqueues and claims and five quarantines
+    store, conn = backlog
+    conn.execute(JOURNAL, {"rows": ROWS})
+    conn.commit()
+    # When the hourly counts are planned and run
+    plan = _plan(conn, "journal_hourly", queue="q1", hours=1)
+    steps = _steps(conn, "journal_hourly", queue="q1", hours=1)
+    (definition,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'leaseq_journal_at'").fetchone()
+    # Then they search the partial index, which leaves the enqueues and claims out: work for
+    # five rows, not for the journal
+    assert any("USING COVERING INDEX leaseq_journal_at" in line for line in plan), plan
+    assert steps * STEP < 500, (steps * STEP, plan)
+    assert all(f"'{event}'" in definition for event in HOURLY_UNCOUNTED), definition
+    assert [(c.event, c.count) for c in store.journal_hourly("q1", 1)] == [("quarantined", 5)]

@@ -135,7 +135,8 @@ class OperatorPrimitives(abc.ABC):
     @abc.abstractmethod
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
         """Journal events of ``queue`` counted per hour and event, for the hour now running
-        and the ``hours − 1`` before it (store clock), oldest first; ``[]`` when none."""
+        and the ``hours − 1`` before it (store clock), oldest first; ``[]`` when none. The
+        enqueues and claims are not counted (``leaseq.journal.HOURLY_UNCOUNTED``)."""
 
     @abc.abstractmethod
     def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:

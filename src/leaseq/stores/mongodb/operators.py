@@ -37,7 +37,7 @@ from leaseq.browse import (
     walk,
 )
 from leaseq.errors import JobNotFound
-from leaseq.journal import JournalEvent
+from leaseq.journal import HOURLY_UNCOUNTED, JournalEvent
 from leaseq.stores.mongodb import documents, records
 from leaseq.stores.mongodb.connection import OffsetClock, guarded
 from leaseq.stores.mongodb.records import Event, JournalWriter
@@ -255,7 +255,8 @@ def edit_payload(old: Mapping[str, Any], new: Mapping[str, Any],
 
 def hourly(queue: str, since: datetime) -> list[dict[str, Any]]:
     return [
-        {"$match": {"queue": queue, "at": {"$gte": since}}},
+        {"$match": {"queue": queue, "at": {"$gte": since},
+                    "event": {"$nin": list(HOURLY_UNCOUNTED)}}},
         {"$group": {"_id": {"hour": {"$dateTrunc": {"date": "$at", "unit": "hour"}},
                             "event": "$event"}, "n": {"$sum": 1}}},
         {"$sort": {"_id.hour": 1, "_id.event": 1}},

@@ -159,22 +159,24 @@ class OperatorToolsSuite:
             store.requeue_edited("jobs", "nope", "{}", "dana")
 
     def test_journal_counts_per_hour(self, leaseq_store: FreshStore) -> None:
-        # Given two jobs enqueued, then two hours later one claimed and failed
+        # Given one job quarantined, then two hours later two more and two jobs only enqueued
         store = leaseq_store.store
         q = leaseq_store.queue()
-        given_jobs(q, 2)
+        given_failed(q, "f0")
         advance(store, 7200)
+        given_jobs(q, 2)
         given_failed(q, "f1")
+        given_failed(q, "f2")
         # When the last hour is counted
         recent = store.journal_hourly("jobs", hours=1)
-        # Then it holds only the recent events, each counted once
-        assert {(c.event, c.count) for c in recent} == {
-            ("enqueued", 1), ("claimed", 1), ("quarantined", 1)}
-        assert all(c.hour <= store.server_now() for c in recent)
-        # And three hours back sees the first enqueues too, in an older hour
+        # Then it holds the recent quarantines, each counted once; enqueues and claims are not
+        # counted (HOURLY_UNCOUNTED)
+        assert [(c.event, c.count) for c in recent] == [("quarantined", 2)]
+        assert recent[0].hour <= store.server_now()
+        # And four hours back sees the first one too, in an older hour first
         wide = store.journal_hourly("jobs", hours=4)
-        assert sum(c.count for c in wide if c.event == "enqueued") == 3
-        assert [c.hour for c in wide] == sorted(c.hour for c in wide)
+        assert [(c.event, c.count) for c in wide] == [("quarantined", 1), ("quarantined", 2)]
+        assert wide[0].hour < wide[1].hour == recent[0].hour
         assert store.journal_hourly("other", hours=4) == []
 
     def test_worker_registry_keeps_pruned_and_forgotten(self, leaseq_store: FreshStore) -> None:

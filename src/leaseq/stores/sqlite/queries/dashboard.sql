@@ -1,10 +1,13 @@
 -- SQLite queries of leaseq: dashboard (placeholders as described in common.sql).
 
--- Hours are whole multiples of 3,600 s since the epoch (UTC).
+-- Hours are whole multiples of 3,600 s since the epoch (UTC). Every event but the enqueues
+-- and claims (journal.HOURLY_UNCOUNTED), written as in the partial index leaseq_journal_at's
+-- definition (migration 008), which SQLite uses only when the query implies it.
 -- name: journal_hourly
 SELECT CAST(at / 3600 AS INTEGER) * 3600 AS hour, event, count(*) AS n
 FROM leaseq_journal
-WHERE queue = :queue AND at >= (CAST({now} / 3600 AS INTEGER) - :hours + 1) * 3600
+WHERE queue = :queue AND event NOT IN ({event.enqueued}, {event.claimed})
+  AND at >= (CAST({now} / 3600 AS INTEGER) - :hours + 1) * 3600
 GROUP BY hour, event
 ORDER BY hour, event;
 
