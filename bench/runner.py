@@ -1,10 +1,11 @@
-"""Runs the plan: every scenario a system supports, on every store, ``plan.repeats`` times."""
+"""Runs the plan: every scenario a system supports, on every store, ``plan.repeats`` times, the
+systems taking turns run by run."""
 
 from __future__ import annotations
 
 import functools
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -36,95 +37,142 @@ class Run:
     errors: list[dict[str, str]] = field(default_factory=list)
 
 
+@dataclass
+class Reading:
+    """One figure of one run: a row of the table (``label``) and its value; ``per_run``
+    extras are kept as a list over the runs, ``fixed`` ones once."""
+
+    label: str
+    unit: str
+    value: float
+    per_run: dict[str, float] = field(default_factory=dict)
+    fixed: dict[str, object] = field(default_factory=dict)
+    higher: bool = True
+
+
+@dataclass
+class Samples:
+    """The readings of one system in one scenario, over its runs, by row."""
+
+    rows: dict[str, list[Reading]] = field(default_factory=dict)
+
+    def add(self, readings: list[Reading]) -> None:
+        for reading in readings:
+            self.rows.setdefault(reading.label, []).append(reading)
+
+
 def run_all(plan: sc.Plan, stores: Sequence[str], systems: Sequence[str],
             console: Console, leaseq_worker: str = "auto",
             only_scenarios: Sequence[str] | None = None) -> Run:
+    """Every scenario on every store, its runs taking turns among the systems (run 1 of each,
+    then run 2 of each, the first to go moving on by one each time), so that the machine's
+    drift over minutes does not land on one system's runs."""
     run = Run(plan)
     for url in stores:
         kind = kind_of(url)
-        for name in systems:
-            cls = system_class(name)
-            if kind not in cls.kinds:
+        factories = {name: (functools.partial(system_class(name), worker=leaseq_worker)
+                            if name == "leaseq" else system_class(name))
+                     for name in systems if kind in system_class(name).kinds}
+        for scenario in SCENARIOS["leaseq"]:
+            if only_scenarios and scenario not in only_scenarios:
                 continue
-            factory = (functools.partial(cls, worker=leaseq_worker) if name == "leaseq"
-                       else cls)
-            for scenario in SCENARIOS[name]:
-                if only_scenarios and scenario not in only_scenarios:
-                    continue
-                _run_scenario(run, console, name, kind, url, scenario, factory)
+            takers = {name: factory for name, factory in factories.items()
+                      if scenario in SCENARIOS[name]}
+            if takers and not (scenario == "backlog" and not plan.backlog):
+                _run_scenario(run, console, kind, url, scenario, takers)
     return run
 
 
-def _run_scenario(run: Run, console: Console, name: str, kind: str, url: str, scenario: str,
-                  factory: sc.Factory) -> None:
-    plan = run.plan
-    if scenario == "backlog" and not plan.backlog:
-        return
-    console.log(f"[bold]{name}[/] on {kind}: {scenario}")
-    add = functools.partial(_add, run, name, kind)
-    try:
-        if scenario == "enqueue":
-            add("enqueue, one at a time", "jobs/s",
-                _repeat(plan, lambda: sc.enqueue_each_once(factory, url, plan)))
-        elif scenario == "bulk":
-            add(f"enqueue_many ({sc.BULK_BATCH}/call)", "jobs/s",
-                _repeat(plan, lambda: sc.enqueue_bulk_once(factory, url, plan)))
-        elif scenario == "drain":
-            for procs in plan.processes:
-                drains = [sc.drain_once(factory, url, plan, procs) for _ in range(plan.repeats)]
-                add(f"drain {plan.drain_n:,}, {procs} process{'es' if procs > 1 else ''}",
-                    "jobs/s", [d.rate for d in drains],
-                    {"wall_rate_jobs_s": [d.wall_rate for d in drains],
-                     "concurrency": plan.concurrency})
-        elif scenario in LIMITED_DRAINS:
-            _limited_drain(run, add, url, scenario, factory)
-        elif scenario == "latency":
-            runs = [sc.latency_once(factory, url, plan) for _ in range(plan.repeats)]
-            extra = {"jobs": plan.latency_jobs, "gap_s": plan.latency_gap_s,
-                     "p50_from_enqueue_call_ms": [r[2] for r in runs]}
-            add("pickup latency p50", "ms", [r[0] for r in runs], extra, higher=False)
-            add("pickup latency p95", "ms", [r[1] for r in runs], extra, higher=False)
-        elif scenario == "rss":
-            repeats = 1 if plan.rss_n <= 10_000 and plan.repeats > 1 else plan.repeats
-            runs = [sc.rss_once(factory, url, plan) for _ in range(repeats)]
-            extra = {"jobs": plan.rss_n}
-            add(f"worker RSS at 5% of {plan.rss_n:,}", "MiB", [r[0] for r in runs], extra,
-                higher=False)
-            add(f"worker RSS at end of {plan.rss_n:,}", "MiB", [r[1] for r in runs], extra,
-                higher=False)
-        elif scenario == "backlog":
-            for size in plan.backlog:
-                add(f"drain {plan.backlog_window:,} of a {size:,} backlog", "jobs/s",
-                    sc.backlog_runs(factory, url, plan, size), {"backlog": size})
-    except Exception as exc:  # one broken adapter must not lose the other figures
-        console.log(f"[red]{name} on {kind}: {scenario} failed: {exc}")
-        run.errors.append({"system": name, "store": kind, "scenario": scenario,
-                           "error": f"{type(exc).__name__}: {exc}"[-2000:],
-                           "traceback": traceback.format_exc()[-4000:]})
+def _run_scenario(run: Run, console: Console, kind: str, url: str, scenario: str,
+                  takers: dict[str, sc.Factory]) -> None:
+    samples = {name: Samples() for name in takers}
+    runs = _runs(run.plan, scenario)
+    for turn in range(runs):
+        names = list(takers)
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            if name not in samples:  # failed in an earlier run
+                continue
+            console.log(f"[bold]{name}[/] on {kind}: {scenario} ({turn + 1}/{runs})")
+            try:
+                samples[name].add(_once(run, scenario, takers[name], url))
+            except Exception as exc:  # one broken adapter must not lose the other figures
+                console.log(f"[red]{name} on {kind}: {scenario} failed: {exc}")
+                run.errors.append({"system": name, "store": kind, "scenario": scenario,
+                                   "error": f"{type(exc).__name__}: {exc}"[-2000:],
+                                   "traceback": traceback.format_exc()[-4000:]})
+                del samples[name]
+    for name, sample in samples.items():
+        for readings in sample.rows.values():
+            _add(run, name, kind, readings)
+        if scenario in LIMITED_DRAINS:
+            _compare_with_plain_drain(run, kind)
 
 
-def _limited_drain(run: Run, add: Callable[..., None], url: str, scenario: str,
-                   factory: sc.Factory) -> None:
-    """The drain with one process, its jobs carrying priorities or keys; the JSON's extra
-    has its median as a fraction of the plain drain's in this run (issue 17: ≥ 0.8)."""
+def _runs(plan: sc.Plan, scenario: str) -> int:
+    if scenario == "rss" and plan.rss_n <= 10_000 and plan.repeats > 1:
+        return 1  # a short memory run says little more when repeated
+    if scenario == "backlog":
+        return 1  # backlog_runs repeats within its one backlog (built once: a million jobs)
+    return plan.repeats
+
+
+def _once(run: Run, scenario: str, factory: sc.Factory, url: str) -> list[Reading]:
+    """One run of ``scenario``: its readings."""
     plan = run.plan
-    variant, label = LIMITED_DRAINS[scenario]
-    limited = functools.partial(factory, variant=variant)
-    rates = [sc.drain_once(limited, url, plan, 1).rate for _ in range(plan.repeats)]
-    name = f"drain {plan.drain_n:,} {label}, 1 process"
-    plain = [r for r in run.results if r.system == "leaseq" and r.store == kind_of(url)
+    if scenario == "enqueue":
+        return [Reading("enqueue, one at a time", "jobs/s",
+                        sc.enqueue_each_once(factory, url, plan))]
+    if scenario == "bulk":
+        return [Reading(f"enqueue_many ({sc.BULK_BATCH}/call)", "jobs/s",
+                        sc.enqueue_bulk_once(factory, url, plan))]
+    if scenario == "drain":
+        readings = []
+        for procs in plan.processes:
+            drained = sc.drain_once(factory, url, plan, procs)
+            readings.append(Reading(
+                f"drain {plan.drain_n:,}, {procs} process{'es' if procs > 1 else ''}", "jobs/s",
+                drained.rate, {"wall_rate_jobs_s": drained.wall_rate},
+                {"concurrency": plan.concurrency}))
+        return readings
+    if scenario in LIMITED_DRAINS:
+        variant, label = LIMITED_DRAINS[scenario]
+        limited = functools.partial(factory, variant=variant)
+        return [Reading(f"drain {plan.drain_n:,} {label}, 1 process", "jobs/s",
+                        sc.drain_once(limited, url, plan, 1).rate, {},
+                        {"concurrency": plan.concurrency})]
+    if scenario == "latency":
+        p50, p95, p50_from_call = sc.latency_once(factory, url, plan)
+        per_run = {"p50_from_enqueue_call_ms": p50_from_call}
+        fixed: dict[str, object] = {"jobs": plan.latency_jobs, "gap_s": plan.latency_gap_s}
+        return [Reading("pickup latency p50", "ms", p50, per_run, fixed, higher=False),
+                Reading("pickup latency p95", "ms", p95, per_run, fixed, higher=False)]
+    if scenario == "rss":
+        early, end = sc.rss_once(factory, url, plan)
+        return [Reading(f"worker RSS at 5% of {plan.rss_n:,}", "MiB", early, {},
+                        {"jobs": plan.rss_n}, higher=False),
+                Reading(f"worker RSS at end of {plan.rss_n:,}", "MiB", end, {},
+                        {"jobs": plan.rss_n}, higher=False)]
+    if scenario == "backlog":
+        return [Reading(f"drain {plan.backlog_window:,} of a {size:,} backlog", "jobs/s", rate,
+                        {}, {"backlog": size})
+                for size in plan.backlog for rate in sc.backlog_runs(factory, url, plan, size)]
+    raise ValueError(f"unknown scenario {scenario!r}")
+
+
+def _compare_with_plain_drain(run: Run, kind: str) -> None:
+    """A limited drain's JSON extra holds its median as a fraction of the plain drain's in
+    this run (issue 17: ≥ 0.8): the machine's load changes between runs, not within one."""
+    plan = run.plan
+    plain = [r for r in run.results if r.system == "leaseq" and r.store == kind
              and r.scenario == f"drain {plan.drain_n:,}, 1 process"]
-    extra: dict[str, object] = {"concurrency": plan.concurrency}
+    limited = run.results[-1]
     if plain:
-        extra["vs_plain_drain"] = Summary.of(rates).median / plain[0].summary.median
-    add(name, "jobs/s", rates, extra)
+        limited.extra["vs_plain_drain"] = limited.summary.median / plain[0].summary.median
 
 
-def _repeat(plan: sc.Plan, once: Callable[[], float]) -> list[float]:
-    return [once() for _ in range(plan.repeats)]
-
-
-def _add(run: Run, name: str, kind: str, scenario: str, unit: str, values: list[float],
-         extra: dict[str, object] | None = None, higher: bool = True) -> None:
-    run.results.append(sc.Result(name, kind, scenario, unit, Summary.of(values), extra or {},
-                                 higher))
+def _add(run: Run, name: str, kind: str, readings: list[Reading]) -> None:
+    first = readings[0]
+    extra: dict[str, object] = {key: [r.per_run[key] for r in readings] for key in first.per_run}
+    extra.update(first.fixed)
+    run.results.append(sc.Result(name, kind, first.label, first.unit,
+                                 Summary.of([r.value for r in readings]), extra, first.higher))
