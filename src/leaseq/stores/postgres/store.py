@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import dict_row
 
 from leaseq.errors import JobNotFound, StoreUnavailable
 from leaseq.job import (
@@ -49,7 +49,7 @@ from leaseq.stores.postgres.operators import PostgresOperatorTools
 from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.outbox_index import ensure_outbox_index
-from leaseq.stores.postgres.session import Session
+from leaseq.stores.postgres.session import Session, tuple_cursor
 from leaseq.stores.sql import load_queries, migrations
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.watch import NotifyWatch, finish_key
@@ -101,13 +101,13 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         """Rows as tuples, by default prepared on the server: the hot paths (claim, finishes,
         enqueue). Returns the column positions too, read from the description once per query."""
         params["off"] = float(self.time_offset_s)
-        with conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(self.queries[name], params, prepare=prepare)
-            rows = cur.fetchall() if cur.pgresult and cur.pgresult.nfields else []
-            cols = self._columns.get(name)
-            if cols is None and cur.description:
-                cols = self._columns[name] = {c.name: i for i, c in enumerate(cur.description)}
-            return cols or {}, rows
+        cur = tuple_cursor(conn)
+        cur.execute(self.queries[name], params, prepare=prepare)
+        rows = cur.fetchall() if cur.pgresult and cur.pgresult.nfields else []
+        cols = self._columns.get(name)
+        if cols is None and cur.description:
+            cols = self._columns[name] = {c.name: i for i, c in enumerate(cur.description)}
+        return cols or {}, rows
 
     @staticmethod
     def _decode(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
