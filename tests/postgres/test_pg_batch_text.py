@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 
+import psycopg
+import pytest
+
+from leaseq.job import JobSpec
 from leaseq.stores.postgres import PostgresStore
 
 PAYLOAD = {"é": "snow ☃ \u2028 😀", "a": {"b": [1, 2.5, None, {"c": "q\"uo'te \\ /"}]},
@@ -54,3 +58,19 @@ def test_a_batch_keeps_each_jobs_own_values_shared_or_not(store: PostgresStore) 
     ready = {j.id for j in q.list_jobs(status="pending") if j.lease_until is not None
              and j.lease_until <= store.server_now()}
     assert ready == {s.job_id for s in batch if s.delay_s == 0}
+
+
+def test_a_hand_built_spec_whose_payload_is_not_one_json_value_fails_the_whole_batch(
+        store: PostgresStore) -> None:
+    # Given batches each holding one hand-built spec (Queue.spec never makes one) whose
+    # payload_json is two JSON values, or half of one, beside a good spec
+    q = store.queue("broken")
+    good = q.spec("good", {"a": 1})
+    for broken in ('{"a":1},{"b":2}', '{"a":', '{"a":1}]'):
+        # When the batch is enqueued
+        with pytest.raises(psycopg.Error):
+            q.enqueue_many([JobSpec("bad", {}, broken), good])
+        # Then nothing is written: no job took a neighbour's payload
+        assert q.counts() == {}
+    # And a good batch still goes in
+    assert [r.outcome for r in q.enqueue_many([good])] == ["created"]

@@ -152,11 +152,13 @@ def batch_columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
     value (one task, no revision, no delay: the usual batch), or as a JSON array
     ``<name>_each`` (the other one is then None). A JSON text costs one C-level ``json`` call
     per column, where psycopg dumps a list as an array element by element in Python; a shared
-    value spares the server parsing a column of copies. Payloads travel as JSON strings, not
-    spliced in raw: a hand-built ``JobSpec`` with broken ``payload_json`` then fails on its
-    own cast, as before, instead of shifting its neighbours' columns."""
+    value spares the server parsing a column of copies. Payloads are spliced in as their
+    texts (canonical JSON, made by ``Queue.spec``), which the server parses once. A hand-built
+    ``JobSpec`` whose ``payload_json`` is not one JSON value either breaks the array (a parse
+    error) or adds elements, which leaves rows without an id (a NOT NULL violation): the
+    whole statement fails, never shifting its neighbours' columns."""
     columns: dict[str, Any] = dict(ids=_JSON([s.job_id for s in specs]),
-                                   payloads=_JSON([s.payload_json for s in specs]))
+                                   payloads=f"[{','.join([s.payload_json for s in specs])}]")
     varying: list[tuple[str, list[Any]]] = [
         ("task", [s.task for s in specs]),
         ("revision", [s.revision for s in specs]),
