@@ -8,9 +8,12 @@ autovacuum's next ANALYZE. The store's connections plan every run instead.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import psycopg
 from plan_reading import analyze, rows_read, scans
 
+from leaseq.browse import JobFilter
 from leaseq.job import Completion
 from leaseq.journal import HOURLY_UNCOUNTED
 from leaseq.stores.postgres import PostgresStore
@@ -100,3 +103,29 @@ def test_hourly_counts_read_only_the_events_they_count(store: PostgresStore, pg_
     assert rows_read(plan) == 3
     assert all(f"'{event}'" in definition for event in HOURLY_UNCOUNTED), definition
     assert [(c.event, c.count) for c in store.journal_hourly("hourly", 1)] == [("quarantined", 3)]
+
+
+def test_a_filter_by_task_alone_walks_the_primary_key_in_id_order(store: PostgresStore,
+                                                                   pg_url: str) -> None:
+    # Given 3,000 jobs, one in 100 of task "rare", in a schema without a task index
+    q = store.queue("tasks")
+    q.enqueue_many([q.spec(f"j{i:05d}", {"i": i}, task="rare" if i % 100 == 7 else "common")
+                    for i in range(3000)])
+    schema = f'"{store.options.schema}"'
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"ANALYZE {schema}.jobs")
+        indexes = [r[0] for r in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (store.options.schema,))]
+        # When the browser's walk for a task alone is planned and run
+        plan = analyze(conn, store.queries["walk_ids"], {
+            "queue": "tasks", "task": "rare", "error": None,
+            "since": datetime(2000, 1, 1, tzinfo=UTC), "until": datetime(2100, 1, 1, tzinfo=UTC),
+            "after_id": "", "low": "",
+            "high": "\U0010ffff" * 2, "n": 500, "off": 0.0})
+    # Then it reads the primary key from the cursor on, no more rows than it was asked for
+    assert "jobs_task" not in indexes
+    assert scans(plan) == ["Index Scan using jobs_pkey"]
+    assert rows_read(plan) == 500
+    # And the pages it makes list the task's jobs in id order
+    page = store.find_jobs(JobFilter("tasks", task="rare"), limit=50)
+    assert [job.id for job in page.jobs] == [f"j{i:05d}" for i in range(7, 3000, 100)]

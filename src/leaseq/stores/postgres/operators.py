@@ -75,9 +75,7 @@ class PostgresOperatorTools:
             since=where.updated_from or _EARLIEST, until=where.updated_until or _LATEST)
         if where.status:
             name = "walk_status"
-        elif where.task:
-            name = "walk_task"
-        else:
+        else:  # a task alone too: no index on task (migration 014)
             name, prefix = "walk_ids", free_text(where.id_prefix) or ""
             common.update(low=prefix, high=prefix_end(prefix) if prefix else "\U0010ffff" * 2)
 
