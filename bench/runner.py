@@ -103,9 +103,9 @@ def _run_scenario(run: Run, console: Console, kind: str, url: str, scenario: str
                 del samples[name]
     for name, sample in samples.items():
         for readings in sample.rows.values():
-            _add(run, name, kind, readings)
-        if scenario in LIMITED_DRAINS:
-            _compare_with_plain_drain(run, kind)
+            result = _add(run, name, kind, readings)
+            if scenario in LIMITED_DRAINS:
+                _compare_with_plain_drain(run, result)
 
 
 def _runs(plan: sc.Plan, scenario: str) -> int:
@@ -159,20 +159,21 @@ def _once(run: Run, scenario: str, factory: sc.Factory, url: str) -> list[Readin
     raise ValueError(f"unknown scenario {scenario!r}")
 
 
-def _compare_with_plain_drain(run: Run, kind: str) -> None:
+def _compare_with_plain_drain(run: Run, limited: sc.Result) -> None:
     """A limited drain's JSON extra holds its median as a fraction of the plain drain's in
     this run (issue 17: ≥ 0.8): the machine's load changes between runs, not within one."""
-    plan = run.plan
-    plain = [r for r in run.results if r.system == "leaseq" and r.store == kind
-             and r.scenario == f"drain {plan.drain_n:,}, 1 process"]
-    limited = run.results[-1]
+    plain = [r for r in run.results if r.system == "leaseq" and r.store == limited.store
+             and r.scenario == f"drain {run.plan.drain_n:,}, 1 process"]
     if plain:
         limited.extra["vs_plain_drain"] = limited.summary.median / plain[0].summary.median
 
 
-def _add(run: Run, name: str, kind: str, readings: list[Reading]) -> None:
+def _add(run: Run, name: str, kind: str, readings: list[Reading]) -> sc.Result:
+    """One row of the results from its readings over the runs; returned as added."""
     first = readings[0]
     extra: dict[str, object] = {key: [r.per_run[key] for r in readings] for key in first.per_run}
     extra.update(first.fixed)
-    run.results.append(sc.Result(name, kind, first.label, first.unit,
-                                 Summary.of([r.value for r in readings]), extra, first.higher))
+    result = sc.Result(name, kind, first.label, first.unit,
+                       Summary.of([r.value for r in readings]), extra, first.higher)
+    run.results.append(result)
+    return result
