@@ -59,3 +59,65 @@ def test_a_migration_another_process_applied_first_is_skipped(tmp_path: Path) ->
     with pytest.raises(sqlite3.OperationalError):
         schema.apply(conn, 99, "broken", "ALTER TABLE leaseq_jobs ADD COLUMN snoozes;")
     conn.close()
+
+
+def given_version(path: Path, version: int) -> sqlite3.Connection:
+    """A database with the migrations up to ``version`` applied, as that version left it."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE leaseq_schema "
+                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
+    for number, name, sql in migrations(SQLITE):
+        if number <= version:
+            schema.apply(conn, number, name, sql)
+    return conn
+
+
+def _jobs_and_indexes(conn: sqlite3.Connection) -> tuple[list[tuple[object, ...]], set[str]]:
+    rows = conn.execute("SELECT * FROM leaseq_jobs ORDER BY queue, id").fetchall()
+    indexes = {sql for (sql,) in conn.execute(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'leaseq_jobs' AND type = 'index' "
+        "AND sql IS NOT NULL")}
+    return rows, indexes
+
+
+def test_the_jobs_table_is_rebuilt_in_write_order_with_every_row_and_index(
+        tmp_path: Path) -> None:
+    # Given a version-8 database (jobs kept in id order) whose ids sort against their
+    # creation order, with every column set on some job, and its journal
+    conn = given_version(tmp_path / "jobs.db", 8)
+    conn.execute(
+        "INSERT INTO leaseq_jobs (queue, id, task, status, payload, attempts, max_attempts, "
+        "lease_until, lease_epoch, worker_id, error, failure, revision, stale, result, "
+        "result_key, created_at, updated_at, first_seen_at, published_at, snoozes, givebacks, "
+        "priority, concurrency_key) VALUES "
+        "('q', 'c', 't', 'done', '{\"a\": 1}', 2, 5, NULL, 2, 'w1', 'boom', NULL, 'r1', 0, "
+        " '{\"ok\": true}', 'rk', 1.0, 5.0, 1.0, 2.0, 1, 1, 3, 'tenant:1'), "
+        "('q', 'b', NULL, 'pending', '{}', 0, 3, 7.0, 0, NULL, NULL, NULL, NULL, 0, NULL, "
+        " NULL, 2.0, 2.0, 2.0, NULL, 0, 0, 0, NULL), "
+        "('r', 'a', 't', 'failed', '{}', 3, 3, NULL, 3, 'w2', 'e', 'exhausted', NULL, 1, "
+        " NULL, NULL, 3.0, 9.0, 3.0, 4.0, 0, 2, -1, 'k')")
+    before = _jobs_and_indexes(conn)
+    assert "WITHOUT ROWID" in conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'leaseq_jobs'").fetchone()[0]
+    # When it is migrated (and once more, as a process that raced another would)
+    version, name, sql = next(m for m in migrations(SQLITE) if m[0] == 9)
+    schema.apply(conn, version, name, sql)
+    schema.apply(conn, version, name, sql)
+    # Then every job and every index is as it was, the key still unique
+    assert _jobs_and_indexes(conn) == before
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("INSERT INTO leaseq_jobs (queue, id, status, payload, max_attempts, "
+                     "created_at, updated_at, first_seen_at) "
+                     "VALUES ('q', 'b', 'pending', '{}', 1, 0, 0, 0)")
+    # And the rows lie in the order they were created, not in id order
+    assert [r[0] for r in conn.execute("SELECT id FROM leaseq_jobs ORDER BY rowid")] == [
+        "c", "b", "a"]
+    conn.close()
+    # And the store reads them
+    store = leaseq.connect(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        job = store.get("q", "c")
+        assert job is not None and (job.priority, job.concurrency_key, job.result_key) == (
+            3, "tenant:1", "rk")
+    finally:
+        store.close()

@@ -1,13 +1,14 @@
 -- SQLite queries of leaseq: claim (placeholders as described in common.sql).
 
--- The inner SELECT repeats the partial index's predicate word for word so SQLite uses it.
+-- The inner SELECT repeats the partial index's predicate word for word so SQLite uses it; it
+-- hands the UPDATE rowids, which find the rows with no second walk of the (queue, id) key.
 -- name: claim
 UPDATE leaseq_jobs
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now}
-WHERE queue = :queue AND id IN (
-    SELECT id FROM leaseq_jobs
+WHERE rowid IN (
+    SELECT rowid FROM leaseq_jobs
     WHERE queue = :queue
       AND status IN ('pending', 'processing') AND attempts < max_attempts
       AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})

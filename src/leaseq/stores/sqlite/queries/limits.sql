@@ -30,12 +30,12 @@ slots AS MATERIALIZED (
             LIMIT :key_limit)) AS free
     FROM keys WHERE k IS NOT NULL),
 keyed AS (
-    SELECT j.id, j.priority, j.lease_until, s.free,
+    SELECT j.rowid AS rid, j.priority, j.lease_until, j.id, s.free,
            row_number() OVER (PARTITION BY s.k ORDER BY j.priority DESC, j.lease_until, j.id)
                AS rank
     FROM slots s JOIN leaseq_jobs j
-    ON j.queue = :queue AND j.id IN (
-        SELECT c.id FROM leaseq_jobs c INDEXED BY leaseq_jobs_keyed
+    ON j.rowid IN (
+        SELECT c.rowid FROM leaseq_jobs c INDEXED BY leaseq_jobs_keyed
         WHERE c.queue = :queue AND c.concurrency_key = s.k
           AND c.concurrency_key IS NOT NULL AND c.status IN ('pending', 'processing')
           AND c.attempts < c.max_attempts
@@ -44,22 +44,23 @@ keyed AS (
         LIMIT :key_limit)
     WHERE s.free > 0),
 cand AS (
-    SELECT id, priority, lease_until FROM keyed WHERE rank <= free
+    SELECT rid, priority, lease_until, id FROM keyed WHERE rank <= free
     UNION ALL
-    SELECT id, priority, lease_until FROM (
-        SELECT id, priority, lease_until, concurrency_key FROM leaseq_jobs
+    SELECT rid, priority, lease_until, id FROM (
+        SELECT rowid AS rid, priority, lease_until, id, concurrency_key FROM leaseq_jobs
         WHERE queue = :queue
           AND status IN ('pending', 'processing') AND attempts < max_attempts
           AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
         ORDER BY priority DESC, lease_until, id
         LIMIT :scan)
     WHERE concurrency_key IS NULL)
-UPDATE leaseq_jobs
+UPDATE leaseq_jobs NOT INDEXED  -- by rowid (the planner would otherwise walk a status)
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now}
-WHERE queue = :queue AND id IN (
-    SELECT id FROM cand ORDER BY priority DESC, lease_until, id LIMIT :limit)
+WHERE rowid IN (
+    SELECT rid FROM cand ORDER BY priority DESC, lease_until, id LIMIT :limit)
+  AND queue = :queue
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
 RETURNING *;
