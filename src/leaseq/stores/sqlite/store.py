@@ -42,6 +42,7 @@ from leaseq.limits import NO_LIMITS, ClaimLimits
 from leaseq.stores.base import Store
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
+from leaseq.stores.sqlite.checkpoint import BACKSTOP_PAGES, Checkpointer
 from leaseq.stores.sqlite.enqueue import SQLiteEnqueue
 from leaseq.stores.sqlite.ledger import ScheduleLedger
 from leaseq.stores.sqlite.limited import LimitedClaims
@@ -57,6 +58,9 @@ WAKEUP_POLL_S = 0.002
 
 class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedClaims,
                   SQLStore):
+    #: The thread that checkpoints the WAL of a database file (checkpoint.py); None in memory.
+    _checkpoints: Checkpointer | None = None
+
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -67,6 +71,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite database {path!r}: {exc}") from None
         self.migrate()
+        if path != ":memory:":
+            self._checkpoints = Checkpointer(path)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
@@ -99,6 +105,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         if path != ":memory:":
             conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
         # NORMAL is durable across process crashes in WAL mode (only an OS crash or power
         # loss may roll back the last transactions); FULL costs an fsync per commit.
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -161,6 +168,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
             return schema.migrate(self._conn)
 
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.stop()
         with self._lock:
             self._conn.close()
 
