@@ -18,7 +18,7 @@ from rich.console import Console
 
 from bench import report
 from bench.adapters import COMPETITORS
-from bench.adapters.leaseq import WORKER_MODES, real_worker_available
+from bench.adapters.leaseq import ID_SHAPES, WORKER_MODES, real_worker_available
 from bench.runner import FULL_SET, LIMITED_DRAINS, run_all
 from bench.scenarios import Plan
 from bench.targets import DEFAULT_POSTGRES_URL, kind_of, postgres_reachable
@@ -49,6 +49,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json-out", metavar="PATH", help="where to write the JSON")
     p.add_argument("--worker", choices=WORKER_MODES, default="auto",
                    help="leaseq's drain worker: the real one, or the Queue-API stand-in")
+    p.add_argument("--ids", choices=ID_SHAPES, default="counter",
+                   help="leaseq's job ids: j0, j1, … (default) or random hex, as UUIDs would "
+                        "lie in an index")
     p.add_argument("--concurrency", type=int,
                    help="handler slots per worker process (default: leaseq's worker at its own "
                         "default, the others at 16)")
@@ -81,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     console.log(f"stores: {', '.join(stores)}; systems: {', '.join(systems)}; "
                 f"leaseq worker: {worker}")
     info = report.machine(stores)
-    run = run_all(plan, stores, systems, console, worker, args.scenario)
+    run = run_all(plan, stores, systems, console, worker, args.scenario, args.ids)
     info["leaseq_worker"] = worker
+    info["leaseq_ids"] = args.ids
     info["loadavg_at_end"] = os.getloadavg()
     report.print_tables(run, console, info)
     if args.markdown:

@@ -63,14 +63,15 @@ class Samples:
 
 def run_all(plan: sc.Plan, stores: Sequence[str], systems: Sequence[str],
             console: Console, leaseq_worker: str = "auto",
-            only_scenarios: Sequence[str] | None = None) -> Run:
+            only_scenarios: Sequence[str] | None = None, leaseq_ids: str = "counter") -> Run:
     """Every scenario on every store, its runs taking turns among the systems (run 1 of each,
     then run 2 of each, the first to go moving on by one each time), so that the machine's
     drift over minutes does not land on one system's runs."""
     run = Run(plan)
     for url in stores:
         kind = kind_of(url)
-        factories = {name: (functools.partial(system_class(name), worker=leaseq_worker)
+        factories = {name: (functools.partial(system_class(name), worker=leaseq_worker,
+                                              ids=leaseq_ids)
                             if name == "leaseq" else system_class(name))
                      for name in systems if kind in system_class(name).kinds}
         for scenario in SCENARIOS["leaseq"]:

@@ -14,6 +14,16 @@ WORKER_MODES = ("auto", "leaseq", "queue-api")
 #: What the jobs carry: nothing more (``plain``), a priority each (``priorities``, 10 levels),
 #: or a concurrency key each on a queue with a key limit (``keys``: 10 keys, key_limit 4).
 VARIANTS = ("plain", "priorities", "keys")
+#: How the jobs are named: ``counter`` (``j0``, ``j1``, …: enqueue order, though not the ids'
+#: text order) or ``random`` (eight hex digits in no order, as UUIDs would be; a permutation
+#: of the counter, so every id is still unique).
+ID_SHAPES = ("counter", "random")
+
+
+def job_id(i: int, shape: str = "counter") -> str:
+    if shape == "random":
+        return f"j{(i * 2654435761) % 2**32:08x}"  # Knuth's multiplicative hash: a bijection
+    return f"j{i}"
 
 
 def real_worker_available() -> bool:
@@ -30,13 +40,17 @@ class LeaseqSystem(System):
     kinds = ("sqlite", "postgresql", "mongodb")
     done_means = "status done (store's counts())"
 
-    def __init__(self, target: Target, worker: str = "auto", variant: str = "plain"):
+    def __init__(self, target: Target, worker: str = "auto", variant: str = "plain",
+                 ids: str = "counter"):
         super().__init__(target)
         if worker not in WORKER_MODES:
             raise ValueError(f"worker must be one of {', '.join(WORKER_MODES)}")
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(VARIANTS)}")
+        if ids not in ID_SHAPES:
+            raise ValueError(f"ids must be one of {', '.join(ID_SHAPES)}")
         self.variant = variant
+        self.ids = ids
         if worker == "auto":
             worker = "leaseq" if real_worker_available() else "queue-api"
         self.worker = worker
@@ -66,14 +80,15 @@ class LeaseqSystem(System):
     def enqueue_each(self, first: int, count: int) -> None:
         enqueue = self._queue.enqueue
         for i in range(first, first + count):
-            enqueue(f"j{i}", {"i": i}, task=TASK, **self._extra(i))  # type: ignore[arg-type]
+            enqueue(job_id(i, self.ids), {"i": i}, task=TASK, **self._extra(i))  # type: ignore[arg-type]
 
     def enqueue_bulk(self, first: int, count: int, batch: int) -> None:
         spec = self._queue.spec
         for start in range(first, first + count, batch):
             stop = min(start + batch, first + count)
-            self._queue.enqueue_many([spec(f"j{i}", {"i": i}, task=TASK, **self._extra(i))  # type: ignore[arg-type]
-                                      for i in range(start, stop)])
+            self._queue.enqueue_many([
+                spec(job_id(i, self.ids), {"i": i}, task=TASK, **self._extra(i))  # type: ignore[arg-type]
+                for i in range(start, stop)])
 
     def done_count(self) -> int:
         return self._queue.counts().get("done", 0)
