@@ -58,9 +58,15 @@ def describe(url: str) -> str:
 
 @contextlib.contextmanager
 def fresh(base_url: str, label: str = "run") -> Iterator[Target]:
-    """A new, empty database next to ``base_url``; dropped when the block ends."""
+    """A new, empty database next to ``base_url``; dropped when the block ends.
+
+    Every run starts with the kernel's dirty pages written out (``os.sync``): a run's files
+    (a SQLite database, PostgreSQL's WAL) are written back by the kernel for seconds after
+    it ends, and without this the next run, often another library's, shares the disk with
+    that writeback."""
     name = f"bench_{label}_{uuid.uuid4().hex[:10]}"
     kind = kind_of(base_url)
+    os.sync()
     if kind == "sqlite":
         with _fresh_sqlite(base_url, name) as target:
             yield target
