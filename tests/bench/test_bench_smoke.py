@@ -39,3 +39,24 @@ def test_quick_harness_runs_on_sqlite(tmp_path) -> None:
     assert data["machine"]["python"] == ".".join(map(str, sys.version_info[:3]))
     # And the fresh database files are gone
     assert not [p for p in os.listdir(tmp_path) if p.startswith("bench_")]
+
+
+def test_random_ids_are_unique_and_in_no_order() -> None:
+    from bench.adapters.leaseq import job_id
+
+    ids = [job_id(i, "random") for i in range(100_000)]
+    assert len(set(ids)) == len(ids)
+    assert sorted(ids) != ids
+    assert [job_id(i) for i in range(3)] == ["j0", "j1", "j2"]
+
+
+def test_the_harness_drains_with_random_ids(tmp_path) -> None:
+    from bench.__main__ import main
+
+    out = tmp_path / "bench.json"
+    code = main(["--tiny", "--store", f"sqlite:///{tmp_path}/bench.db", "--json-out", str(out),
+                 "--scenario", "drain", "--ids", "random"])
+    data = json.loads(out.read_text())
+    assert code == 0, data["errors"]
+    assert data["machine"]["leaseq_ids"] == "random"
+    assert data["results"] and all(r["median"] > 0 for r in data["results"])
