@@ -91,6 +91,26 @@ def test_a_database_the_thread_cannot_open_leaves_the_checkpoints_to_the_commits
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="leaseq.stores.sqlite.checkpoint"):
         checkpoints = Checkpointer(str(tmp_path / "missing" / "jobs.db"), every_s=0.01)
-        _until(lambda: not checkpoints.running)
+    assert not checkpoints.running
     assert "stay on the commits" in caplog.text
     checkpoints.stop()
+
+
+def test_the_thread_checkpoints_the_database_the_store_named_after_a_change_of_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a database named by a relative path
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    writer = _wal_with_rows(Path("jobs.db"))
+    # When a checkpointer is made for it and the process then changes directory
+    checkpoints = Checkpointer("jobs.db", every_s=0.01)
+    monkeypatch.chdir(tmp_path / "b")
+    try:
+        _until(lambda: checkpoints.last is not None and checkpoints.last[1] > 0
+               and checkpoints.last[1] == checkpoints.last[2])
+    finally:
+        checkpoints.stop()
+    # Then it checkpointed the first one and made no database in the second directory
+    assert not list((tmp_path / "b").iterdir())
+    writer.close()

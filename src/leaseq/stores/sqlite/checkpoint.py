@@ -42,26 +42,29 @@ class Checkpointer:
         #: What the last checkpoint returned: (busy, frames in the WAL, frames copied).
         self.last: tuple[int, int, int] | None = None
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"leaseq-checkpoint {path}",
-                                         daemon=True)
-        self._thread.start()
+        # Opened here, by the caller, so the path means what it meant to the store (the
+        # thread could start after a change of working directory).
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            log.warning("WAL checkpoints of %s stay on the commits: %s", path, exc)
+            conn = None
+        self._thread = threading.Thread(target=self._run, args=(conn,), daemon=True,
+                                         name=f"leaseq-checkpoint {path}")
+        if conn is not None:
+            self._thread.start()
 
     def stop(self) -> None:
         """End the thread after the checkpoint under way, if any."""
         self._stopped.set()
-        if self._thread is not threading.current_thread():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
-    def _run(self) -> None:
-        try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            log.warning("WAL checkpoints of %s stay on the commits: %s", self.path, exc)
-            return
+    def _run(self, conn: sqlite3.Connection) -> None:
         try:
             while not self._stopped.wait(self.every_s):
                 # PASSIVE never waits for readers or writers (nor calls the busy handler): it
