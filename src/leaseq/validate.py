@@ -38,21 +38,23 @@ def queue_name(name: Any) -> str:
     return name
 
 
-def utf8_size(text: str, invalid: Callable[[], InvalidInput]) -> int:
-    """The size of ``text`` in UTF-8; raises ``invalid()`` for a lone surrogate."""
+def utf8_size(text: str) -> int | None:
+    """The size of ``text`` in UTF-8; None when it holds a lone surrogate (no UTF-8 exists).
+    The caller raises its own error: nothing is built for the error on the common path."""
     if text.isascii():  # one byte per character, and no surrogate
         return len(text)
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        raise invalid() from None
+        return None
 
 
 def job_id(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidJobId("a job id must be a non-empty string")
-    size = len(value) if value.isascii() else utf8_size(value, lambda: InvalidJobId(
-        "a job id must be valid Unicode (no lone surrogates)"))
+    size = utf8_size(value)
+    if size is None:
+        raise InvalidJobId("a job id must be valid Unicode (no lone surrogates)")
     if size > MAX_JOB_ID_BYTES:
         raise InvalidJobId(f"a job id may have at most {MAX_JOB_ID_BYTES} bytes, got {size}")
     if "\x00" in value:
@@ -162,8 +164,9 @@ def canonical_json(value: Any, max_bytes: int, what: str) -> str:
         raise InvalidPayload(f"{what} is not JSON: {str(exc)[:200]}") from None
     except RecursionError:
         raise InvalidPayload(f"{what} is nested too deeply to store") from None
-    size = len(text) if text.isascii() else utf8_size(text, lambda: InvalidPayload(
-        f"{what} holds a string that is not valid Unicode (a lone surrogate)"))
+    size = utf8_size(text)
+    if size is None:
+        raise InvalidPayload(f"{what} holds a string that is not valid Unicode (a lone surrogate)")
     if size > max_bytes:
         raise InvalidPayload(f"{what} is {size} bytes as JSON; the limit is {max_bytes}")
     return text
