@@ -54,7 +54,7 @@ cand AS (
         ORDER BY priority DESC, lease_until, id
         LIMIT :scan)
     WHERE concurrency_key IS NULL)
-UPDATE leaseq_jobs NOT INDEXED  -- by rowid (the planner would otherwise walk a status)
+UPDATE leaseq_jobs NOT INDEXED  -- by rowid (else the planner walks leaseq_jobs_status)
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now}
