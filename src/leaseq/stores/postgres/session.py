@@ -67,7 +67,8 @@ class Session:
         self._pool: ConnectionPool | None = None
         self._generic_pool: ConnectionPool | None = None
         self._generic_lock = threading.Lock()
-        self.watchdog = Watchdog(f"leaseq-pg-watchdog-{options.schema}")
+        self.watchdog = Watchdog(f"leaseq-pg-watchdog-{options.schema}",
+                                 horizon_s=options.call_timeout_s)
         self._checking = False
         self._checking_lock = threading.Lock()
 
