@@ -119,3 +119,12 @@ def test_payload_text_is_kept_exactly(store: PostgresStore) -> None:
     q.enqueue("j1", {"b": "\x00", "a": "é"})
     assert q.get("j1").payload == {"a": "é", "b": "\x00"}
     assert q.enqueue("j1", {"b": "\x00", "a": "é"}).outcome == "unchanged"
+
+
+def test_a_closed_store_refuses_an_enqueue_and_opens_no_pool(schema_url: str) -> None:
+    store = PostgresStore.from_url(schema_url)
+    store.queue("q").enqueue("j1", {})  # the one-job enqueue runs on the second pool
+    store.close()
+    with pytest.raises(StoreUnavailable, match=r"not open|closed"):
+        store.queue("q").enqueue("j2", {})
+    assert store._session._generic_pool is None

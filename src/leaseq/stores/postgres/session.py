@@ -67,6 +67,7 @@ class Session:
         self._pool: ConnectionPool | None = None
         self._generic_pool: ConnectionPool | None = None
         self._generic_lock = threading.Lock()
+        self._closed = False
         self.watchdog = Watchdog(f"leaseq-pg-watchdog-{options.schema}",
                                  horizon_s=options.call_timeout_s)
         self._checking = False
@@ -96,6 +97,7 @@ class Session:
     def close(self) -> None:
         self.watchdog.close()
         with self._generic_lock:
+            self._closed = True
             pools, self._generic_pool = [self._pool, self._generic_pool], None
         for pool in pools:
             if pool is not None:
@@ -139,7 +141,7 @@ class Session:
 
     def _attempt(self, work: Callable[[psycopg.Connection], T], idempotent: bool,
                  autocommit: bool, deadline: float, generic_plans: bool) -> T:
-        pool = self._generic() if generic_plans else self._pool
+        pool = (self._generic_pool or self._generic()) if generic_plans else self._pool
         if pool is None:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
         try:
@@ -152,17 +154,20 @@ class Session:
             if _dead(conn):
                 self._after_error(conn)
                 raise _Retry(psycopg.OperationalError("the server closed the connection"))
-            with self.watchdog.guard(conn, self._call_deadline()):
+            watched = self.watchdog.watch(conn, self._call_deadline())
+            try:
                 if autocommit:
                     return self._statement(conn, work, idempotent)
                 return self._transaction(conn, work, idempotent)
+            finally:
+                self.watchdog.release(watched)
         finally:
             pool.putconn(conn)
 
     def _generic(self) -> ConnectionPool | None:
         """The second pool, opened on first use (most processes never enqueue one by one)."""
         with self._generic_lock:
-            if self._generic_pool is None and self._pool is not None:
+            if self._generic_pool is None and self._pool is not None and not self._closed:
                 options = self._options
                 self._generic_pool = ConnectionPool(
                     self._conninfo, min_size=1, max_size=options.pool_max,
