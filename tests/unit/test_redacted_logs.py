@@ -1,5 +1,5 @@
 """Every log line that shows an exception shows it redacted: the connection and consumer of the
-RabbitMQ delivery, and the dispatcher. Each test makes its site log an error whose
+RabbitMQ delivery, the dispatcher, and the scheduler. Each test makes its site log an error whose
 message holds a URL password and a ``token=``, then reads every captured record as a handler
 would print it (message and any traceback): the secrets are gone, what happened is still said.
 No broker or database server is needed: the sites are called directly, on stand-ins."""
@@ -18,8 +18,9 @@ import leaseq
 from leaseq.delivery.connection import Reconnect, encode, reconnecting
 from leaseq.delivery.consumer import Consumer, _Delivery, _Session
 from leaseq.delivery.dispatcher import Dispatcher
-from leaseq.errors import StoreUnavailable
+from leaseq.errors import LeaseqError, StoreUnavailable
 from leaseq.redact import redact
+from leaseq.scheduler import Scheduler
 
 PASSWORD = "Zq9hunter2canary"
 TOKEN = "tok3nS3cr3tValue"
@@ -187,3 +188,46 @@ def test_an_outbox_the_dispatcher_could_not_prepare_is_logged_redacted(
     # Then it says so, redacted by the queue's app, with its redacted traceback
     assert_redacted(caplog, "could not prepare the outbox of store", f"RuntimeError: {APPS}",
                     "Traceback (most recent call last)")
+
+
+# --- the scheduler ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [StoreUnavailable(MESSAGE), RuntimeError(MESSAGE)],
+                         ids=["store", "unexpected"])
+def test_the_schedulers_loop_logs_its_errors_redacted(
+        app: leaseq.App, error: Exception, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a scheduler whose look at the ledger fails once, and then is stopped
+    stop = threading.Event()
+    scheduler = Scheduler(app)
+
+    def run_once() -> float:
+        stop.set()
+        raise error
+
+    monkeypatch.setattr(scheduler, "run_once", run_once)
+    # When it loops
+    with caplog.at_level(logging.WARNING, logger="leaseq.scheduler"):
+        scheduler.run(stop)
+    # Then the error is logged through the app's redactor
+    text = assert_redacted(caplog, f"{type(error).__name__}: {APPS}", "trying again")
+    # And an unexpected one with its traceback, redacted
+    assert ("Traceback (most recent call last)" in text) == isinstance(error, RuntimeError)
+
+
+def test_a_schedule_whose_look_fails_is_logged_redacted(
+        app: leaseq.App, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a schedule whose look fails
+    scheduler = Scheduler(app)
+
+    def look(*args: Any) -> float:
+        raise LeaseqError(MESSAGE)
+
+    monkeypatch.setattr(scheduler, "_look", look)
+    # When the scheduler runs once
+    with caplog.at_level(logging.WARNING, logger="leaseq.scheduler"):
+        scheduler.run_once()
+    # Then the schedule's failure is logged, redacted by the app's redactor
+    assert_redacted(caplog, f"schedule hourly: LeaseqError: {APPS}")
