@@ -155,9 +155,10 @@ class Worker(LeaseClock, Lifecycle):
             raise InvalidInput("nothing to work on: the app has no tasks and no queue was given")
         self.queues = [app.queue(name) for name in names]
         self.store = app.store
-        self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
+        self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues],
+                                 redact=app.redact)
         if app.schedules and self.config.scheduler:
-            self.metrics.watch_schedules(self.store)
+            self.metrics.watch_schedules(self.store, app.redact)
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
                               on_settled=self._settle)
         self._completer: Completer | None = None

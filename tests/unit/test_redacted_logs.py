@@ -1,5 +1,6 @@
 """Every log line that shows an exception shows it redacted: the connection and consumer of the
-RabbitMQ delivery, the dispatcher, and the scheduler. Each test makes its site log an error whose
+RabbitMQ delivery, the dispatcher, the scheduler, the sweeper loop, the metrics collectors, the
+SQLite checkpointer and the PostgreSQL listener. Each test makes its site log an error whose
 message holds a URL password and a ``token=``, then reads every captured record as a handler
 would print it (message and any traceback): the secrets are gone, what happened is still said.
 No broker or database server is needed: the sites are called directly, on stand-ins."""
@@ -7,20 +8,27 @@ No broker or database server is needed: the sites are called directly, on stand-
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import leaseq
+from leaseq import sweeper
 from leaseq.delivery.connection import Reconnect, encode, reconnecting
 from leaseq.delivery.consumer import Consumer, _Delivery, _Session
 from leaseq.delivery.dispatcher import Dispatcher
 from leaseq.errors import LeaseqError, StoreUnavailable
+from leaseq.metrics import ScheduleCollector
 from leaseq.redact import redact
 from leaseq.scheduler import Scheduler
+from leaseq.stores.postgres.listen import Listener
+from leaseq.stores.sqlite import checkpoint
+from leaseq.worker import Worker
 
 PASSWORD = "Zq9hunter2canary"
 TOKEN = "tok3nS3cr3tValue"
@@ -231,3 +239,123 @@ def test_a_schedule_whose_look_fails_is_logged_redacted(
         scheduler.run_once()
     # Then the schedule's failure is logged, redacted by the app's redactor
     assert_redacted(caplog, f"schedule hourly: LeaseqError: {APPS}")
+
+
+# --- the sweeper loop, the metrics, the stores' own threads ----------------------------------
+
+
+class StoreAway:
+    """A store that is down: the sweep's first call fails (and the loop is then stopped)."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+
+    def prune_workers(self, gone_after_s: float) -> int:
+        self.stop.set()
+        raise StoreUnavailable(MESSAGE)
+
+
+def test_the_sweeper_loop_logs_a_failed_sweep_redacted(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given a store that is away
+    stop = threading.Event()
+    # When the sweeper loop runs
+    with caplog.at_level(logging.WARNING, logger="leaseq.sweeper"):
+        sweeper.run_forever(StoreAway(stop), stop=stop)  # type: ignore[arg-type]
+    # Then the failed sweep is logged, redacted by the built-in redactor (no app here)
+    assert_redacted(caplog, f"sweep failed, will try again in 30 s: StoreUnavailable: {BUILT_IN}")
+
+
+def test_the_workers_metrics_log_an_unreadable_store_with_the_apps_redactor(
+        app: leaseq.App, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a worker's metrics over a store whose counts and ledger cannot be read
+    worker = Worker(app)
+
+    def away(*args: Any) -> Any:
+        raise StoreUnavailable(MESSAGE)
+
+    monkeypatch.setattr(app.store, "counts", away)
+    monkeypatch.setattr(app.store, "schedules", away)
+    # When they are scraped
+    with caplog.at_level(logging.WARNING, logger="leaseq.metrics"):
+        list(worker.metrics.registry.collect())
+    # Then both failures are logged through the app's redactor
+    assert_redacted(caplog, f"cannot read queue gauges from the store: StoreUnavailable: {APPS}",
+                    f"cannot read the schedule ledger: StoreUnavailable: {APPS}")
+
+
+def test_the_schedule_gauges_use_the_built_in_redactor_by_default(
+        app: leaseq.App, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the schedule gauges of a store (``leaseq metrics``: no app) that cannot be read
+    def away() -> Any:
+        raise StoreUnavailable(MESSAGE)
+
+    monkeypatch.setattr(app.store, "schedules", away)
+    # When they are collected
+    with caplog.at_level(logging.WARNING, logger="leaseq.metrics"):
+        list(ScheduleCollector(app.store).collect())
+    # Then the failure is logged, redacted
+    assert_redacted(caplog, f"cannot read the schedule ledger: StoreUnavailable: {BUILT_IN}")
+
+
+def test_a_database_the_checkpointer_cannot_open_is_logged_redacted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a database that SQLite refuses to open, saying something secret
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        raise sqlite3.OperationalError(MESSAGE)
+
+    monkeypatch.setattr(checkpoint.sqlite3, "connect", connect)
+    # When a checkpointer is made for it
+    with caplog.at_level(logging.WARNING, logger="leaseq.stores.sqlite"):
+        checkpoints = checkpoint.Checkpointer(str(tmp_path / "jobs.db"))
+    checkpoints.stop()
+    # Then it says the checkpoints stay on the commits, and why, redacted
+    assert_redacted(caplog, f"stay on the commits: OperationalError: {BUILT_IN}")
+
+
+class FailingConnection:
+    """A connection whose checkpoint fails at once."""
+
+    def execute(self, sql: str) -> Any:
+        raise sqlite3.OperationalError(MESSAGE)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_checkpoint_that_fails_is_logged_redacted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a checkpointer whose connection fails its first checkpoint
+    monkeypatch.setattr(checkpoint.sqlite3, "connect",
+                        lambda *args, **kwargs: FailingConnection())
+    # When its thread runs (no wait between checkpoints) and ends on that failure
+    with caplog.at_level(logging.WARNING, logger="leaseq.stores.sqlite"):
+        checkpoints = checkpoint.Checkpointer(str(tmp_path / "jobs.db"), every_s=0)
+        checkpoints._thread.join()
+    # Then it says the checkpoints are back on the commits, and why, redacted
+    assert_redacted(caplog, f"back on the commits: OperationalError: {BUILT_IN}")
+
+
+def test_a_lost_listen_connection_is_logged_redacted(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a PostgreSQL listener whose LISTEN connection fails, then is stopped on its retry
+    listener = Listener("", "leaseq", threading.Event())
+    calls: list[int] = []
+
+    def listen() -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            listener._stop.set()
+        raise psycopg.OperationalError(f"{MESSAGE}\nDETAIL: a second line")
+
+    monkeypatch.setattr(listener, "_listen", listen)
+    # When its thread's loop runs
+    with caplog.at_level(logging.WARNING, logger="leaseq.stores.postgres"):
+        listener._run()
+    # Then the lost connection is logged once, with the first line of the error, redacted
+    assert_redacted(caplog, f"LISTEN connection lost ({BUILT_IN})")
+    assert len(caplog.records) == 1
