@@ -1,18 +1,17 @@
 """The worker's start, drain and shutdown: its pools and the scheduler thread, the grace
-period and the give-back of what is left, the worker registry's beat, and the stop signals.
-Mixed into ``leaseq.worker.Worker``, whose state it uses."""
+period and the give-back of what is left, the worker registry's beat, and the stop signals
+(their handler lives in ``leaseq.signals``). Mixed into ``leaseq.worker.Worker``, whose state
+it uses."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from leaseq.app import App
 from leaseq.completer import Completer
@@ -22,6 +21,7 @@ from leaseq.job import LeaseLost
 from leaseq.logfields import job_fields, queue_fields
 from leaseq.queue import Queue
 from leaseq.runner import InFlight, LoopThread, Runner
+from leaseq.signals import DrainThenExit
 from leaseq.stores.base import Store
 
 if TYPE_CHECKING:
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leaseq.worker")  # the worker's records, whichever module writes them
 
-#: Exit status after a second stop signal: in-flight jobs are left to their leases.
-EXIT_SECOND_SIGNAL = 130
 SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
 PREFETCH_REASON = "prefetched but not started in time: given back to be taken at once"
 
@@ -50,7 +48,7 @@ class Lifecycle:
     _lock: threading.Lock
     _ready: deque[tuple[float, InFlight]]
     _wake: threading.Event
-    _signals: int
+    _signals: DrainThenExit
     _pool: ThreadPoolExecutor | None
     _finisher: ThreadPoolExecutor | None
     _loop: LoopThread
@@ -154,30 +152,10 @@ class Lifecycle:
             self._completer.close()
 
     def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return nothing
-        # A SIGINT that is ignored (a supervised child, a background job) stays ignored.
-        sigs = [s for s in (signal.SIGTERM, signal.SIGINT)
-                if signal.getsignal(s) is not signal.SIG_IGN]
-        previous = {s: signal.getsignal(s) for s in sigs}
-
-        def on_signal(signum: int, frame: Any) -> None:
-            # No locks here (the main thread may hold them): a counter the loop polls.
-            self._signals += 1
-            if self._signals > 1:
-                os.write(2, b"leaseq: second stop signal, exiting now; in-flight jobs come "
-                            b"back when their leases expire\n")
-                os._exit(EXIT_SECOND_SIGNAL)
-
-        for sig in previous:
-            signal.signal(sig, on_signal)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
-
+        """SIGTERM / SIGINT drain the worker, a second one ends it at once
+        (``leaseq.signals.DrainThenExit``); returns what puts the previous handlers back."""
+        self._signals.install()
+        return self._signals.restore
 
 
 def nothing() -> None:

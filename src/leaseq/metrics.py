@@ -18,7 +18,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from leaseq.errors import LeaseqError
+from leaseq.job import safe_reason
 from leaseq.limits import HeldBack
+from leaseq.redact import Redact, redact
 from leaseq.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -53,11 +55,14 @@ def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSna
 
 class StoreCollector(Collector):
     """Gauges read from the store when scraped, cached for ``refresh_s`` so that frequent
-    scrapes (or several Prometheus servers) cost one round of queries."""
+    scrapes (or several Prometheus servers) cost one round of queries. ``redact`` masks the
+    store errors it logs."""
 
     def __init__(self, store: Store, queues: Callable[[], Sequence[str] | None],
-                 refresh_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+                 refresh_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 redact: Redact = redact):
         self.store = store
+        self.redact = redact
         self.queues = queues
         self.refresh_s = refresh_s
         self.clock = clock
@@ -73,7 +78,8 @@ class StoreCollector(Collector):
                     self._cached = snapshot(self.store, self.queues())
                     self._at = now
                 except LeaseqError as exc:  # keep serving the counters; say why gauges are old
-                    log.warning("metrics: cannot read queue gauges from the store: %s", exc)
+                    log.warning("metrics: cannot read queue gauges from the store: %s",
+                                safe_reason(exc, redact=self.redact))
             return self._cached
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -112,10 +118,11 @@ class StoreCollector(Collector):
 class ScheduleCollector(Collector):
     """Per schedule, from the ledger when scraped: the last tick enqueued, and how late the
     oldest due tick not yet decided is (0 when none is due: the scheduler is keeping up).
-    Inactive schedules are left out."""
+    Inactive schedules are left out. ``redact`` masks the store errors it logs."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, redact: Redact = redact):
         self.store = store
+        self.redact = redact
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from leaseq.scheduler.spec import Schedule
@@ -131,7 +138,8 @@ class ScheduleCollector(Collector):
             states = [s for s in self.store.schedules() if s.active]
             now = self.store.server_now() if states else None
         except LeaseqError as exc:
-            log.warning("metrics: cannot read the schedule ledger: %s", exc)
+            log.warning("metrics: cannot read the schedule ledger: %s",
+                        safe_reason(exc, redact=self.redact))
             states, now = [], None
         for state in states:
             if state.last_tick is not None:
@@ -162,16 +170,17 @@ class Metrics:
                                   buckets=DURATION_BUCKETS_S, registry=self.registry)
 
     def watch_store(self, store: Store, queues: Callable[[], Sequence[str] | None],
-                    refresh_s: float = 5.0) -> None:
+                    refresh_s: float = 5.0, redact: Redact = redact) -> None:
         """Add the ``leaseq_jobs`` / ``leaseq_ready_jobs`` / oldest-age /
         ``leaseq_in_flight_jobs`` / ``leaseq_held_back_jobs`` / ``leaseq_runnable_jobs``
-        gauges."""
-        self.registry.register(StoreCollector(store, queues, refresh_s))
+        gauges; ``redact`` (the app's, where there is one) masks the errors logged when the
+        store cannot be read."""
+        self.registry.register(StoreCollector(store, queues, refresh_s, redact=redact))
 
-    def watch_schedules(self, store: Store) -> None:
+    def watch_schedules(self, store: Store, redact: Redact = redact) -> None:
         """Add the ``leaseq_schedule_last_tick_timestamp`` / ``leaseq_schedule_lag_seconds``
-        gauges."""
-        self.registry.register(ScheduleCollector(store))
+        gauges; ``redact`` as for ``watch_store``."""
+        self.registry.register(ScheduleCollector(store, redact))
 
     def job_finished(self, queue: str, outcome: str, duration_s: float | None) -> None:
         self.processed.labels(queue, outcome).inc()

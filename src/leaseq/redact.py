@@ -20,6 +20,15 @@ what looks like a secret and leaves the rest as it was:
 It is a heuristic on purpose: it cannot know every secret (a password with spaces in it,
 unquoted, loses only its first word), which is why it is pluggable, and why payloads never
 reach an error text that leaseq writes itself.
+
+In the logs, an error is shown by ``leaseq.job.safe_reason`` (its type and message on one line,
+redacted), and never through ``exc_info`` or ``log.exception``: logging's formatter would print
+the exception's message, unredacted, under the traceback. Where the traceback helps an operator
+(an error nobody expected, so the frames say where to look), the line ends with
+``traceback_text``: the same traceback, its frames as they were and each message redacted.
+The app's redactor is used wherever the code has one (a worker, a scheduler, a queue's
+consumer); code that serves no app (a store's own threads, the sweeper command) uses the
+built-in one.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -182,6 +191,22 @@ def guarded(custom: Redact) -> Redact:
         log.warning("the app's redactor failed (%s); the built-in one was used",
                     type(shown).__name__)
         return redact(text)
+
+    return run
+
+
+def combined(redactors: Iterable[Redact]) -> Redact:
+    """One redactor that applies each distinct one of ``redactors`` in turn (the built-in one
+    when there is none): for a text about several queues, whose apps may mask different
+    secrets."""
+    distinct = list({id(r): r for r in redactors}.values())
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else redact
+
+    def run(text: str) -> str:
+        for each in distinct:
+            text = each(text)
+        return text
 
     return run
 

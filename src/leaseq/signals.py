@@ -8,6 +8,11 @@ handler writes to a self-pipe (``signal.set_wakeup_fd``): a loop reads it throug
 ``StopSignals.wait`` or waits on ``fileno()`` beside its own file descriptors, and code that
 takes a ``threading.Event`` gets one from ``stop_event``, set by a watcher thread, an ordinary
 thread where taking a lock is safe.
+
+The worker's main loop stops differently (``DrainThenExit``): its handler only adds one to a
+counter the loop polls, and on the second signal writes a line to stderr and ends the process.
+Neither takes a lock, and the second signal must end a process whose main thread may be stuck
+(in a drain, or in a handler that ignores its grace period), so no thread may be needed to act.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+#: Exit status after a second stop signal: in-flight jobs are left to their leases.
+EXIT_SECOND_SIGNAL = 130
+SECOND_SIGNAL_MESSAGE = (b"leaseq: second stop signal, exiting now; in-flight jobs come back "
+                         b"when their leases expire\n")
 _WAKE = b"\0"  # not a signal number: written by ``interrupt`` to free a waiting thread
 
 
@@ -131,3 +140,47 @@ def _set_when_signalled(stop: StopSignals, event: threading.Event) -> None:
     if stop.wait():
         log.info("stop signal received; stopping")
         event.set()
+
+
+class DrainThenExit:
+    """While installed (``install`` / ``restore``, or ``with``), SIGTERM / SIGINT (or
+    ``signals``) are counted in ``received``, which the worker's loop polls to begin its drain;
+    the second one writes ``SECOND_SIGNAL_MESSAGE`` to stderr and ends the process at once with
+    ``EXIT_SECOND_SIGNAL``. A signal ignored when installed stays ignored; outside the main
+    thread nothing is installed (and ``received`` stays 0)."""
+
+    def __init__(self, signals: Sequence[int] = STOP_SIGNALS):
+        self.signals = tuple(signals)
+        self.received = 0
+        """Stop signals received so far: written by the handler, read by the loop."""
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in self.signals:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def restore(self) -> None:
+        """Put back the handlers ``install`` replaced."""
+        previous, self._previous = self._previous, {}
+        for sig, handler in previous.items():
+            if handler is not None:  # None: a handler installed from C, which we cannot restore
+                signal.signal(sig, handler)
+
+    def __enter__(self) -> DrainThenExit:
+        self.install()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.restore()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # It runs on the main thread between two bytecodes, maybe inside a lock that thread
+        # holds: an int attribute and a raw write to fd 2 take none (print and logging would).
+        self.received += 1
+        if self.received > 1:
+            os.write(2, SECOND_SIGNAL_MESSAGE)
+            os._exit(EXIT_SECOND_SIGNAL)

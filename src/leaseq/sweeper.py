@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from leaseq import validate
 from leaseq.errors import InvalidInput, LeaseqError
+from leaseq.job import safe_reason
 from leaseq.queue import Queue
 from leaseq.stores.base import Store
 
@@ -73,15 +74,17 @@ def run_once(store: Store, config: SweeperConfig | None = None,
 def run_forever(store: Store, config: SweeperConfig | None = None, *,
                 queues: Sequence[str] | None = None, stop: threading.Event | None = None,
                 on_sweep: Callable[[list[SweepResult]], None] | None = None) -> None:
-    """Sweep every ``config.every_s`` until ``stop`` is set. A failed sweep is logged and
-    tried again next time: a database that is briefly away must not end the loop."""
+    """Sweep every ``config.every_s`` until ``stop`` is set. A failed sweep is logged (its
+    error through the built-in redactor: no app here) and tried again next time: a database
+    that is briefly away must not end the loop."""
     config = config or SweeperConfig()
     stop = stop or threading.Event()
     while not stop.is_set():
         try:
             results = run_once(store, config, queues)
         except LeaseqError as exc:
-            log.warning("sweep failed, will try again in %.0f s: %s", config.every_s, exc)
+            log.warning("sweep failed, will try again in %.0f s: %s", config.every_s,
+                        safe_reason(exc))
         else:
             if on_sweep:
                 on_sweep(results)

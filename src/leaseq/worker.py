@@ -41,7 +41,6 @@ from leaseq.job import Job, safe_reason
 from leaseq.lease_clock import ABANDONED_EVENT as ABANDONED_EVENT
 from leaseq.lease_clock import JOURNAL_RETRY_S as JOURNAL_RETRY_S
 from leaseq.lease_clock import LeaseClock
-from leaseq.lifecycle import EXIT_SECOND_SIGNAL as EXIT_SECOND_SIGNAL
 from leaseq.lifecycle import PREFETCH_REASON, Lifecycle
 from leaseq.lifecycle import SHUTDOWN_REASON as SHUTDOWN_REASON
 from leaseq.lifecycle import nothing as _nothing
@@ -51,6 +50,8 @@ from leaseq.prefetch import Prefetch
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
+from leaseq.signals import EXIT_SECOND_SIGNAL as EXIT_SECOND_SIGNAL
+from leaseq.signals import DrainThenExit
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +155,10 @@ class Worker(LeaseClock, Lifecycle):
             raise InvalidInput("nothing to work on: the app has no tasks and no queue was given")
         self.queues = [app.queue(name) for name in names]
         self.store = app.store
-        self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues])
+        self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues],
+                                 redact=app.redact)
         if app.schedules and self.config.scheduler:
-            self.metrics.watch_schedules(self.store)
+            self.metrics.watch_schedules(self.store, app.redact)
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
                               on_settled=self._settle)
         self._completer: Completer | None = None
@@ -179,7 +181,7 @@ class Worker(LeaseClock, Lifecycle):
         self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
                                   self.config.concurrency)
         self._stop = threading.Event()
-        self._signals = 0  # set from signal handlers, which must not take locks
+        self._signals = DrainThenExit()  # counted by the handler, polled by the loop
         self._wake = threading.Event()
         self._rotation = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -199,7 +201,7 @@ class Worker(LeaseClock, Lifecycle):
             self.store.notify_local(queue.name)
 
     def stopping(self, stop_event: threading.Event | None = None) -> bool:
-        return (self._stop.is_set() or self._signals > 0
+        return (self._stop.is_set() or self._signals.received > 0
                 or (stop_event is not None and stop_event.is_set()))
 
     def in_flight(self) -> list[Job]:

@@ -1,4 +1,5 @@
-"""``leaseq.signals``: stop signals wake the loop through a self-pipe; no lock in the handler."""
+"""``leaseq.signals``: stop signals wake the loop through a self-pipe, or (the worker) are
+counted by a handler that exits on the second; no lock in either handler."""
 
 from __future__ import annotations
 
@@ -8,9 +9,21 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from types import FrameType
+from typing import Any
 
-from leaseq.signals import StopSignals, stop_event
+import pytest
+
+from leaseq import signals
+from leaseq.signals import (
+    EXIT_SECOND_SIGNAL,
+    SECOND_SIGNAL_MESSAGE,
+    DrainThenExit,
+    StopSignals,
+    stop_event,
+)
 
 
 def test_a_stop_signal_wakes_the_waiter_and_the_old_handler_comes_back() -> None:
@@ -85,3 +98,118 @@ def test_the_rabbitmq_entry_points_stop_through_the_watcher_thread() -> None:
     own = threading.Event()
     with _stop_on_signals(own) as event:
         assert event is own
+
+
+# --- the worker's handler: a first signal drains, a second exits -------------------------
+
+
+class FakeOs:
+    """Stands in for ``os`` inside ``leaseq.signals``: records the stderr line and the exit."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[int, bytes]] = []
+        self.exited: list[int] = []
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.written.append((fd, data))
+        return len(data)
+
+    def _exit(self, status: int) -> None:
+        self.exited.append(status)
+
+
+def calls_while(send: Callable[[], None]) -> list[str]:
+    """The names of the Python functions and builtins this thread called while ``send`` ran
+    (the signal's handler runs inside it: the signal is sent to this process by this thread)."""
+    names: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            names.append(frame.f_code.co_name)
+        elif event == "c_call":
+            names.append(getattr(arg, "__name__", repr(arg)))
+
+    sys.setprofile(profile)
+    try:
+        send()
+    finally:
+        sys.setprofile(None)
+    return names
+
+
+def test_a_first_stop_signal_is_counted_and_a_second_exits_without_taking_a_lock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the worker's handler installed, with the process's exit recorded instead of taken
+    fake = FakeOs()
+    monkeypatch.setattr(signals, "os", fake)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    with DrainThenExit() as stops:
+        # When a first SIGTERM arrives
+        first = calls_while(lambda: os.kill(os.getpid(), signal.SIGTERM))
+        # Then it is counted for the loop to see, and nothing else happens
+        assert stops.received == 1 and fake.exited == [] and fake.written == []
+        # When a second one (SIGINT) arrives
+        second = calls_while(lambda: os.kill(os.getpid(), signal.SIGINT))
+        # Then the process is told to exit at once with 130, saying why on stderr
+        assert fake.exited == [EXIT_SECOND_SIGNAL] == [130]
+        assert fake.written == [(2, SECOND_SIGNAL_MESSAGE)]
+    # And neither handler took a lock or set an Event (it may run inside a lock the main
+    # thread holds)
+    assert "_on_signal" in first and "_on_signal" in second
+    locking = {"acquire", "release", "__enter__", "__exit__", "set", "wait", "notify",
+               "notify_all", "put", "emit", "handle"}
+    assert not locking & {*first, *second}, (first, second)
+    # And the previous handlers are back
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_the_worker_handler_keeps_an_ignored_signal_ignored() -> None:
+    # Given SIGINT ignored (a supervised child, a job started in the background)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        # When the worker's handler is installed, Then SIGINT stays ignored and SIGTERM is ours
+        with DrainThenExit():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_worker_handler_installs_nothing_outside_the_main_thread() -> None:
+    # Given the worker's handler entered in a thread that is not the main one
+    before = signal.getsignal(signal.SIGTERM)
+    seen: list[object] = []
+
+    def enter() -> None:
+        with DrainThenExit():
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    thread = threading.Thread(target=enter)
+    thread.start()
+    thread.join()
+    # Then the main thread's handler was left as it was
+    assert seen == [before] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_second_stop_signal_ends_a_real_process_with_130() -> None:
+    # Given a process with the worker's handler whose main thread blocks for ever on a lock it
+    # holds itself (a drain that cannot end), and a thread that signals the main thread twice
+    script = textwrap.dedent("""
+        import signal, threading
+        from leaseq.signals import DrainThenExit
+
+        def signal_twice(main):
+            signal.pthread_kill(main, signal.SIGTERM)
+            signal.pthread_kill(main, signal.SIGINT)
+
+        lock = threading.Lock()
+        with DrainThenExit(), lock:
+            threading.Thread(target=signal_twice, args=(threading.get_ident(),)).start()
+            lock.acquire()  # never returns: only the handler can end the process
+    """)
+    # When it runs, Then the second signal ended it at once, with the message on stderr
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == EXIT_SECOND_SIGNAL, done.stderr
+    assert done.stderr == SECOND_SIGNAL_MESSAGE.decode()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from leaseq import App, Permanent
 from leaseq.errors import InvalidInput
 from leaseq.job import safe_reason
-from leaseq.redact import Redactor, redact, redact_tail, traceback_text
+from leaseq.redact import Redactor, combined, redact, redact_tail, traceback_text
 from leaseq.worker import Worker, WorkerConfig
 
 SECRET = "Zq9hunter2canary"
@@ -249,3 +249,19 @@ def test_a_failing_redactor_is_stood_in_for_by_the_built_in_one(
         assert shown == "token=***"
     assert SECRET not in caplog.text and "the app's redactor failed" in caplog.text
     assert App(redact=redact).redact is redact
+
+
+def test_combined_redactors_apply_each_distinct_one_once() -> None:
+    # Given two apps' redactors, one counting its calls
+    calls: list[str] = []
+
+    def hides_host(text: str) -> str:
+        calls.append(text)
+        return text.replace("db.example", "[host]")
+
+    # When they are combined (one given twice), Then a text passes each, the counted one once
+    both = combined([hides_host, redact, hides_host])
+    assert both(f"postgresql://app:{SECRET}@db.example/x") == "postgresql://app:***@[host]/x"
+    assert len(calls) == 1
+    # And one redactor is itself, none is the built-in one
+    assert combined([hides_host]) is hides_host and combined([]) is redact

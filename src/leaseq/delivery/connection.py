@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from leaseq.errors import InvalidURL, LeaseqError, StoreUnavailable
+from leaseq.job import safe_reason
+from leaseq.redact import Redact, redact, traceback_text
 from leaseq.validate import redact_url
 
 if TYPE_CHECKING:
@@ -95,9 +97,10 @@ def session(amqp_url: str, name: str) -> Iterator[BlockingConnection]:
 
 
 def reconnecting(run: Callable[[], None], stop: threading.Event, what: str,
-                 max_backoff_s: float) -> None:
+                 max_backoff_s: float, redact: Redact = redact) -> None:
     """Call ``run`` until ``stop`` is set; after an error that is not ``is_fatal`` wait
-    (0.5 s doubling up to ``max_backoff_s``) and call it again. Fatal errors are raised."""
+    (0.5 s doubling up to ``max_backoff_s``) and call it again. Fatal errors are raised.
+    ``redact`` masks the secrets of the errors it logs."""
     backoff = 0.5
     while not stop.is_set():
         try:
@@ -106,17 +109,19 @@ def reconnecting(run: Callable[[], None], stop: threading.Event, what: str,
         except Exception as exc:
             if is_fatal(exc):
                 raise
-            _log_lost(what, exc, backoff)
+            _log_lost(what, exc, backoff, redact)
             stop.wait(backoff)
             backoff = min(backoff * 2, max_backoff_s)
 
 
-def _log_lost(what: str, exc: Exception, backoff: float) -> None:
-    """One warning per lost session; a traceback only for what is not a known broker or
-    store error (a closed ioloop's ``ValueError``, or a defect worth reading about)."""
+def _log_lost(what: str, exc: Exception, backoff: float, redact: Redact) -> None:
+    """One warning per lost session, the error redacted; its traceback (``traceback_text``,
+    redacted too) only for what is not a known broker or store error (a closed ioloop's
+    ``ValueError``, or a defect worth reading about)."""
     expected = isinstance(exc, (*amqp_errors(), StoreUnavailable))
-    log.warning("%s: session lost (%s: %s); reconnecting in %.1f s", what,
-                type(exc).__name__, str(exc)[:300], backoff, exc_info=not expected)
+    log.warning("%s: session lost (%s); reconnecting in %.1f s%s", what,
+                safe_reason(exc, 300, redact), backoff,
+                "" if expected else "\n" + traceback_text(exc, redact))
 
 
 def encode(queue: str, job_id: str) -> bytes:

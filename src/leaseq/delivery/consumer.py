@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnecting, session
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput
-from leaseq.job import Job, JobStatus, LeaseLost, is_terminal
+from leaseq.job import Job, JobStatus, LeaseLost, is_terminal, safe_reason
 from leaseq.journal import JournalEvent
 from leaseq.logfields import job_fields, queue_fields
+from leaseq.redact import combined, traceback_text
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -116,6 +117,9 @@ class Consumer:
         self.config = config or ConsumerConfig()
         self.worker_id = worker_id or new_worker_id()
         self.declare = declare
+        self.redact = combined(q.redact for q in queues)
+        """Masks the errors the consumer logs about its connection: every queue's redactor
+        (``Queue.redact``, its app's); a delivery's own errors get its queue's."""
         self._busy = 0
         self._lock = threading.Lock()
 
@@ -127,7 +131,7 @@ class Consumer:
         ``TopologyError`` (and any other refusal of leaseq's own) is raised at once."""
         with ThreadPoolExecutor(self.config.concurrency, "leaseq-consumer") as pool:
             reconnecting(lambda: self._session(pool, stop), stop, "consumer",
-                         self.config.max_backoff_s)
+                         self.config.max_backoff_s, self.redact)
 
     def _session(self, pool: ThreadPoolExecutor, stop: threading.Event) -> None:
         with session(self.amqp_url, f"leaseq-consumer {self.worker_id}") as conn:
@@ -190,10 +194,13 @@ class Consumer:
             job, nack, reason = self._process(d)
             self._settle(d, job, nack, reason)
         except BaseException as exc:  # a store error: the message must come back, unacked
-            log.exception("consumer %s: delivery %d of queue %r not settled; reconnecting so "
-                          "RabbitMQ returns it", self.worker_id, d.tag, d.queue,
-                          extra=queue_fields("unsettled", d.queue))
-            d.session.broken = exc if isinstance(exc, amqp_errors()) else Reconnect(str(exc))
+            redact = self.queues[d.queue].redact
+            log.error("consumer %s: delivery %d of queue %r not settled (%s); reconnecting so "
+                      "RabbitMQ returns it\n%s", self.worker_id, d.tag, d.queue,
+                      safe_reason(exc, redact=redact), traceback_text(exc, redact),
+                      extra=queue_fields("unsettled", d.queue))
+            d.session.broken = (exc if isinstance(exc, amqp_errors())
+                                else Reconnect(safe_reason(exc, redact=redact)))
         finally:
             with self._lock:
                 self._busy -= 1
@@ -256,7 +263,8 @@ class Consumer:
             log.warning("consumer %s: %s of delivery %d (job %r) not sent (%s); RabbitMQ will "
                         "redeliver it and the claim will ack it without an effect",
                         self.worker_id, "nack" if nack else "ack", d.tag,
-                        job.id[:200] if job else None, error[0],
+                        job.id[:200] if job else None,
+                        safe_reason(error[0], redact=self.queues[d.queue].redact),
                         extra=job_fields("settle_failed", job) if job
                         else queue_fields("settle_failed", d.queue))
             return
@@ -268,9 +276,11 @@ class Consumer:
                 lease_epoch=job.lease_epoch,
                 worker_id=self.worker_id, reason=("nack requeue=false; " if nack else "ack; ")
                 + reason, data={"redelivered": d.redelivered, "nack": nack})
-        except Exception:  # the ack is out; a missing journal line must not drop the session
-            log.exception("consumer %s: could not journal ack_sent for job %r", self.worker_id,
-                          job.id[:200], extra=job_fields("journal_failed", job))
+        except Exception as exc:  # the ack is out; a missing journal line must not drop it
+            redact = self.queues[d.queue].redact
+            log.error("consumer %s: could not journal ack_sent for job %r (%s)\n%s",
+                      self.worker_id, job.id[:200], safe_reason(exc, redact=redact),
+                      traceback_text(exc, redact), extra=job_fields("journal_failed", job))
 
 
 def _why_not(job: Job | None) -> str:

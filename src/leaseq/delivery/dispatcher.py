@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING
 from leaseq.delivery.connection import CONTENT_TYPE, decode, encode, reconnecting, session
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput, StoreUnavailable
+from leaseq.job import safe_reason
 from leaseq.journal import JournalEvent
+from leaseq.redact import combined, traceback_text
 
 if TYPE_CHECKING:
     from pika import BlockingConnection
@@ -96,6 +98,8 @@ class Dispatcher:
         self.topology = topology or Topology()
         self.config = config or DispatcherConfig()
         self.declare = declare
+        self.redact = combined(q.redact for q in self.queues)
+        """Masks the errors the dispatcher logs: every queue's redactor (its app's)."""
         self._next_reclaim = 0.0
         #: Each store once (several queues may share one), until its outbox is prepared.
         self._unprepared = list({id(q.store): q.store for q in self.queues}.values())
@@ -105,7 +109,7 @@ class Dispatcher:
         store outage raises. ``TopologyError`` is raised at once: a missing dead-letter route
         is an operator's job to fix."""
         reconnecting(lambda: self._session(stop), stop, "dispatcher",
-                     self.config.max_backoff_s)
+                     self.config.max_backoff_s, self.redact)
 
     def _session(self, stop: threading.Event) -> None:
         self._prepare_outboxes()
@@ -140,10 +144,12 @@ class Dispatcher:
                 store.prepare_outbox()
             except StoreUnavailable:
                 raise
-            except Exception:
-                log.warning("dispatcher: could not prepare the outbox of store %s; publishing "
-                            "without it (each round then walks every published job still "
-                            "waiting for a consumer)", store.url, exc_info=True)
+            except Exception as exc:  # the traceback says where; redacted like the reason
+                log.warning("dispatcher: could not prepare the outbox of store %s (%s); "
+                            "publishing without it (each round then walks every published job "
+                            "still waiting for a consumer)\n%s", store.url,
+                            safe_reason(exc, redact=self.redact),
+                            traceback_text(exc, self.redact))
             self._unprepared.pop(0)
 
     def _ensure_topology(self, conn: BlockingConnection) -> None:

@@ -19,10 +19,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from leaseq.errors import InvalidInput, LeaseqError
-from leaseq.job import JobSpec
+from leaseq.job import JobSpec, safe_reason
 from leaseq.journal import OPERATOR
 from leaseq.ledger import ScheduleEvent, ScheduleState, format_tick, schedule_journal_id
 from leaseq.queue import Queue
+from leaseq.redact import traceback_text
 from leaseq.scheduler.plan import plan
 from leaseq.scheduler.spec import Schedule
 from leaseq.stores.base import Store
@@ -102,24 +103,31 @@ class Scheduler:
             try:
                 waits.append(self._look(schedule, now))
             except LeaseqError as exc:
-                log.warning("schedule %s: %s", schedule.name, exc,
+                log.warning("schedule %s: %s", schedule.name, self._why(exc),
                             extra={"action": "schedule_failed", "schedule": schedule.name})
         return max(min(waits), 0.0)
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set; a store that is away is tried again after
-        ``retry_s``."""
+        ``retry_s``. Errors are logged through the app's redactor: a store's on one line, an
+        unexpected one with its traceback (``traceback_text``: each message redacted)."""
         while not stop.is_set():
             try:
                 wait = self.run_once()
             except LeaseqError as exc:
-                log.warning("scheduler: %s; trying again in %.0f s", exc, self.config.retry_s)
+                log.warning("scheduler: %s; trying again in %.0f s", self._why(exc),
+                            self.config.retry_s)
                 wait = self.config.retry_s
-            except Exception:  # a thread that died would stop the ticks without a word
-                log.exception("scheduler: unexpected error; trying again in %.0f s",
-                              self.config.retry_s)
+            except Exception as exc:  # a thread that died would stop the ticks without a word
+                log.error("scheduler: unexpected error (%s); trying again in %.0f s\n%s",
+                          self._why(exc), self.config.retry_s,
+                          traceback_text(exc, self.app.redact))
                 wait = self.config.retry_s
             stop.wait(min(wait + self._rng() * self.config.jitter_s, self.config.max_sleep_s))
+
+    def _why(self, error: BaseException) -> str:
+        """An error as a log line shows it: type and message, with the app's redactor."""
+        return safe_reason(error, redact=self.app.redact)
 
     def _look(self, schedule: Schedule, now: datetime) -> float:
         state = self.store.schedule_state(schedule.name)

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leaseq.redact import redact
 from leaseq.stores.watch import FinishWaiters
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class Listener:
                 if self._stop.is_set():
                     return
                 log.warning("leaseq LISTEN connection lost (%s); retrying in %.1f s",
-                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__, pause)
+                            _first_line(exc), pause)
                 self._stop.wait(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
 
@@ -112,3 +113,10 @@ class Listener:
         if self._want_finishes and self._finish_channel and not self._finishes_heard.is_set():
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._finish_channel)))
             self._finishes_heard.set()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of the error's message, redacted (built-in: a store serves no app), or
+    its type when it has none. psycopg's message may quote the connection that failed."""
+    lines = str(exc).splitlines()
+    return redact(lines[0]) if lines and lines[0] else type(exc).__name__

@@ -22,6 +22,8 @@ import logging
 import sqlite3
 import threading
 
+from leaseq.job import safe_reason
+
 log = logging.getLogger(__name__)
 
 #: How often the thread checkpoints the WAL. A passive checkpoint with nothing to copy costs
@@ -47,7 +49,8 @@ class Checkpointer:
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            log.warning("WAL checkpoints of %s stay on the commits: %s", path, exc)
+            log.warning("WAL checkpoints of %s stay on the commits: %s", path,
+                        safe_reason(exc))
             conn = None
         self._thread = threading.Thread(target=self._run, args=(conn,), daemon=True,
                                          name=f"leaseq-checkpoint {path}")
@@ -71,6 +74,7 @@ class Checkpointer:
                 # copies what it can and leaves the rest for the next turn.
                 self.last = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error as exc:  # the database went away, or its disk failed
-            log.warning("WAL checkpoints of %s back on the commits: %s", self.path, exc)
+            log.warning("WAL checkpoints of %s back on the commits: %s", self.path,
+                        safe_reason(exc))
         finally:
             conn.close()
