@@ -59,12 +59,11 @@ class AsyncQueueMethods:
         specs = [j if isinstance(j, JobSpec) else self._spec_from_dict(j) for j in jobs]
         return await self._aenqueue(specs, on_conflict, connection) if specs else []
 
-    async def _aenqueue(self, specs: Sequence[JobSpec], on_conflict: str,
+    async def _aenqueue(self, specs: Sequence[JobSpec], on_conflict: OnConflict,
                         connection: Any) -> list[EnqueueResult]:
         if on_conflict not in _ON_CONFLICT:
             raise InvalidInput(f"on_conflict must be one of {', '.join(_ON_CONFLICT)}")
-        results = await self.store.aenqueue_many(self.name, specs, on_conflict,  # type: ignore[arg-type]
-                                                 connection)
+        results = await self.store.aenqueue_many(self.name, specs, on_conflict, connection)
         if connection is None:  # in a caller's transaction the job is visible only at commit
             self.store.notify_local(self.name)
         return results
