@@ -126,7 +126,7 @@ class DjangoSQLiteStore(SQLiteStore):
         # One connection per thread (Django's), so nothing to serialise in this process; a
         # shared lock would even deadlock a thread waiting on SQLite's write lock with one
         # holding it inside atomic().
-        self._lock = nullcontext()  # type: ignore[assignment]
+        self._lock = nullcontext()
         if not in_atomic(alias):  # inside atomic() (a TestCase): Django's migration made them
             self.migrate()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -45,7 +44,7 @@ _FAR = 1e300
 class SQLiteOperatorTools:
     """The operators' primitives of the store protocol (see ``leaseq.stores.base``)."""
 
-    _lock: threading.RLock
+    _lock: AbstractContextManager[Any]  # an RLock; DjangoSQLiteStore's a nullcontext
     _read: Callable[..., list[dict[str, Any]]]
     _rows: Callable[..., list[dict[str, Any]]]
     _tx: Callable[..., AbstractContextManager[sqlite3.Connection]]
