@@ -139,7 +139,7 @@ class PostgresOperatorTools:
             return Count(n)
         with psycopg.ClientCursor(conn) as cur:
             cur.execute(self.queries["estimate_status"], {"queue": queue, "status": status})
-            plan = cur.fetchone()[0]  # type: ignore[index]
+            plan = cur.fetchall()[0][0]  # EXPLAIN answers one row
         estimate = int(plan[0]["Plan"]["Plan Rows"])
         return Count(max(estimate, cap), exact=False, estimated=True)
 
