@@ -59,7 +59,8 @@ class DjangoStore(Store):
     vendor (``DjangoPostgresStore`` or ``DjangoSQLiteStore``)."""
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> Store:  # type: ignore[override]
+    def from_url(  # type: ignore[override]  # the vendor's store, not a DjangoStore
+            cls, url: str, **options: Any) -> Store:
         alias, query = parse_django_url(url)
         vendor = connections[alias].vendor
         if vendor == "postgresql":

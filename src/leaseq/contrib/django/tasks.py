@@ -91,6 +91,7 @@ class LeaseqBackend(BaseTaskBackend):
         self.app.enqueue(RUNNER_PREFIX + task.queue_name, payload, job_id=job_id,
                          delay_s=_delay_s(task.run_after))
         job = self.app.queue(task.queue_name).get(job_id)
+        # not None: enqueued just above
         return self._result(task, job, job_id)  # type: ignore[arg-type]
 
     def get_result(self, result_id: str) -> TaskResult:
