@@ -40,31 +40,33 @@ class AsyncQueueMethods:
     store: Store
     name: str
 
-    async def aenqueue(self: Queue, job_id: str, payload: Mapping[str, Any], *,  # type: ignore[misc]
-                       task: str | None = None, revision: str | None = None,
-                       delay_s: float = 0, max_attempts: int | None = None,
-                       priority: int = 0, concurrency_key: str | None = None,
-                       on_conflict: OnConflict = "raise", connection: Any = None
-                       ) -> EnqueueResult:
+    # self: Queue, the host, so the body is checked in full (mypy wants the mixin's supertype)
+    async def aenqueue(self: Queue, job_id: str,  # type: ignore[misc]
+                       payload: Mapping[str, Any], *, task: str | None = None,
+                       revision: str | None = None, delay_s: float = 0,
+                       max_attempts: int | None = None, priority: int = 0,
+                       concurrency_key: str | None = None, on_conflict: OnConflict = "raise",
+                       connection: Any = None) -> EnqueueResult:
         """``enqueue`` for asyncio callers; ``connection=``: the caller's async connection."""
         spec = self.spec(job_id, payload, task=task, revision=revision, delay_s=delay_s,
                          max_attempts=max_attempts, priority=priority,
                          concurrency_key=concurrency_key)
         return (await self._aenqueue([spec], on_conflict, connection))[0]
 
-    async def aenqueue_many(self: Queue, jobs: Iterable[JobSpec | Mapping[str, Any]], *,  # type: ignore[misc]
+    # self: Queue, the host, so the body is checked in full (mypy wants the mixin's supertype)
+    async def aenqueue_many(self: Queue,  # type: ignore[misc]
+                            jobs: Iterable[JobSpec | Mapping[str, Any]], *,
                             on_conflict: OnConflict = "raise", connection: Any = None
                             ) -> list[EnqueueResult]:
         """``enqueue_many`` for asyncio callers: one transaction, all validated first."""
         specs = [j if isinstance(j, JobSpec) else self._spec_from_dict(j) for j in jobs]
         return await self._aenqueue(specs, on_conflict, connection) if specs else []
 
-    async def _aenqueue(self, specs: Sequence[JobSpec], on_conflict: str,
+    async def _aenqueue(self, specs: Sequence[JobSpec], on_conflict: OnConflict,
                         connection: Any) -> list[EnqueueResult]:
         if on_conflict not in _ON_CONFLICT:
             raise InvalidInput(f"on_conflict must be one of {', '.join(_ON_CONFLICT)}")
-        results = await self.store.aenqueue_many(self.name, specs, on_conflict,  # type: ignore[arg-type]
-                                                 connection)
+        results = await self.store.aenqueue_many(self.name, specs, on_conflict, connection)
         if connection is None:  # in a caller's transaction the job is visible only at commit
             self.store.notify_local(self.name)
         return results
@@ -136,6 +138,7 @@ class AsyncQueueMethods:
 class AsyncTaskMethods:
     """``Task``'s coroutine twins (mixed into ``Task``)."""
 
+    # self: Task, the host, so the body is checked in full (mypy wants the mixin's supertype)
     async def aenqueue(self: Task, *args: Any, job_id: str | None = None,  # type: ignore[misc]
                        revision: str | None = None, delay_s: float = 0,
                        priority: int | None = None, concurrency_key: str | None = None,
@@ -148,6 +151,7 @@ class AsyncTaskMethods:
                                            concurrency_key=concurrency_key,
                                            on_conflict=on_conflict, connection=connection)
 
+    # self: Task, the host, so the body is checked in full (mypy wants the mixin's supertype)
     async def aenqueue_payload(self: Task, payload: dict[str, Any], *,  # type: ignore[misc]
                                job_id: str | None = None, revision: str | None = None,
                                delay_s: float = 0, priority: int | None = None,
@@ -165,6 +169,7 @@ class AsyncTaskMethods:
 class AsyncAppMethods:
     """``App``'s coroutine twins (mixed into ``App``)."""
 
+    # self: App, the host, so the body is checked in full (mypy wants the mixin's supertype)
     async def aenqueue(self: App, task: str | Task,  # type: ignore[misc]
                        payload: Mapping[str, Any] | None = None, **options: Any
                        ) -> EnqueueResult:

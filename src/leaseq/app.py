@@ -32,7 +32,7 @@ from leaseq.job import EnqueueResult, Job, JobSpec, OnConflict
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
 from leaseq.redact import Redact, guarded, redact
-from leaseq.scheduler.spec import TICK_PARAM, Schedule
+from leaseq.scheduler.spec import TICK_PARAM, CatchUp, Overlap, Schedule
 from leaseq.stores import connect
 from leaseq.stores.base import Store
 
@@ -181,8 +181,8 @@ class App(AsyncAppMethods):
 
     def periodic(self, func: Callable[..., Any] | None = None, *, cron: str | None = None,
                  every_s: float | None = None, timezone: str = "UTC",
-                 catch_up: str = "latest", max_catch_up: int = 100,
-                 payload: Mapping[str, Any] | None = None, overlap: str = "allow",
+                 catch_up: CatchUp = "latest", max_catch_up: int = 100,
+                 payload: Mapping[str, Any] | None = None, overlap: Overlap = "allow",
                  schedule_name: str | None = None, **task_options: Any) -> Any:
         """Register a task and its schedule: ``@app.periodic(cron="0 3 * * *",
         timezone="Europe/Kyiv")`` or ``@app.periodic(every_s=60)``. Takes every ``@app.task``
@@ -198,9 +198,10 @@ class App(AsyncAppMethods):
         return register(func) if func is not None else register
 
     def schedule(self, name: str, task: str | Task, *, cron: str | None = None,
-                 every_s: float | None = None, timezone: str = "UTC", catch_up: str = "latest",
-                 max_catch_up: int = 100, payload: Mapping[str, Any] | None = None,
-                 overlap: str = "allow") -> Schedule:
+                 every_s: float | None = None, timezone: str = "UTC",
+                 catch_up: CatchUp = "latest", max_catch_up: int = 100,
+                 payload: Mapping[str, Any] | None = None, overlap: Overlap = "allow"
+                 ) -> Schedule:
         """Schedule a registered task: ``app.schedule("sync-drive", sync_drive, every_s=300,
         payload={"drive": "main"})``. The payload is checked against the task's signature now;
         a task with a ``tick`` parameter receives each tick as an aware datetime."""
@@ -212,8 +213,8 @@ class App(AsyncAppMethods):
         takes_tick = TICK_PARAM in found.signature.params
         schedule = Schedule(
             name=name, task=found.name, queue=found.queue, cron=cron, every_s=every_s,
-            timezone=timezone, catch_up=catch_up, max_catch_up=max_catch_up,  # type: ignore[arg-type]
-            payload=dict(payload or {}), overlap=overlap,  # type: ignore[arg-type]
+            timezone=timezone, catch_up=catch_up, max_catch_up=max_catch_up,
+            payload=dict(payload or {}), overlap=overlap,
             max_attempts=found.policy.max_attempts, takes_tick=takes_tick)
         example = schedule.tick_payload(datetime.now(UTC))  # a tick only for the checks
         found.signature.check(example)

@@ -111,7 +111,9 @@ class TickAdvance:
                     {"tick": format_tick(tick), "running": self.running})
                    for tick in self.skipped]
         if self.missed:
-            first, last = format_tick(self.missed_first), format_tick(self.missed_last)  # type: ignore[arg-type]
+            ends = self.missed_first, self.missed_last
+            # both set when missed is: the plan takes all three from one Due
+            first, last = map(format_tick, ends)  # type: ignore[arg-type]
             entries.append((ScheduleEvent.TICKS_MISSED.value,
                             f"catch-up policy dropped {self.missed} tick(s), {first} to {last}",
                             {"count": self.missed, "first": first, "last": last}))

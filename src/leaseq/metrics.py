@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -22,6 +24,9 @@ from leaseq.job import safe_reason
 from leaseq.limits import HeldBack
 from leaseq.redact import Redact, redact
 from leaseq.stores.base import Store
+
+if TYPE_CHECKING:
+    from leaseq.ledger import ScheduleState
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +130,6 @@ class ScheduleCollector(Collector):
         self.redact = redact
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from leaseq.scheduler.spec import Schedule
-
         last = GaugeMetricFamily("leaseq_schedule_last_tick_timestamp",
                                  "Unix time of the schedule's last tick enqueued.",
                                  labels=["schedule"])
@@ -141,6 +144,15 @@ class ScheduleCollector(Collector):
             log.warning("metrics: cannot read the schedule ledger: %s",
                         safe_reason(exc, redact=self.redact))
             states, now = [], None
+        if now is not None:  # None: no active schedule, or the ledger could not be read
+            self._measure(states, now, last, lag)
+        yield from (last, lag)
+
+    @staticmethod
+    def _measure(states: list[ScheduleState], now: datetime, last: GaugeMetricFamily,
+                 lag: GaugeMetricFamily) -> None:
+        from leaseq.scheduler.spec import Schedule
+
         for state in states:
             if state.last_tick is not None:
                 last.add_metric([state.name], state.last_tick.timestamp())
@@ -149,9 +161,8 @@ class ScheduleCollector(Collector):
                     state.cursor)
             except LeaseqError:  # a spec this process cannot read (another version's zone)
                 continue
-            late = 0.0 if state.paused else (now - due).total_seconds()  # type: ignore[operator]
+            late = 0.0 if state.paused else (now - due).total_seconds()
             lag.add_metric([state.name], max(late, 0.0))
-        yield from (last, lag)
 
 
 class Metrics:

@@ -64,12 +64,14 @@ class QueuePolicy:
             _check_int(self.key_limit, "key_limit", 1, 1_000_000)
         if self.rate_per_s is not None:
             _check_int(self.rate_per_s, "rate_per_s", 1, MAX_RATE_PER_S)
-        if self.heartbeat_every_s is None:
-            object.__setattr__(self, "heartbeat_every_s", self.lease_s / 3)
-        _check_number(self.heartbeat_every_s, "heartbeat_every_s", 0.001)
-        if self.heartbeat_every_s >= self.lease_s:  # type: ignore[operator]  # set just above
+        every_s = self.heartbeat_every_s
+        if every_s is None:
+            every_s = self.lease_s / 3
+            object.__setattr__(self, "heartbeat_every_s", every_s)
+        _check_number(every_s, "heartbeat_every_s", 0.001)
+        if every_s >= self.lease_s:
             raise InvalidPolicy(
-                f"heartbeat_every_s ({self.heartbeat_every_s}) must be shorter than "
+                f"heartbeat_every_s ({every_s}) must be shorter than "
                 f"lease_s ({self.lease_s}), or every lease would lapse between beats"
             )
 

@@ -188,6 +188,7 @@ class Runner:
                     item.finished = True
         if handed is not None:
             # Outside the item's lock: after ``close`` the completer answers in this thread.
+            # (Not None: ``_hand_over`` hands nothing over without a completer.)
             self.completer.submit(item.queue, item.job.lease, *handed,  # type: ignore[union-attr]
                                   lambda answer: self._completed(item, ran, answer))
             return COMPLETING

@@ -389,7 +389,8 @@ class Worker(LeaseClock, Lifecycle):
             future.add_done_callback(functools.partial(self._landed, item))
         else:
             item.future = Future()
-            self._pool.submit(self._run_slot, item)  # type: ignore[union-attr]
+            assert self._pool is not None  # made by _start, before the first claim
+            self._pool.submit(self._run_slot, item)
 
     def _run_slot(self, item: InFlight | None) -> None:
         """A pool thread's turn with one slot: run the sync handler, land it, and go on with the

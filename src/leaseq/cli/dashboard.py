@@ -37,8 +37,8 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
     store = open_store(url)
     permissions = "read_only" if read_only else "all"
     auth: BasicAuth | LoginToken
-    if user is not None:
-        auth = BasicAuth({user: password})  # type: ignore[dict-item]
+    if user is not None and password is not None:
+        auth = BasicAuth({user: password})
     elif _loopback(host):
         auth = LoginToken(secrets.token_urlsafe(24))
         where = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL

@@ -41,8 +41,10 @@ def schedules(ctx: click.Context, url: str | None, as_json: bool) -> None:
 
 def _rows(store: Store) -> list[dict[str, Any]]:
     states = store.schedules()
-    now = store.server_now() if states else None
-    return [_row(store, state, now) for state in states]  # type: ignore[arg-type]
+    if not states:
+        return []  # the store's clock is read only when there is a schedule to show
+    now = store.server_now()
+    return [_row(store, state, now) for state in states]
 
 
 def _row(store: Store, state: ScheduleState, now: datetime) -> dict[str, Any]:

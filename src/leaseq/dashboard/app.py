@@ -211,9 +211,10 @@ class Dashboard:
         return self.render(request, access, "health.html", report=report)
 
     def schedules(self, request: Request, access: Access) -> Response:
-        states = self.store.schedules()
-        now = self.store.server_now() if states else None
-        rows = [schedule_row(state, now) for state in states]  # type: ignore[arg-type]
+        rows: list[dict[str, Any]] = []
+        if states := self.store.schedules():  # the clock is read only for a schedule to show
+            now = self.store.server_now()
+            rows = [schedule_row(state, now) for state in states]
         return self.render(request, access, "schedules.html", rows=rows)
 
     def no_login(self, request: Request, access: Access) -> Response:
@@ -303,8 +304,8 @@ def schedule_row(state: ScheduleState, now: datetime) -> dict[str, Any]:
                                                          state.spec_json)
     except LeaseqError:  # written by another version of the code: show what is known
         schedule = None
-    firing = schedule is not None and state.active and not state.paused
-    upcoming = schedule.next_after(max(state.cursor, now)) if firing else None  # type: ignore[union-attr]
+    firing = state.active and not state.paused
+    upcoming = schedule.next_after(max(state.cursor, now)) if schedule and firing else None
     return {"name": state.name, "queue": state.queue,
             "spec": schedule.describe() if schedule else "?",
             "timezone": schedule.timezone if schedule else "?",

@@ -143,7 +143,7 @@ class Schedule:
     def due(self, cursor: datetime, now: datetime, keep: int) -> Due:
         """Ticks in (cursor, now]: the latest ``keep`` of them, and how many before those."""
         if self.every_s is not None:
-            return self._due_every(cursor, now, keep)
+            return self._due_every(self.every_s, cursor, now, keep)
         kept: deque[datetime] = deque()
         dropped: list[datetime] = []  # only the first and the last are kept
         for tick in self.ticks_after(cursor):
@@ -161,9 +161,10 @@ class Schedule:
         return sum(1 for _ in itertools.takewhile(lambda t: t <= last,
                                                   self.ticks_after(cursor)))
 
-    def _due_every(self, cursor: datetime, now: datetime, keep: int) -> Due:
+    @staticmethod
+    def _due_every(every_s: float, cursor: datetime, now: datetime, keep: int) -> Due:
         """Arithmetic, not iteration: a long outage of an every-second schedule is cheap."""
-        step_ms = round(self.every_s * 1000)  # type: ignore[operator]
+        step_ms = round(every_s * 1000)
         first_n, last_n = _epoch_ms(cursor) // step_ms + 1, _epoch_ms(now) // step_ms
         count = max(last_n - first_n + 1, 0)
         kept_from = max(first_n, last_n - keep + 1)

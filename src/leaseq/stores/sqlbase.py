@@ -6,9 +6,9 @@ Both stores hold the same tables and answer the same named read queries (``now``
 are written here once, on two hooks a store supplies:
 
 * ``_read(name, **params)``: run one of its named read queries, the rows as dicts;
-* ``_time(value)`` and ``_json(value)``: decode what its driver hands back in the database's
-  own types (SQLite: Unix seconds and JSON text; PostgreSQL: ``timestamptz`` and ``json``,
-  which psycopg decodes itself).
+* ``_time(value)``, ``_stamp(value)`` and ``_json(value)``: decode what its driver hands back
+  in the database's own types (SQLite: Unix seconds and JSON text; PostgreSQL:
+  ``timestamptz`` and ``json``, which psycopg decodes itself).
 
 The writes stay in each store: what is atomic, and how, is each database's own.
 """
@@ -39,6 +39,11 @@ class SQLStore(Store):
 
     @staticmethod
     @abc.abstractmethod
+    def _stamp(value: Any) -> datetime:
+        """A NOT NULL timestamp column as a timezone-aware UTC datetime."""
+
+    @staticmethod
+    @abc.abstractmethod
     def _json(value: Any) -> Any:
         """A JSON column as Python values; NULL as None."""
 
@@ -63,7 +68,7 @@ class SQLStore(Store):
     @classmethod
     def _entry(cls, row: dict[str, Any]) -> JournalEntry:
         return JournalEntry(
-            at=cls._time(row["at"]), job_id=row["job_id"],  # type: ignore[arg-type]  # at is NOT NULL
+            at=cls._stamp(row["at"]), job_id=row["job_id"],
             event=row["event"], attempt=row["attempt"], lease_epoch=row["lease_epoch"],
             worker_id=row["worker_id"], reason=row["reason"], data=cls._json(row["data"]),
         )
@@ -71,7 +76,7 @@ class SQLStore(Store):
     # --- set-up -----------------------------------------------------------------------------
 
     def server_now(self) -> datetime:
-        return self._time(self._read("now")[0]["now"])  # type: ignore[return-value]  # never NULL
+        return self._stamp(self._read("now")[0]["now"])
 
     def queues(self) -> list[str]:
         return [r["queue"] for r in self._read("queues")]

@@ -59,7 +59,8 @@ class DjangoStore(Store):
     vendor (``DjangoPostgresStore`` or ``DjangoSQLiteStore``)."""
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> Store:  # type: ignore[override]
+    def from_url(  # type: ignore[override]  # the vendor's store, not a DjangoStore
+            cls, url: str, **options: Any) -> Store:
         alias, query = parse_django_url(url)
         vendor = connections[alias].vendor
         if vendor == "postgresql":
@@ -126,7 +127,7 @@ class DjangoSQLiteStore(SQLiteStore):
         # One connection per thread (Django's), so nothing to serialise in this process; a
         # shared lock would even deadlock a thread waiting on SQLite's write lock with one
         # holding it inside atomic().
-        self._lock = nullcontext()  # type: ignore[assignment]
+        self._lock = nullcontext()
         if not in_atomic(alias):  # inside atomic() (a TestCase): Django's migration made them
             self.migrate()
 

@@ -26,13 +26,12 @@ from django_tasks.base import Task, TaskError
 from django_tasks.exceptions import TaskResultDoesNotExist
 
 from leaseq.app import App
-from leaseq.job import Job, Permanent
-from leaseq.job import JobStatus as S
+from leaseq.job import Job, JobStatus, Permanent
 
 RUNNER_PREFIX = "django_tasks:"
-_STATUSES: dict[str, Any] = {S.PENDING: TaskResultStatus.READY,
-                              S.PROCESSING: TaskResultStatus.RUNNING,
-                              S.DONE: TaskResultStatus.SUCCESSFUL}
+_STATUSES: dict[str, Any] = {JobStatus.PENDING: TaskResultStatus.READY,
+                              JobStatus.PROCESSING: TaskResultStatus.RUNNING,
+                              JobStatus.DONE: TaskResultStatus.SUCCESSFUL}
 
 
 def run_django_task(path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -91,6 +90,7 @@ class LeaseqBackend(BaseTaskBackend):
         self.app.enqueue(RUNNER_PREFIX + task.queue_name, payload, job_id=job_id,
                          delay_s=_delay_s(task.run_after))
         job = self.app.queue(task.queue_name).get(job_id)
+        # not None: enqueued just above
         return self._result(task, job, job_id)  # type: ignore[arg-type]
 
     def get_result(self, result_id: str) -> TaskResult:
@@ -102,7 +102,7 @@ class LeaseqBackend(BaseTaskBackend):
         raise TaskResultDoesNotExist(result_id)
 
     def _result(self, task: Task, job: Job, job_id: str) -> TaskResult:
-        finished = job.status not in (S.PENDING, S.PROCESSING)
+        finished = job.status not in (JobStatus.PENDING, JobStatus.PROCESSING)
         result: TaskResult = TaskResult(
             task=task, id=job_id, status=_STATUSES.get(job.status, TaskResultStatus.FAILED),
             enqueued_at=job.created_at, started_at=job.updated_at if job.attempts else None,
@@ -110,7 +110,7 @@ class LeaseqBackend(BaseTaskBackend):
             finished_at=job.updated_at if finished else None,
             args=job.payload["args"], kwargs=job.payload["kwargs"], backend=self.alias,
             errors=_errors(job), worker_ids=[job.worker_id] if job.worker_id else [])
-        if job.status == S.DONE:
+        if job.status == JobStatus.DONE:
             object.__setattr__(result, "_return_value", job.result)
         return result
 
@@ -122,7 +122,7 @@ def _delay_s(run_after: datetime | None) -> float:
 
 
 def _errors(job: Job) -> list[TaskError]:
-    if not job.error or job.status in (S.PENDING, S.DONE):
+    if not job.error or job.status in (JobStatus.PENDING, JobStatus.DONE):
         return []
     text = job.error.removeprefix("Permanent: ")
     path = text.split(":", 1)[0] if ":" in text else "builtins.Exception"

@@ -32,6 +32,7 @@ class DjangoWorker(Worker):
             finally:
                 close_old_connections()
 
+        # This worker's own Runner, wrapped in place: Runner has no hook around a sync job
         self._runner.run_sync = run_with_fresh_connections  # type: ignore[method-assign]
 
 

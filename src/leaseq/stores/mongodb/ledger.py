@@ -177,9 +177,11 @@ def _state(doc: Mapping[str, Any]) -> ScheduleState:
     intent = doc.get("intent") or {}
     return ScheduleState(
         name=doc["_id"], queue=doc["queue"], spec_json=doc["spec"],
+        # a date: register writes the cursor and advance only moves it
         cursor=records.dt(doc["cursor"]), version=int(doc["version"]),  # type: ignore[arg-type]
         last_tick=records.dt(doc.get("last_tick")), last_job_id=doc.get("last_job_id"),
         skipped=int(doc.get("skipped") or 0), paused=bool(doc.get("paused")),
         active=bool(doc.get("active", True)), updated_at=records.dt(doc.get("updated_at")),
+        # a date: _intent_job writes each job's tick
         intent=tuple((records.dt(j["tick"]), _spec(j))  # type: ignore[misc]
                      for j in intent.get("jobs", ())))

@@ -139,8 +139,9 @@ class OperatorTools(OffsetClock):
         now = self.server_now()
         since = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
         rows = self._journal.aggregate(hourly(queue, since))
-        return [HourlyCount(records.dt(r["_id"]["hour"]), r["_id"]["event"],  # type: ignore[arg-type]
-                            int(r["n"])) for r in rows]
+        # a date: $dateTrunc makes each group's hour from the entry's at
+        return [HourlyCount(records.dt(r["_id"]["hour"]),  # type: ignore[arg-type]
+                            r["_id"]["event"], int(r["n"])) for r in rows]
 
     # --- bounded counts -------------------------------------------------------------------
 
@@ -182,9 +183,10 @@ class OperatorTools(OffsetClock):
     @guarded
     def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
         docs = self._workers.find({}, sort=[("_id", 1)], limit=limit)
+        # dates: every beat() upsert writes last_beat_at, and started_at when it is missing
         return [WorkerInfo(d["_id"], list(d.get("queues") or []), int(d.get("in_flight") or 0),
-                           records.dt(d.get("started_at")),  # type: ignore[arg-type]
-                           records.dt(d.get("last_beat_at")))  # type: ignore[arg-type]
+                           records.dt(d.get("started_at")),  # type: ignore[arg-type]  # beat()
+                           records.dt(d.get("last_beat_at")))  # type: ignore[arg-type]  # beat()
                 for d in docs]
 
     @guarded

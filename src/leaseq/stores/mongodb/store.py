@@ -177,7 +177,8 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
     @guarded
     def server_now(self) -> Any:
         local = records.dt(self._db.command("hello")["localTime"])
-        return local + timedelta(seconds=self._off)  # type: ignore[operator]  # hello has it
+        # not None: hello always answers localTime, a date
+        return local + timedelta(seconds=self._off)  # type: ignore[operator]
 
     @guarded
     def queues(self) -> list[str]:

@@ -104,7 +104,7 @@ def _schedule(row: dict[str, Any]) -> ScheduleState:
     return ScheduleState(
         name=row["name"], queue=row["queue"], spec_json=row["spec"],
         # cursor is NOT NULL
-        cursor=_utc(row["cursor"]), version=row["version"],  # type: ignore[arg-type]
+        cursor=row["cursor"].astimezone(UTC), version=row["version"],
         last_tick=_utc(row["last_tick"]), last_job_id=row["last_job_id"],
         skipped=row["skipped"], paused=row["paused"], active=row["active"],
         updated_at=_utc(row["updated_at"]))

@@ -62,6 +62,7 @@ class PostgresOperatorTools:
     _notify: Callable[..., None]
     _job: Callable[[dict[str, Any]], Job]
     _time: Callable[[Any], datetime | None]
+    _stamp: Callable[[Any], datetime]
 
     def find_jobs(self, where: JobFilter, limit: int = 50,
                   cursor: str | None = None) -> JobPage:
@@ -119,7 +120,7 @@ class PostgresOperatorTools:
         return self._session.run(work)
 
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
-        return [HourlyCount(self._time(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
+        return [HourlyCount(self._stamp(r["hour"]), r["event"], int(r["n"]))
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
 
     def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
@@ -138,7 +139,7 @@ class PostgresOperatorTools:
             return Count(n)
         with psycopg.ClientCursor(conn) as cur:
             cur.execute(self.queries["estimate_status"], {"queue": queue, "status": status})
-            plan = cur.fetchone()[0]  # type: ignore[index]
+            plan = cur.fetchall()[0][0]  # EXPLAIN answers one row
         estimate = int(plan[0]["Plan"]["Plan Rows"])
         return Count(max(estimate, cap), exact=False, estimated=True)
 
@@ -170,7 +171,7 @@ class PostgresOperatorTools:
 
     def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
         return [WorkerInfo(r["worker_id"], list(r["queues"]), r["in_flight"],
-                           self._time(r["started_at"]), self._time(r["last_beat_at"]))  # type: ignore[arg-type]
+                           self._stamp(r["started_at"]), self._stamp(r["last_beat_at"]))
                 for r in self._read("list_workers", limit=limit)]
 
     def prune_workers(self, older_than_s: float) -> int:

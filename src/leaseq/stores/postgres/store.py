@@ -127,6 +127,10 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         return _dt(value)
 
     @staticmethod
+    def _stamp(value: Any) -> datetime:
+        return value.astimezone(UTC)
+
+    @staticmethod
     def _json(value: Any) -> Any:
         return value  # psycopg decodes json columns itself
 

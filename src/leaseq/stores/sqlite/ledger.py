@@ -33,6 +33,7 @@ class ScheduleLedger:
                        list[EnqueueResult]]
     notify_local: Callable[[str], None]
     _time: Callable[[Any], datetime | None]
+    _stamp: Callable[[Any], datetime]
 
     def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
         with self._tx() as conn:
@@ -94,8 +95,7 @@ class ScheduleLedger:
     def _schedule(self, row: dict[str, Any]) -> ScheduleState:
         return ScheduleState(
             name=row["name"], queue=row["queue"], spec_json=row["spec"],
-            # cursor is NOT NULL
-            cursor=self._time(row["cursor"]), version=row["version"],  # type: ignore[arg-type]
+            cursor=self._stamp(row["cursor"]), version=row["version"],
             last_tick=self._time(row["last_tick"]), last_job_id=row["last_job_id"],
             skipped=row["skipped"], paused=bool(row["paused"]), active=bool(row["active"]),
             updated_at=self._time(row["updated_at"]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -45,13 +44,14 @@ _FAR = 1e300
 class SQLiteOperatorTools:
     """The operators' primitives of the store protocol (see ``leaseq.stores.base``)."""
 
-    _lock: threading.RLock
+    _lock: AbstractContextManager[Any]  # an RLock; DjangoSQLiteStore's a nullcontext
     _read: Callable[..., list[dict[str, Any]]]
     _rows: Callable[..., list[dict[str, Any]]]
     _tx: Callable[..., AbstractContextManager[sqlite3.Connection]]
     _journal_rows: Callable[..., None]
     _job: Callable[[dict[str, Any]], Job]
     _time: Callable[[Any], datetime | None]
+    _stamp: Callable[[Any], datetime]
 
     def find_jobs(self, where: JobFilter, limit: int = 50,
                   cursor: str | None = None) -> JobPage:
@@ -111,7 +111,7 @@ class SQLiteOperatorTools:
         return True
 
     def journal_hourly(self, queue: str, hours: int) -> list[HourlyCount]:
-        return [HourlyCount(self._time(r["hour"]), r["event"], int(r["n"]))  # type: ignore[arg-type]
+        return [HourlyCount(self._stamp(r["hour"]), r["event"], int(r["n"]))
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
 
     def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
@@ -138,7 +138,7 @@ class SQLiteOperatorTools:
 
     def list_workers(self, limit: int = 1000) -> list[WorkerInfo]:
         return [WorkerInfo(r["worker_id"], json.loads(r["queues"]), r["in_flight"],
-                           self._time(r["started_at"]), self._time(r["last_beat_at"]))  # type: ignore[arg-type]
+                           self._stamp(r["started_at"]), self._stamp(r["last_beat_at"]))
                 for r in self._read("list_workers", limit=limit)]
 
     def prune_workers(self, older_than_s: float) -> int:

@@ -150,6 +150,10 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         return None if value is None else datetime.fromtimestamp(value, UTC)
 
     @staticmethod
+    def _stamp(value: Any) -> datetime:
+        return datetime.fromtimestamp(value, UTC)
+
+    @staticmethod
     def _json(value: Any) -> Any:
         return None if value is None else json.loads(value)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from leaseq.errors import JobConflict, JobNotFound
-from leaseq.testing.harness import FreshStore, events, given_claimed
+from leaseq.testing.harness import FreshStore, events, given_claimed, must_get
 
 #: How long a waiter may take to see a finish: well above every store's wake-up path
 #: (NOTIFY, SQLite's counter, a 100 ms poll), well below a lost wake-up's timeout.
@@ -36,7 +36,8 @@ class AsyncApiSuite:
             first = await q.aenqueue("j1", {"to": "a"})
             again = await q.aenqueue("j1", {"to": "a"})
             job = await q.aget("j1")
-            return (first.outcome.value, again.outcome.value, job.payload,  # type: ignore[union-attr]
+            assert job is not None
+            return (first.outcome.value, again.outcome.value, job.payload,
                     await q.acounts(), events(await q.ajournal("j1")), await q.aget("nope"))
 
         assert _run(leaseq_store, scenario()) == (
@@ -52,7 +53,7 @@ class AsyncApiSuite:
                                        {"job_id": "j1", "payload": {"n": 2}}])
 
         _run(leaseq_store, scenario())
-        assert q.get("j2") is None and q.get("j1").payload == {"n": 1}  # type: ignore[union-attr]
+        assert q.get("j2") is None and must_get(q, "j1").payload == {"n": 1}
 
     def test_acancel_and_arequeue(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue("mail")
@@ -67,7 +68,7 @@ class AsyncApiSuite:
             return cancelled, requeued, again
 
         assert _run(leaseq_store, scenario()) == (True, True, False)
-        assert q.get("j1").status == "pending"  # type: ignore[union-attr]
+        assert must_get(q, "j1").status == "pending"
 
     def test_a_waiter_sees_a_finish_made_by_another_connection(
         self, leaseq_store: FreshStore

@@ -8,8 +8,6 @@ reason; priorities are ordinary claim order and are tested on every store.
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 import threading
 import time
 from collections import defaultdict
@@ -264,7 +262,7 @@ class LimitsSuite:
             leaseq_store.url, dict(leaseq_store.options), q.name, out))
         child.start()
         held = out.get(timeout=60)
-        os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        child.kill()
         child.join(timeout=10)
         # Then its slot stays taken while the job is processing
         assert q.claim(W1, limit=5) == []

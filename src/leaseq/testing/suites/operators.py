@@ -123,7 +123,9 @@ class OperatorToolsSuite:
         assert (job.status, job.attempts, job.failure) == ("pending", 0, None)
         assert q.journal("f1")[-1].event == "requeued"
         # And delete takes no live job
-        q.fail(q.claim_one("f1", W1, lease_s=600), "again")  # type: ignore[arg-type]
+        again = q.claim_one("f1", W1, lease_s=600)
+        assert again is not None
+        q.fail(again, "again")
         deleted = store.act_on_jobs("jobs", BulkAction.DELETE, ["f1", "p1"], "bob")
         assert (deleted.acted, deleted.skipped) == (["f1"], ["p1"])
         assert q.get("f1") is None and q.get("p1") is not None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from leaseq.app import App
-from leaseq.ledger import ScheduleEvent, schedule_journal_id
+from leaseq.ledger import ScheduleEvent, ScheduleState, schedule_journal_id
 from leaseq.scheduler.plan import plan
 from leaseq.scheduler.service import Scheduler, SchedulerConfig, set_paused, trigger
 from leaseq.stores.base import Store
@@ -42,6 +42,12 @@ def _at_half_past(store: Store) -> datetime:
 
 def _tick_ids(store: Store, prefix: str) -> list[str]:
     return sorted(j.id for j in store.list_jobs(QUEUE, limit=10_000) if j.id.startswith(prefix))
+
+
+def _state(store: Store, name: str = "hourly") -> ScheduleState:
+    state = store.schedule_state(name)
+    assert state is not None, f"schedule {name!r} is not in the ledger"
+    return state
 
 
 def _register(app: App) -> Scheduler:
@@ -124,7 +130,7 @@ class ScheduleSuite:
         _race(leaseq_store, schedulers=4, catch_up="all")
         # Then each of the three ticks is one job
         assert len(_tick_ids(store, "hourly@")) == 3
-        assert store.schedule_state("hourly").version == 1  # type: ignore[union-attr]
+        assert _state(store).version == 1
 
     def test_a_purged_tick_is_not_enqueued_again(self, leaseq_store: FreshStore) -> None:
         # Given a tick enqueued, its job done and purged by retention
@@ -166,8 +172,7 @@ class ScheduleSuite:
         found = [e.data["count"] for e in entries
                  if e.event == ScheduleEvent.TICKS_MISSED and e.data is not None]
         assert found == ([missed] if missed else [])
-        state = store.schedule_state("hourly")
-        assert state.cursor == ticks[-1]  # type: ignore[union-attr]
+        assert _state(store).cursor == ticks[-1]
 
     def test_a_process_clock_off_by_an_hour_makes_the_same_ticks(
         self, leaseq_store: FreshStore
@@ -216,8 +221,10 @@ class ScheduleSuite:
         advance(store, HOUR_S)
         scheduler.run_once()
         (job_id,) = _tick_ids(store, "hourly@")
+        job = store.get(QUEUE, job_id)
+        assert job is not None
         # When the worker builds the call
-        arguments = app.tasks["report"].arguments(store.get(QUEUE, job_id))  # type: ignore[arg-type]
+        arguments = app.tasks["report"].arguments(job)
         # Then the tick is the UTC instant, shown in the schedule's zone
         tick = arguments["tick"]
         assert tick == hour + timedelta(hours=1) and tick.utcoffset() is not None
@@ -233,15 +240,16 @@ class ScheduleLedgerSuite:
         store = leaseq_store.store
         first = _register(_app(store))
         first.register()
-        before = store.schedule_state("hourly")
+        before = _state(store)
         _register(_app(store, payload={"region": "us"}))
         # Then the ledger says so, naming the changed field and never the payload's value
-        after = store.schedule_state("hourly")
-        assert after.version == before.version + 1  # type: ignore[union-attr]
-        assert after.cursor == before.cursor  # type: ignore[union-attr]
+        after = _state(store)
+        assert after.version == before.version + 1
+        assert after.cursor == before.cursor
         entries = store.journal(QUEUE, schedule_journal_id("hourly"))
         assert events(entries) == [ScheduleEvent.REGISTERED, ScheduleEvent.CHANGED]
-        assert entries[1].data["changed"] == ["payload"]  # type: ignore[index]
+        data = entries[1].data
+        assert data is not None and data["changed"] == ["payload"]
         assert "us" not in str(entries[1].data)
 
     def test_a_schedule_gone_from_the_code_stays_inactive_and_never_fires(
@@ -265,7 +273,7 @@ class ScheduleLedgerSuite:
         revived = Scheduler(_app(store, "old"), SchedulerConfig(jitter_s=0))
         revived._registered = True  # as one started before the other code deactivated it
         revived.run_once()
-        assert store.schedule_state("old").active  # type: ignore[union-attr]
+        assert _state(store, "old").active
 
     def test_pause_stops_ticks_and_resume_skips_the_paused_ones(
         self, leaseq_store: FreshStore
@@ -307,20 +315,20 @@ class ScheduleLedgerSuite:
         scheduler.run_once()
         # Then it is skipped, counted and journaled with the job that was running
         assert _tick_ids(store, "hourly@") == [first]
-        assert store.schedule_state("hourly").skipped == 1  # type: ignore[union-attr]
+        assert _state(store).skipped == 1
         (skip,) = [e for e in store.journal(QUEUE, schedule_journal_id("hourly"))
                    if e.event == ScheduleEvent.TICK_SKIPPED]
-        assert skip.data["running"] == first  # type: ignore[index]
+        assert skip.data is not None and skip.data["running"] == first
 
     def test_trigger_enqueues_one_manual_job_and_leaves_the_cursor(
         self, leaseq_store: FreshStore
     ) -> None:
         store = leaseq_store.store
         _register(_app(store))
-        before = store.schedule_state("hourly")
+        before = _state(store)
         job_id = trigger(store, "hourly")
         assert "@manual-" in job_id and store.get(QUEUE, job_id) is not None
-        assert store.schedule_state("hourly").cursor == before.cursor  # type: ignore[union-attr]
+        assert _state(store).cursor == before.cursor
         assert ScheduleEvent.TICK_MANUAL in events(
             store.journal(QUEUE, schedule_journal_id("hourly")))
 
