@@ -212,10 +212,11 @@ class AsyncPostgres:
             won = await self._rows(conn, "insert_jobs", **plan.insert_columns())
             if len(won) < len(plan.inserts):
                 return None
-        if plan.journal:
+        if plan.writes:
             for name, params in plan.updates:
                 await self._rows(conn, name, **params)
-            await self._rows(conn, "journal_enqueued", **plan.journal_columns())
+            if plan.journal:
+                await self._rows(conn, "journal_enqueued", **plan.journal_columns())
             await self._rows(conn, "notify", channel=self._store.options.channel, queue=queue)
         return plan.results
 

@@ -132,12 +132,13 @@ class PostgresEnqueue:
         return plan.results
 
     def _write_plan(self, conn: psycopg.Connection, plan: EnqueuePlan) -> None:
-        if not plan.journal:
+        if not plan.writes:
             return
         with conn.pipeline():
             for name, params in plan.updates:
                 self._exec(conn, name, **params)
-            self._exec(conn, "journal_enqueued", **plan.journal_columns())
+            if plan.journal:
+                self._exec(conn, "journal_enqueued", **plan.journal_columns())
             self._notify(conn, plan.queue)
 
 

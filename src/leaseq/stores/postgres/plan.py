@@ -41,8 +41,16 @@ class EnqueuePlan:
         if outcome is EnqueueOutcome.CONFLICT:
             self.conflicts.append(spec.job_id)
         elif outcome is not EnqueueOutcome.UNCHANGED:
-            self.journal.append((spec.job_id, outcome.value, enqueued_data(spec)))
+            data = enqueued_data(spec)
+            if outcome is not EnqueueOutcome.CREATED or data is not None:
+                # A bare creation is told by the record itself (see journal in read.sql).
+                self.journal.append((spec.job_id, outcome.value, data))
         self.results.append(EnqueueResult(spec.job_id, outcome))
+
+    @property
+    def writes(self) -> bool:
+        """Whether the batch inserts or changes a job (and so owes a NOTIFY)."""
+        return bool(self.inserts or self.updates)
 
     def _update(self, spec: JobSpec, old: dict[str, Any], outcome: EnqueueOutcome) -> None:
         """Queue the write for an existing row, and track its new state for later specs of

@@ -23,6 +23,7 @@ from psycopg.rows import dict_row
 from leaseq.errors import JobNotFound, StoreUnavailable
 from leaseq.job import (
     Completion,
+    EnqueueOutcome,
     EnqueueResult,
     FollowUp,
     Job,
@@ -73,7 +74,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
                                     journal=f"{self._schema}.journal",
                                     limits=f"{self._schema}.limits",
                                     schedules=f"{self._schema}.schedules",
-                                    workers=f"{self._schema}.workers", **sql_literals())
+                                    workers=f"{self._schema}.workers",
+                                    created=f"'{EnqueueOutcome.CREATED.value}'", **sql_literals())
         self._columns: dict[str, dict[str, int]] = {}
         self._conninfo = conninfo
         self._session = self._open_session(conninfo, url, options)

@@ -46,9 +46,10 @@ ins AS (
     FROM u, t ORDER BY id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, t.now, {event.enqueued}, 'created',
+    SELECT %(queue)s, id, t.now, {event.enqueued}, {created},
            coalesce(data, %(data_all)s::text)::json
-    FROM u, t),
+    FROM u, t
+    WHERE coalesce(data, %(data_all)s::text) IS NOT NULL),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s))
 SELECT 1 AS sent FROM note;
@@ -72,7 +73,8 @@ WITH ins AS (
     RETURNING id),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, reason, data)
-    SELECT %(queue)s, id, {now}, {event.enqueued}, 'created', %(data)s::json FROM ins),
+    SELECT %(queue)s, id, {now}, {event.enqueued}, {created}, %(data)s::json FROM ins
+    WHERE %(data)s::text IS NOT NULL),
 note AS (
     SELECT pg_notify(%(channel)s, %(queue)s) FROM ins)
 SELECT count(*) AS inserted FROM note;

@@ -103,12 +103,21 @@ log AS (
     FROM changed ORDER BY id)
 SELECT id FROM changed;
 
+-- A deleted job's story outlives its record: a creation the record told (see journal in
+-- read.sql) is written first, at seq 0, where the story's read finds it.
 -- name: bulk_delete
 WITH changed AS (
     DELETE FROM {jobs}
     WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
       AND status NOT IN ('pending', 'processing')
-    RETURNING queue, id, attempts, lease_epoch),
+    RETURNING queue, id, attempts, lease_epoch, created_at),
+born AS (
+    INSERT INTO {journal} (seq, queue, job_id, at, event, reason)
+    OVERRIDING SYSTEM VALUE
+    SELECT 0, c.queue, c.id, c.created_at, {event.enqueued}, {created} FROM changed c
+    WHERE NOT EXISTS (SELECT 1 FROM {journal} j
+                      WHERE j.queue = c.queue AND j.job_id = c.id
+                        AND j.event = {event.enqueued} AND j.reason = {created})),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
     SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s

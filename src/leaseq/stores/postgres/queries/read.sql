@@ -23,8 +23,20 @@ WHERE queue = %(queue)s
 SELECT count(*) AS n FROM {jobs}
 WHERE queue = %(queue)s AND status = 'processing' AND lease_until > {now};
 
+-- A job's story. Its creation is written as a row only when it carries data (a revision) or
+-- when the job is deleted (bulk_delete); otherwise the record tells it (created_at), and the
+-- entry is read from there, first (seq 0), as long as no creation row exists.
 -- name: journal
-SELECT * FROM {journal} WHERE queue = %(queue)s AND job_id = %(id)s ORDER BY seq;
+SELECT seq, job_id, at, event, attempt, lease_epoch, worker_id, reason, data
+FROM {journal} WHERE queue = %(queue)s AND job_id = %(id)s
+UNION ALL
+SELECT 0, j.id, j.created_at, {event.enqueued}, NULL, NULL, NULL, {created}, NULL
+FROM {jobs} j
+WHERE j.queue = %(queue)s AND j.id = %(id)s
+  AND NOT EXISTS (SELECT 1 FROM {journal} c
+                  WHERE c.queue = j.queue AND c.job_id = j.id
+                    AND c.event = {event.enqueued} AND c.reason = {created})
+ORDER BY seq;
 
 -- name: append_journal
 INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason, data)
