@@ -93,6 +93,8 @@ HELD_BY = " (worker {worker})"
 SPENT_WHILE_PENDING_ERROR = "attempts spent while pending ({attempt} of {max_attempts})"
 #: ``heartbeat_lost``: the lease the worker held, and the job as it stands.
 LEASE_LOST = "lease epoch {lease_epoch} lost; job is {status} at epoch {job_epoch}"
+#: An operator's bulk action (``requeued``, ``cancelled``, ``deleted``): who did it.
+BY_ACTOR = "by {actor}"
 
 #: Events the hourly counts (``journal_hourly``) leave out: one per enqueue and one per claim,
 #: the two a busy queue writes most, which no hourly figure reads (throughput is results

@@ -86,3 +86,4 @@ def test_the_templates_write_the_words_stored_jobs_already_carry() -> None:
         "attempts spent while pending (3 of 2)")
     assert journal.LEASE_LOST.format(lease_epoch=1, status="done", job_epoch=2) == (
         "lease epoch 1 lost; job is done at epoch 2")
+    assert journal.BY_ACTOR.format(actor="alice") == "by alice"
