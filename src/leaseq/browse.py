@@ -15,7 +15,7 @@ from typing import Any
 
 from leaseq.errors import InvalidInput
 from leaseq.job import Job
-from leaseq.journal import JournalEvent
+from leaseq.journal import BY_ACTOR, JournalEvent
 
 #: The most rows one page query walks before it stops and says so (``JobPage.capped``):
 #: filters no index bounds (error text, a task beside a status, a time range beside a task)
@@ -174,6 +174,11 @@ def actor_name(actor: str) -> str:
     """An operator's name as the journal keeps it: one line, bounded."""
     cleaned = " ".join(str(actor).split())[:MAX_ACTOR_CHARS]
     return cleaned or "unknown"
+
+
+def actor_reason(actor: str) -> str:
+    """The reason a bulk action journals: who did it."""
+    return BY_ACTOR.format(actor=actor_name(actor))
 
 
 def batches(ids: Sequence[str], size: int = BULK_BATCH) -> list[list[str]]:

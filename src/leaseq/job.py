@@ -13,6 +13,7 @@ from leaseq.deprecated import module_getattr
 
 # LeaseLost lives with the other errors; it is imported from here too, where it always was.
 from leaseq.errors import LeaseLost as LeaseLost
+from leaseq.journal import GIVEN_BACK_OUT, SNOOZED_OUT
 from leaseq.redact import Redact, redact, redact_tail
 
 
@@ -247,12 +248,12 @@ class Snooze(Exception):
 
 def snoozed_too_often(snoozes: int) -> str:
     """The error of a job quarantined by the snooze bound."""
-    return f"snoozed {snoozes} times without finishing"
+    return SNOOZED_OUT.format(n=snoozes)
 
 
 def given_back_too_often(givebacks: int) -> str:
     """The error of a job whose attempts ran out while it kept being given back."""
-    return f"given back {givebacks} times while its handler ran; its attempts are spent"
+    return GIVEN_BACK_OUT.format(n=givebacks)
 
 
 def safe_reason(exc: BaseException | str, limit: int = 500, redact: Redact = redact) -> str:

@@ -4,6 +4,10 @@ Python code imports them from here. The SQL stores' ``queries/*.sql`` name them 
 ``{event.claimed}`` / ``{reason.redelivered}``, which ``sql_literals`` fills in when the
 queries are loaded (the same text as a literal: the statements and their plans do not change),
 and a reason that varies per call (``stale_reason``, ``reason``) is a bound parameter.
+
+A text with a number or a word in it is a template here, its ``{name}`` fields filled by
+``str.format`` in Python, by ``replace(%(template)s, '{name}', value)`` in SQL (the template
+is a bound parameter) and by ``$concat`` on MongoDB (``documents.filled``).
 """
 
 from __future__ import annotations
@@ -75,6 +79,23 @@ SCHEDULE_GONE = "gone from the code"
 #: ``publish_owed`` when ``reowe_publish`` is given no reason.
 REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
 
+#: ``failed(exhausted)``'s error past ``max_snoozes``: n is the snooze that went past it.
+SNOOZED_OUT = "snoozed {n} times without finishing"
+#: ``failed(exhausted)``'s error when a give-back spends the last attempt: n give-backs so far.
+GIVEN_BACK_OUT = "given back {n} times while its handler ran; its attempts are spent"
+#: MongoDB's words for ``GIVEN_BACK_OUT``, which differ (its jobs and tests carry them).
+GIVEN_BACK_OUT_MONGODB = "given back {n} times while running; attempts spent"
+#: ``failed(expired)``'s error (reclaim's first step), then ``HELD_BY`` when the lease had a
+#: worker.
+LEASE_EXPIRED_ON = "lease expired on attempt {attempt} of {max_attempts}"
+HELD_BY = " (worker {worker})"
+#: ``failed(exhausted)``'s error from reclaim's third step (its reason: SPENT_WHILE_PENDING).
+SPENT_WHILE_PENDING_ERROR = "attempts spent while pending ({attempt} of {max_attempts})"
+#: ``heartbeat_lost``: the lease the worker held, and the job as it stands.
+LEASE_LOST = "lease epoch {lease_epoch} lost; job is {status} at epoch {job_epoch}"
+#: An operator's bulk action (``requeued``, ``cancelled``, ``deleted``): who did it.
+BY_ACTOR = "by {actor}"
+
 #: Events the hourly counts (``journal_hourly``) leave out: one per enqueue and one per claim,
 #: the two a busy queue writes most, which no hourly figure reads (throughput is results
 #: saved, failures are quarantines). So the index that serves the counts can leave them out
@@ -88,7 +109,8 @@ _SQL_REASONS = {"redelivered": REDELIVERED, "operator": OPERATOR, "lease_expired
 
 
 def quarantine_reason(failure: str, why: str) -> str:
-    """``quarantined``'s reason: the failure kind, then why."""
+    """``quarantined``'s reason: the failure kind, then why. The SQL that writes the why
+    itself appends it to ``quarantine_reason(failure, "")``."""
     return f"{failure}: {why}"
 
 

@@ -144,6 +144,18 @@ def test_inspect_shows_the_budget_a_job_spent(invoke: Invoke, store: leaseq.Stor
     assert (data["job"]["snoozes"], data["job"]["givebacks"]) == (1, 1)
 
 
+def test_inspect_tells_an_event_written_under_its_old_name_as_the_event_today(
+        invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a journal row written when requeued was still called retried
+    q = store.queue("images")
+    q.enqueue("s", {}, task="resize")
+    store.append_journal("images", "s", "retried", reason="operator")
+    # When the story is told, Then it says what the event means today
+    story = invoke("inspect", "s")
+    assert story.exit_code == 0, story.output
+    assert "requeued by an operator" in story.output and "retried" not in story.output
+
+
 def test_inspect_tells_the_story(invoke: Invoke, store: leaseq.Store) -> None:
     q = store.queue("images", backoff_base_s=0)
     q.enqueue("s", {"path": "secret-path"}, task="resize")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
+from string import Formatter
 
 import pytest
 
+from leaseq import journal
 from leaseq.journal import RENAMED_EVENTS, JournalEvent, sql_literals
 from leaseq.stores.sql import load_queries
 
@@ -53,3 +55,35 @@ def test_a_placeholder_nothing_fills_is_refused(tmp_path: Path,
     # When it is loaded, Then the loader says which query and which placeholder
     with pytest.raises(ValueError, match=r"'bad' names \{event\.clamed\}"):
         load_queries("leaseq_test_badsql", "q.sql", **sql_literals())
+
+
+def _template_fields() -> set[str]:
+    texts = [v for k, v in vars(journal).items() if k.isupper() and isinstance(v, str)]
+    return {name for text in texts for _, name, _, _ in Formatter().parse(text) if name}
+
+
+@pytest.mark.parametrize("package", SQL_STORES)
+def test_every_field_a_query_fills_is_a_field_of_a_journal_template(package: str) -> None:
+    # Given the queries as written: replace(%(template)s, '{field}', value) finds nothing to
+    # replace when the field is misspelt, and the template would be written as it is
+    folder = resources.files(package).joinpath("queries")
+    text = "".join(f.read_text(encoding="utf-8") for f in folder.iterdir()
+                   if f.name.endswith(".sql"))
+    filled = set(re.findall(r"'\{([a-z_]+)\}'", text))
+    # Then every field they fill is one the templates have
+    assert filled and filled <= _template_fields()
+
+
+def test_the_templates_write_the_words_stored_jobs_already_carry() -> None:
+    assert journal.SNOOZED_OUT.format(n=3) == "snoozed 3 times without finishing"
+    assert journal.GIVEN_BACK_OUT.format(n=1) == (
+        "given back 1 times while its handler ran; its attempts are spent")
+    assert journal.GIVEN_BACK_OUT_MONGODB.format(n=2) == (
+        "given back 2 times while running; attempts spent")
+    assert journal.LEASE_EXPIRED_ON.format(attempt=1, max_attempts=2) + journal.HELD_BY.format(
+        worker="w") == "lease expired on attempt 1 of 2 (worker w)"
+    assert journal.SPENT_WHILE_PENDING_ERROR.format(attempt=3, max_attempts=2) == (
+        "attempts spent while pending (3 of 2)")
+    assert journal.LEASE_LOST.format(lease_epoch=1, status="done", job_epoch=2) == (
+        "lease epoch 1 lost; job is done at epoch 2")
+    assert journal.BY_ACTOR.format(actor="alice") == "by alice"

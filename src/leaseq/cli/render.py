@@ -11,19 +11,35 @@ from typing import Any
 from rich.table import Table
 
 from leaseq.job import Job, JournalEntry
+from leaseq.journal import RENAMED_EVENTS, JournalEvent
 from leaseq.metrics import QueueSnapshot
 
 STATUS_COLUMNS = ["pending", "processing", "done", "failed", "cancelled"]
 
-EVENT_WORDS = {
-    "enqueued": "enqueued", "claimed": "claimed", "heartbeat_lost": "lost its lease",
-    "result_saved": "finished", "retry_scheduled": "will be retried", "snoozed": "snoozed",
-    "quarantined": "quarantined", "reclaimed": "lease expired, back in the queue",
-    "requeued": "requeued by an operator", "cancelled": "cancelled", "published": "published",
-    "received": "delivered", "ack_sent": "acknowledged",
-    "given_back": "given back, ready at once", "publish_owed": "publish owed again",
-    "retried": "requeued by an operator",  # the name older journal rows carry
+#: How the story tells an event; an event not listed is told by its name. Rows written under
+#: an older name (``RENAMED_EVENTS``) are told as the event they mean today.
+EVENT_WORDS: dict[str, str] = {
+    JournalEvent.ENQUEUED: "enqueued",
+    JournalEvent.CLAIMED: "claimed",
+    JournalEvent.HEARTBEAT_LOST: "lost its lease",
+    JournalEvent.RESULT_SAVED: "finished",
+    JournalEvent.RETRY_SCHEDULED: "will be retried",
+    JournalEvent.SNOOZED: "snoozed",
+    JournalEvent.QUARANTINED: "quarantined",
+    JournalEvent.RECLAIMED: "lease expired, back in the queue",
+    JournalEvent.REQUEUED: "requeued by an operator",
+    JournalEvent.CANCELLED: "cancelled",
+    JournalEvent.PUBLISHED: "published",
+    JournalEvent.RECEIVED: "delivered",
+    JournalEvent.ACK_SENT: "acknowledged",
+    JournalEvent.GIVEN_BACK: "given back, ready at once",
+    JournalEvent.PUBLISH_OWED: "publish owed again",
 }
+
+
+def event_words(event: str) -> str:
+    """The story's words for ``event``, under its name today or an older one."""
+    return EVENT_WORDS.get(RENAMED_EVENTS.get(event, event), event)
 
 
 # --- status ----------------------------------------------------------------------------------
@@ -100,7 +116,7 @@ def story(entries: Sequence[JournalEntry]) -> list[str]:
 
 def story_line(entry: JournalEntry, start: datetime | None) -> str:
     offset = (entry.at - start).total_seconds() if start else 0.0
-    words = EVENT_WORDS.get(entry.event, entry.event)
+    words = event_words(entry.event)
     parts = [f"{entry.at:%H:%M:%S.%f}"[:-3], f"+{offset:7.3f}s", f"[bold]{words}[/bold]"]
     if entry.attempt:
         parts.append(f"attempt {entry.attempt}")

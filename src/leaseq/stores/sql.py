@@ -6,9 +6,11 @@ import re
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-#: ``{now}``, ``{event.claimed}``: a placeholder the loader must fill (a JSON or array literal
-#: such as ``'{}'`` or ``'{a,b}'`` is not one).
-_PLACEHOLDER = re.compile(r"\{[a-z_]+(?:\.[a-z_]+)?\}")
+#: ``{now}``, ``{event.claimed}``: a placeholder the loader must fill. A JSON or array literal
+#: such as ``'{}'`` or ``'{a,b}'`` is not one, nor is a quoted ``'{n}'``: the field of a
+#: ``leaseq.journal`` template, which the query fills with ``replace``.
+_BRACED = r"\{[a-z_]+(?:\.[a-z_]+)?\}"
+_PLACEHOLDER = re.compile(rf"(?<!'){_BRACED}|{_BRACED}(?!')")
 
 
 def load_queries(package: str, filename: str, **substitutions: str) -> dict[str, str]:

@@ -18,8 +18,16 @@ Rules kept everywhere:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from string import Formatter
 from typing import Any
 
+from leaseq.journal import (
+    GIVEN_BACK_OUT_MONGODB,
+    HELD_BY,
+    LEASE_EXPIRED_ON,
+    SNOOZED_OUT,
+    SPENT_WHILE_PENDING_ERROR,
+)
 from leaseq.stores.mongodb.indexes import job_indexes, journal_indexes
 from leaseq.validate import RESERVED_KEYS
 
@@ -50,6 +58,18 @@ Doc = dict[str, Any]
 def lit(value: Any) -> Doc:
     """A caller's value, never read as a field path or an operator."""
     return {"$literal": value}
+
+
+def filled(template: str, **values: Any) -> list[Any]:
+    """``$concat``'s parts for a ``leaseq.journal`` template: its text as it is (none of it
+    starts with ``$``), each ``{name}`` field the string of the expression ``values[name]``."""
+    parts: list[Any] = []
+    for text, name, _, _ in Formatter().parse(template):
+        if text:
+            parts.append(text)
+        if name is not None:
+            parts.append({"$toString": values[name]})
+    return parts
 
 
 def now(offset_s: float, plus_s: float = 0.0) -> Doc:
@@ -347,8 +367,7 @@ def snooze(delay_s: float, max_snoozes: int, offset_s: float) -> list[Doc]:
     return [{"$set": {
         "status": pick(FAILED, PENDING),
         "failure": pick("exhausted", None),
-        "error": pick({"$concat": ["snoozed ", {"$toString": counted},
-                                   " times without finishing"]}, "$error"),
+        "error": pick({"$concat": filled(SNOOZED_OUT, n=counted)}, "$error"),
         "snoozes": counted,
         "attempts": pick(attempts(), refunded()),
         "lease_until": pick(None, now(offset_s, delay_s)),
@@ -379,8 +398,7 @@ def give_back(started: bool, max_givebacks: int, offset_s: float) -> list[Doc]:
         **ready,
         "status": pick(FAILED, PENDING),
         "failure": pick("exhausted", None),
-        "error": pick({"$concat": ["given back ", {"$toString": givebacks()},
-                                   " times while running; attempts spent"]}, "$error"),
+        "error": pick({"$concat": filled(GIVEN_BACK_OUT_MONGODB, n=givebacks())}, "$error"),
         "attempts": {"$cond": [free, refunded(), attempts()]},
         "givebacks": {"$cond": [free, {"$add": [givebacks(), 1]}, givebacks()]},
         "lease_until": pick(None, ready["lease_until"]),
@@ -409,11 +427,11 @@ def fail(error: str, failure: str, offset_s: float) -> list[Doc]:
 def expire_spent(offset_s: float) -> list[Doc]:
     """Reclaim step 1: quarantine with a reason naming the attempt and the worker."""
     worker = {"$cond": [{"$ifNull": ["$worker_id", False]},
-                        {"$concat": [" (worker ", {"$toString": "$worker_id"}, ")"]}, ""]}
+                        {"$concat": filled(HELD_BY, worker="$worker_id")}, ""]}
+    on = filled(LEASE_EXPIRED_ON, attempt=attempts(), max_attempts=max_attempts())
     return [{"$set": {
         "status": "failed", "failure": "expired", "lease_until": None,
-        "error": {"$concat": ["lease expired on attempt ", {"$toString": attempts()}, " of ",
-                              {"$toString": max_attempts()}, worker]},
+        "error": {"$concat": [*on, worker]},
         "updated_at": now(offset_s),
     }}]
 
@@ -432,8 +450,8 @@ def exhaust_pending(offset_s: float) -> list[Doc]:
     """Reclaim step 3: quarantine a pending job whose attempts are spent."""
     return [{"$set": {
         "status": FAILED, "failure": "exhausted", "lease_until": None,
-        "error": {"$concat": ["attempts spent while pending (", {"$toString": attempts()},
-                              " of ", {"$toString": max_attempts()}, ")"]},
+        "error": {"$concat": filled(SPENT_WHILE_PENDING_ERROR, attempt=attempts(),
+                                    max_attempts=max_attempts())},
         "updated_at": now(offset_s),
     }}]
 

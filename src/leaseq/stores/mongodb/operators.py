@@ -31,7 +31,7 @@ from leaseq.browse import (
     KeyRow,
     QueueSummary,
     WorkerInfo,
-    actor_name,
+    actor_reason,
     batches,
     prefix_end,
     walk,
@@ -86,7 +86,7 @@ class OperatorTools(OffsetClock):
     def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
                     actor: str) -> BulkResult:
         action = BulkAction(action)
-        reason = f"by {actor_name(actor)}"
+        reason = actor_reason(actor)
         acted: list[str] = []
         for batch in batches(job_ids):
             changed = (self._delete_terminal(queue, batch) if action is BulkAction.DELETE
@@ -127,7 +127,7 @@ class OperatorTools(OffsetClock):
                                        return_document=AFTER)
         if doc is None:
             return False
-        fields = records.moved(doc, f"by {actor_name(actor)}")
+        fields = records.moved(doc, actor_reason(actor))
         self._log([Event(queue, job_id, JournalEvent.EDITED, fields),
                    Event(queue, job_id, JournalEvent.REQUEUED, fields)])
         return True

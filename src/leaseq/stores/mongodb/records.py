@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from leaseq.job import Job, JournalEntry, Lease
-from leaseq.journal import LEASE_EXPIRED, LEASE_EXPIRED_STALE, REDELIVERED
+from leaseq.journal import LEASE_EXPIRED, LEASE_EXPIRED_STALE, LEASE_LOST, REDELIVERED
 from leaseq.stores.mongodb.documents import DEFAULT_MAX_ATTEMPTS, PROCESSING, payload_of
 
 
@@ -85,8 +85,8 @@ def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:
 
 def lost_fields(doc: Mapping[str, Any], lease: Lease) -> dict[str, Any]:
     return {"attempt": doc.get("attempts", 0), "lease_epoch": lease.lease_epoch,
-            "reason": f"lease epoch {lease.lease_epoch} lost; job is {doc.get('status')} "
-                      f"at epoch {doc.get('lease_epoch', 0)}"}
+            "reason": LEASE_LOST.format(lease_epoch=lease.lease_epoch, status=doc.get("status"),
+                                        job_epoch=doc.get("lease_epoch", 0))}
 
 
 def fields(doc: Mapping[str, Any], lease: Lease, reason: str | None) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from leaseq.browse import (
     QueueSummary,
     TableHealth,
     WorkerInfo,
-    actor_name,
+    actor_reason,
     batches,
     prefix_end,
     walk,
@@ -97,7 +97,7 @@ class PostgresOperatorTools:
                     actor: str) -> BulkResult:
         action = BulkAction(action)
         params = dict(queue=queue, event=ACTION_EVENTS[action],
-                      reason=free_text(f"by {actor_name(actor)}"))
+                      reason=free_text(actor_reason(actor)))
         acted: list[str] = []
         for batch in batches(job_ids):
             rows = self._session.run(lambda conn, b=batch: self._rows(
@@ -111,7 +111,7 @@ class PostgresOperatorTools:
     def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
         def work(conn: psycopg.Connection) -> bool:
             if self._rows(conn, "requeue_edited", queue=queue, id=job_id, payload=payload_json,
-                          reason=free_text(f"by {actor_name(actor)}")):
+                          reason=free_text(actor_reason(actor))):
                 self._notify(conn, queue)
                 return True
             if not self._rows(conn, "exists", queue=queue, id=job_id):

@@ -25,6 +25,7 @@ from leaseq.job import (
     Completion,
     EnqueueOutcome,
     EnqueueResult,
+    Failure,
     FollowUp,
     Job,
     JobSpec,
@@ -34,8 +35,15 @@ from leaseq.job import (
     OnConflict,
 )
 from leaseq.journal import (
+    GIVEN_BACK_OUT,
+    HELD_BY,
+    LEASE_EXPIRED_ON,
+    LEASE_LOST,
+    SNOOZED_OUT,
+    SPENT_WHILE_PENDING_ERROR,
     STALE_REASON,
     JournalEvent,
+    quarantine_reason,
     sql_literals,
 )
 from leaseq.limits import NO_LIMITS, ClaimLimits
@@ -57,6 +65,8 @@ from leaseq.stores.watch import NotifyWatch, finish_key
 
 # The server's clock plus the test-only offset; now() is the start of the transaction.
 NOW = "(now() + make_interval(secs => %(off)s))"
+#: What a ``quarantined`` reason starts with when the query writes the why itself.
+_EXHAUSTED_PREFIX = quarantine_reason(Failure.EXHAUSTED, "")
 T = TypeVar("T")
 
 
@@ -216,7 +226,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
             return []
         _, rows = self._session.run(lambda conn: self._tuples(
             conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
-            epochs=[lease.lease_epoch for lease in leases], lease_s=lease_s),
+            epochs=[lease.lease_epoch for lease in leases], lease_s=lease_s,
+            lease_lost=LEASE_LOST),
             idempotent=True, autocommit=True)
         held = set(rows)  # (id, lease_epoch)
         return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
@@ -285,29 +296,34 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
                     delay_s: float) -> Job:
         return self._finish(queue, lease, "retry_later", error=_text(error),
                             reason=_text(reason), delay_s=delay_s,
-                            data=json.dumps({"delay_s": delay_s}))
+                            data=json.dumps({"delay_s": delay_s}),
+                            quarantined=_text(quarantine_reason(Failure.EXHAUSTED, reason)))
 
     def snooze(self, queue: str, lease: Lease, delay_s: float, reason: str = "snoozed",
                max_snoozes: int = 200) -> Job:
         return self._finish(queue, lease, "snooze", delay_s=delay_s, reason=_text(reason),
-                            max_snoozes=max_snoozes)
+                            max_snoozes=max_snoozes, snoozed_out=SNOOZED_OUT,
+                            exhausted_prefix=_EXHAUSTED_PREFIX)
 
     def give_back(self, queue: str, lease: Lease, started: bool, reason: str,
                   max_givebacks: int = 3) -> Job:
         return self._finish(queue, lease, "give_back", started=bool(started),
-                            reason=_text(reason), max_givebacks=max_givebacks)
+                            reason=_text(reason), max_givebacks=max_givebacks,
+                            given_back_out=GIVEN_BACK_OUT, exhausted_prefix=_EXHAUSTED_PREFIX)
 
     def fail(self, queue: str, lease: Lease, error: str, reason: str, failure: str) -> Job:
-        return self._finish(queue, lease, "fail", error=_text(error), reason=_text(reason),
-                            failure=failure)
+        return self._finish(queue, lease, "fail", error=_text(error), failure=failure,
+                            quarantined=_text(quarantine_reason(failure, reason)))
 
     # --- upkeep ----------------------------------------------------------------------------
 
     def reclaim_expired(self, queue: str) -> tuple[int, int]:
         def work(conn: psycopg.Connection) -> tuple[int, int]:
-            failed = self._count(conn, "expire_spent", queue=queue)
+            failed = self._count(conn, "expire_spent", queue=queue,
+                                 lease_expired_on=LEASE_EXPIRED_ON, held_by=HELD_BY)
             returned = self._count(conn, "return_expired", queue=queue)
-            failed += self._count(conn, "exhaust_pending", queue=queue)
+            failed += self._count(conn, "exhaust_pending", queue=queue,
+                                  spent_while_pending=SPENT_WHILE_PENDING_ERROR)
             if returned:
                 self._notify(conn, queue)
             return failed, returned

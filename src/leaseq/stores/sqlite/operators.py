@@ -28,7 +28,7 @@ from leaseq.browse import (
     KeyRow,
     QueueSummary,
     WorkerInfo,
-    actor_name,
+    actor_reason,
     batches,
     prefix_end,
     walk,
@@ -86,7 +86,7 @@ class SQLiteOperatorTools:
     def act_on_jobs(self, queue: str, action: BulkAction, job_ids: Sequence[str],
                     actor: str) -> BulkResult:
         action = BulkAction(action)
-        reason = f"by {actor_name(actor)}"
+        reason = actor_reason(actor)
         acted: list[str] = []
         for batch in batches(job_ids):
             with self._tx() as conn:
@@ -98,7 +98,7 @@ class SQLiteOperatorTools:
         return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
 
     def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
-        reason = f"by {actor_name(actor)}"
+        reason = actor_reason(actor)
         with self._tx() as conn:
             rows = self._rows(conn, "requeue_edited", queue=queue, id=job_id,
                               payload=payload_json)

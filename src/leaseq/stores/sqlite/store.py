@@ -31,9 +31,13 @@ from leaseq.job import (
 )
 from leaseq.journal import (
     EXPIRED,
+    HELD_BY,
     LEASE_EXPIRED,
+    LEASE_EXPIRED_ON,
+    LEASE_LOST,
     OPERATOR,
     SPENT_WHILE_PENDING,
+    SPENT_WHILE_PENDING_ERROR,
     STALE_REASON,
     JournalEvent,
     quarantine_reason,
@@ -232,7 +236,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
                                                 lease_s=lease_s)}
             lost = [lease for lease in leases if lease.job_id not in held]
             conn.executemany(Q["journal_heartbeat_lost"], [self._params(
-                queue=queue, id=lease.job_id, lease_epoch=lease.lease_epoch) for lease in lost])
+                queue=queue, id=lease.job_id, lease_epoch=lease.lease_epoch,
+                lease_lost=LEASE_LOST) for lease in lost])
         return [lease.job_id for lease in lost]
 
     def _fenced(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> dict[str, Any]:
@@ -358,9 +363,11 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def reclaim_expired(self, queue: str) -> tuple[int, int]:
         with self._tx() as conn:
-            spent = self._rows(conn, "expire_spent", queue=queue)
+            spent = self._rows(conn, "expire_spent", queue=queue,
+                               lease_expired_on=LEASE_EXPIRED_ON, held_by=HELD_BY)
             returned = self._rows(conn, "return_expired", queue=queue)
-            stuck = self._rows(conn, "exhaust_pending", queue=queue)
+            stuck = self._rows(conn, "exhaust_pending", queue=queue,
+                               spent_while_pending=SPENT_WHILE_PENDING_ERROR)
             self._journal_rows(conn, queue, spent, JournalEvent.QUARANTINED, lambda _: EXPIRED)
             self._journal_rows(conn, queue, returned, JournalEvent.RECLAIMED,
                                lambda _: LEASE_EXPIRED)

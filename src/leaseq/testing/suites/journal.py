@@ -11,8 +11,10 @@ from leaseq.testing.harness import (
     advance,
     advance_past,
     events,
+    given_claimed,
     given_stolen,
     leases,
+    must_get,
 )
 
 #: Put in payloads; must never show up in a journal entry.
@@ -98,6 +100,22 @@ class JournalSuite:
         q.heartbeat([old])
         lost = [e for e in q.journal(old.id) if e.event == "heartbeat_lost"]
         assert len(lost) == 1 and lost[0].lease_epoch == old.lease_epoch
+
+    def test_a_lost_lease_and_an_expired_one_are_told_in_the_same_words_by_every_store(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a job whose lease was taken over, and a job whose last attempt's lease runs out
+        q = leaseq_store.queue(max_attempts=2)
+        old, _ = given_stolen(q)
+        spent = given_claimed(q, "spent", lease_s=60, max_attempts=1)
+        # When the old lease beats and the sweeper reclaims
+        q.heartbeat([old])
+        advance_past(leaseq_store.store, spent.lease_until)
+        assert q.reclaim_expired() == (1, 0)
+        # Then the words are leaseq.journal's LEASE_LOST and LEASE_EXPIRED_ON + HELD_BY
+        lost = [e.reason for e in q.journal(old.id) if e.event == "heartbeat_lost"]
+        assert lost == ["lease epoch 1 lost; job is processing at epoch 2"]
+        assert must_get(q, "spent").error == f"lease expired on attempt 1 of 1 (worker {W1})"
 
     def test_record_appends_an_event(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()

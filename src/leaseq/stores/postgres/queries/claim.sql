@@ -53,7 +53,8 @@ log AS (
     FROM taken)
 SELECT * FROM taken;
 
--- ids / epochs are parallel arrays: one statement for every in-flight lease.
+-- ids / epochs are parallel arrays: one statement for every in-flight lease. A lost lease's
+-- reason fills the status in last, so no text of the status is read as a template field.
 -- name: heartbeat
 WITH l AS (
     SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[]) AS l(id, lease_epoch)),
@@ -67,8 +68,10 @@ held AS (
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
     SELECT j.queue, j.id, {now}, {event.heartbeat_lost}, j.attempts, l.lease_epoch,
-           'lease epoch ' || l.lease_epoch || ' lost; job is ' || j.status
-           || ' at epoch ' || j.lease_epoch
+           replace(replace(replace(%(lease_lost)s::text,
+                                   '{lease_epoch}', l.lease_epoch::text),
+                           '{job_epoch}', j.lease_epoch::text),
+                   '{status}', j.status)
     FROM l JOIN {jobs} j ON j.queue = %(queue)s AND j.id = l.id
     WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch))
 SELECT id, lease_epoch FROM held;

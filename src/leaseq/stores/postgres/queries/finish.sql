@@ -73,7 +73,7 @@ log AS (
     FROM restarted
     UNION ALL
     SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
-           'exhausted: ' || %(reason)s::text, NULL::json
+           %(quarantined)s::text, NULL::json
     FROM exhausted
     UNION ALL
     SELECT queue, id, {now}, {event.retry_scheduled}, attempts, lease_epoch, worker_id, %(reason)s::text,
@@ -110,14 +110,14 @@ log AS (
     FROM restarted
     UNION ALL
     SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
-           %(failure)s::text || ': ' || %(reason)s::text
+           %(quarantined)s::text
     FROM failed)
 SELECT *, true AS was_stale FROM restarted
 UNION ALL
 SELECT *, false FROM failed;
 
 -- Three ways out, by the row as locked: stale → restarted; the snooze past max_snoozes →
--- failed(exhausted) (the words are leaseq.job.snoozed_too_often's); otherwise pending after
+-- failed(exhausted) (the words are leaseq.journal.SNOOZED_OUT); otherwise pending after
 -- the delay with the attempt given back. Each snooze is counted.
 -- name: snooze
 WITH old AS (
@@ -134,7 +134,7 @@ restarted AS (
 snoozed_out AS (
     UPDATE {jobs} j
     SET status = 'failed', failure = 'exhausted', snoozes = j.snoozes + 1,
-        error = 'snoozed ' || (j.snoozes + 1) || ' times without finishing',
+        error = replace(%(snoozed_out)s::text, '{n}', (j.snoozes + 1)::text),
         lease_until = NULL, updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale AND old.spent
     RETURNING j.*),
@@ -152,7 +152,7 @@ log AS (
     FROM restarted
     UNION ALL
     SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
-           'exhausted: ' || error
+           %(exhausted_prefix)s::text || error
     FROM snoozed_out
     UNION ALL
     SELECT queue, id, {now}, {event.snoozed}, attempts, lease_epoch, worker_id, %(reason)s::text
@@ -166,7 +166,7 @@ SELECT *, false FROM snoozed;
 -- Back to pending at once, by the row as locked: stale → restarted; a give-back that is free
 -- (the handler never started, or it ran and givebacks < max_givebacks) refunds the attempt
 -- (counted when it ran); past the bound the attempt is spent, and on the last attempt the
--- job is failed(exhausted) (the words are leaseq.job.given_back_too_often's).
+-- job is failed(exhausted) (the words are leaseq.journal.GIVEN_BACK_OUT).
 -- name: give_back
 WITH old AS (
     SELECT id, stale, NOT %(started)s OR givebacks < %(max_givebacks)s AS free,
@@ -183,8 +183,7 @@ restarted AS (
 exhausted AS (
     UPDATE {jobs} j
     SET status = 'failed', failure = 'exhausted', lease_until = NULL, updated_at = {now},
-        error = 'given back ' || j.givebacks || ' times while its handler ran; '
-                || 'its attempts are spent'
+        error = replace(%(given_back_out)s::text, '{n}', j.givebacks::text)
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND NOT old.stale AND NOT old.free
       AND old.last
     RETURNING j.*),
@@ -204,7 +203,7 @@ log AS (
     FROM restarted
     UNION ALL
     SELECT queue, id, {now}, {event.quarantined}, attempts, lease_epoch, worker_id,
-           'exhausted: ' || error
+           %(exhausted_prefix)s::text || error
     FROM exhausted
     UNION ALL
     SELECT queue, id, {now}, {event.given_back}, attempts, lease_epoch, worker_id, %(reason)s::text

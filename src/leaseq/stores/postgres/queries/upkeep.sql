@@ -5,8 +5,9 @@
 WITH spent AS (
     UPDATE {jobs}
     SET status = 'failed', failure = 'expired', lease_until = NULL, updated_at = {now},
-        error = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
-                || coalesce(' (worker ' || worker_id || ')', '')
+        error = replace(replace(%(lease_expired_on)s::text, '{attempt}', attempts::text),
+                        '{max_attempts}', max_attempts::text)
+                || coalesce(replace(%(held_by)s::text, '{worker}', worker_id), '')
     WHERE queue = %(queue)s AND status = 'processing' AND attempts >= max_attempts
       AND lease_until < {now}
     RETURNING queue, id, attempts, lease_epoch, worker_id),
@@ -38,7 +39,8 @@ SELECT count(*) AS n FROM returned;
 WITH stuck AS (
     UPDATE {jobs}
     SET status = 'failed', failure = 'exhausted', lease_until = NULL, updated_at = {now},
-        error = 'attempts spent while pending (' || attempts || ' of ' || max_attempts || ')'
+        error = replace(replace(%(spent_while_pending)s::text, '{attempt}', attempts::text),
+                        '{max_attempts}', max_attempts::text)
     WHERE queue = %(queue)s AND status = 'pending' AND attempts >= max_attempts
     RETURNING queue, id, attempts, lease_epoch, worker_id),
 log AS (

@@ -35,10 +35,12 @@ WHERE queue = :queue AND status = 'processing'
       SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
 RETURNING id;
 
+-- The status goes into the reason last, so no text of it is read as a template field.
 -- name: journal_heartbeat_lost
 INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, reason)
 SELECT queue, id, {now}, {event.heartbeat_lost}, attempts, :lease_epoch,
-       'lease epoch ' || :lease_epoch || ' lost; job is ' || status || ' at epoch ' || lease_epoch
+       replace(replace(replace(:lease_lost, '{lease_epoch}', :lease_epoch),
+                       '{job_epoch}', lease_epoch), '{status}', status)
 FROM leaseq_jobs WHERE queue = :queue AND id = :id;
 
 -- name: any_ready

@@ -4,8 +4,9 @@
 -- name: expire_spent
 UPDATE leaseq_jobs
 SET status = 'failed', failure = 'expired', lease_until = NULL, updated_at = {now},
-    error = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
-            || coalesce(' (worker ' || worker_id || ')', '')
+    error = replace(replace(:lease_expired_on, '{attempt}', attempts),
+                    '{max_attempts}', max_attempts)
+            || coalesce(replace(:held_by, '{worker}', worker_id), '')
 WHERE queue = :queue AND status = 'processing' AND attempts >= max_attempts
   AND lease_until < {now}
 RETURNING id, attempts, lease_epoch, worker_id;
@@ -22,6 +23,7 @@ RETURNING id, attempts, lease_epoch, worker_id;
 -- name: exhaust_pending
 UPDATE leaseq_jobs
 SET status = 'failed', failure = 'exhausted', lease_until = NULL, updated_at = {now},
-    error = 'attempts spent while pending (' || attempts || ' of ' || max_attempts || ')'
+    error = replace(replace(:spent_while_pending, '{attempt}', attempts),
+                    '{max_attempts}', max_attempts)
 WHERE queue = :queue AND status = 'pending' AND attempts >= max_attempts
 RETURNING id, attempts, lease_epoch, worker_id;
