@@ -83,8 +83,6 @@ REOWE_REASON = "its message was dead-lettered at the broker's delivery limit"
 SNOOZED_OUT = "snoozed {n} times without finishing"
 #: ``failed(exhausted)``'s error when a give-back spends the last attempt: n give-backs so far.
 GIVEN_BACK_OUT = "given back {n} times while its handler ran; its attempts are spent"
-#: MongoDB's words for ``GIVEN_BACK_OUT``, which differ (its jobs and tests carry them).
-GIVEN_BACK_OUT_MONGODB = "given back {n} times while running; attempts spent"
 #: ``failed(expired)``'s error (reclaim's first step), then ``HELD_BY`` when the lease had a
 #: worker.
 LEASE_EXPIRED_ON = "lease expired on attempt {attempt} of {max_attempts}"

@@ -72,7 +72,7 @@ def test_a_running_job_given_back_past_the_bound_spends_its_attempts_then_fails(
     assert seen == [("pending", 0, 1), ("pending", 0, 2), ("pending", 1, 2),
                     ("pending", 2, 2), ("failed", 3, 2)]
     assert doc["failure"] == "exhausted"
-    assert doc["error"] == "given back 2 times while running; attempts spent"
+    assert doc["error"] == "given back 2 times while its handler ran; its attempts are spent"
 
 
 def test_a_give_back_is_not_a_snooze():

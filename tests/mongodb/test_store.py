@@ -280,7 +280,7 @@ def test_give_back_is_fenced_and_journalled(db, store, started):
 def test_a_give_back_past_the_bound_with_attempts_spent_is_quarantined(db, store):
     db[Q].answer("find_one_and_update", doc(
         status="failed", failure="exhausted", attempts=5, givebacks=3,
-        error="given back 3 times while running; attempts spent"))
+        error="given back 3 times while its handler ran; its attempts are spent"))
     job = store.give_back("q", Lease("j1", 3), True, "worker shutting down")
     assert job.failure == "exhausted"
     assert journal_events(db) == [("j1", "quarantined")]

@@ -78,8 +78,6 @@ def test_the_templates_write_the_words_stored_jobs_already_carry() -> None:
     assert journal.SNOOZED_OUT.format(n=3) == "snoozed 3 times without finishing"
     assert journal.GIVEN_BACK_OUT.format(n=1) == (
         "given back 1 times while its handler ran; its attempts are spent")
-    assert journal.GIVEN_BACK_OUT_MONGODB.format(n=2) == (
-        "given back 2 times while running; attempts spent")
     assert journal.LEASE_EXPIRED_ON.format(attempt=1, max_attempts=2) + journal.HELD_BY.format(
         worker="w") == "lease expired on attempt 1 of 2 (worker w)"
     assert journal.SPENT_WHILE_PENDING_ERROR.format(attempt=3, max_attempts=2) == (

@@ -22,7 +22,7 @@ from string import Formatter
 from typing import Any
 
 from leaseq.journal import (
-    GIVEN_BACK_OUT_MONGODB,
+    GIVEN_BACK_OUT,
     HELD_BY,
     LEASE_EXPIRED_ON,
     SNOOZED_OUT,
@@ -398,7 +398,7 @@ def give_back(started: bool, max_givebacks: int, offset_s: float) -> list[Doc]:
         **ready,
         "status": pick(FAILED, PENDING),
         "failure": pick("exhausted", None),
-        "error": pick({"$concat": filled(GIVEN_BACK_OUT_MONGODB, n=givebacks())}, "$error"),
+        "error": pick({"$concat": filled(GIVEN_BACK_OUT, n=givebacks())}, "$error"),
         "attempts": {"$cond": [free, refunded(), attempts()]},
         "givebacks": {"$cond": [free, {"$add": [givebacks(), 1]}, givebacks()]},
         "lease_until": pick(None, ready["lease_until"]),
