@@ -5,6 +5,8 @@ The conformance suite checks the stories themselves; these tests check what is s
 
 from __future__ import annotations
 
+import asyncio
+
 import psycopg
 import pytest
 
@@ -104,3 +106,18 @@ def test_a_deleted_job_keeps_its_creation_in_the_story(store: PostgresStore) -> 
     assert (story[0].at, story[-1].event) == (born, "deleted")
     assert (_creation_rows(store, "a"), _creation_rows(store, "b")) == (1, 1)
     assert q.journal("b")[0].event == "enqueued"
+
+
+def test_the_async_one_job_enqueue_writes_the_same_rows(store: PostgresStore) -> None:
+    q = store.queue("births")
+
+    async def enqueue() -> list[str]:
+        first = await q.aenqueue("bare", {"n": 1})
+        second = await q.aenqueue("revised", {"n": 2}, revision="r")
+        replay = await q.aenqueue("bare", {"n": 1})
+        return [first.outcome, second.outcome, replay.outcome]
+
+    assert asyncio.run(enqueue()) == ["created", "created", "unchanged"]
+    assert (_creation_rows(store, "bare"), _creation_rows(store, "revised")) == (0, 1)
+    assert [(e.event, e.reason) for e in q.journal("bare")] == [("enqueued", "created")]
+    assert q.journal("revised")[0].data == {"revision": "r"}

@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry, OnConflict
 from leaseq.stores.postgres.enqueue import batch_columns, one_columns
-from leaseq.stores.postgres.plan import EnqueuePlan
+from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
 
 if TYPE_CHECKING:
     from leaseq.stores.postgres.store import PostgresStore
@@ -142,14 +142,25 @@ class AsyncPostgres:
         """New ids in one autocommitted statement on leaseq's own connection, as the blocking
         store; None, having written nothing, when the careful path must decide."""
         if len(specs) == 1:
-            rows = await self._rows(conn, "enqueue_one", queue=queue,
-                                    channel=self._store.options.channel, **one_columns(specs[0]))
-            inserted = rows[0]["inserted"]
-            return [EnqueueResult(specs[0].job_id, EnqueueOutcome.CREATED)] if inserted else None
+            return await self._enqueue_one(conn, queue, specs[0])
         try:
             return await self._enqueue_fast(conn, queue, specs)
         except UniqueViolation:
             return None  # autocommit: the statement wrote nothing
+
+    async def _enqueue_one(self, conn: psycopg.AsyncConnection, queue: str,
+                           spec: JobSpec) -> list[EnqueueResult] | None:
+        """The blocking store's ``_enqueue_one``."""
+        channel = self._store.options.channel
+        if spec.revision is None:
+            rows = await self._rows(conn, "enqueue_one", queue=queue, channel=channel,
+                                    **one_columns(spec))
+            inserted = bool(rows)
+        else:
+            rows = await self._rows(conn, "enqueue_one_journaled", queue=queue, channel=channel,
+                                    data=enqueued_data(spec), **one_columns(spec))
+            inserted = bool(rows[0]["inserted"])
+        return [EnqueueResult(spec.job_id, EnqueueOutcome.CREATED)] if inserted else None
 
     async def _enqueue(self, conn: psycopg.AsyncConnection, queue: str,
                        specs: Sequence[JobSpec], on_conflict: OnConflict,

@@ -109,9 +109,17 @@ class PostgresEnqueue:
                      specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
         """One new job in one prepared statement (see ``enqueue_one``); None, having written
         nothing, when the id exists: the careful path decides (replay, update, conflict)."""
-        _, rows = self._tuples(conn, "enqueue_one", queue=queue, channel=self.options.channel,
-                               **one_columns(specs[0]))
-        return [EnqueueResult(specs[0].job_id, EnqueueOutcome.CREATED)] if rows[0][0] else None
+        spec = specs[0]
+        if spec.revision is None:
+            _, rows = self._tuples(conn, "enqueue_one", queue=queue,
+                                   channel=self.options.channel, **one_columns(spec))
+            inserted = bool(rows)
+        else:
+            _, rows = self._tuples(conn, "enqueue_one_journaled", queue=queue,
+                                   channel=self.options.channel, data=enqueued_data(spec),
+                                   **one_columns(spec))
+            inserted = bool(rows[0][0])
+        return [EnqueueResult(spec.job_id, EnqueueOutcome.CREATED)] if inserted else None
 
     def _enqueue_once(self, conn: psycopg.Connection, queue: str, specs: Sequence[JobSpec],
                       on_conflict: OnConflict) -> list[EnqueueResult] | None:
@@ -176,11 +184,10 @@ def batch_columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
 
 
 def one_columns(spec: JobSpec) -> dict[str, Any]:
-    """``enqueue_one``'s parameters."""
+    """``enqueue_one``'s parameters (``enqueue_one_journaled`` takes ``data`` too)."""
     return dict(id=spec.job_id, task=spec.task, payload=spec.payload_json,
                 revision=spec.revision, delay_s=float(spec.delay_s),
                 max_attempts=spec.max_attempts,
-                data=enqueued_data(spec),
                 priority=spec.priority, concurrency_key=spec.concurrency_key)
 
 
