@@ -29,31 +29,34 @@ def _settled(dog: Watchdog) -> None:
         time.sleep(0.001)
 
 
-def test_calls_with_the_usual_deadline_never_wake_the_thread(watchdog: Watchdog) -> None:
+@pytest.fixture
+def call(watchdog: Watchdog) -> Iterator[socket.socket]:
+    """One end of a socket pair, watched once already, with the watchdog's thread asleep."""
     left, right = socket.socketpair()
     with left, right:
         with watchdog.guard(left, time.monotonic() + HORIZON_S):
             pass
         _settled(watchdog)
-        woken = watchdog.wakes
-        for _ in range(1000):
-            with watchdog.guard(left, time.monotonic() + HORIZON_S):
-                pass
-        assert watchdog.wakes == woken
-        assert watchdog.cuts == 0
+        yield left
 
 
-def test_a_shorter_deadline_wakes_it_and_the_call_is_cut(watchdog: Watchdog) -> None:
-    left, right = socket.socketpair()
-    with left, right:
-        with watchdog.guard(left, time.monotonic() + HORIZON_S):
+def test_calls_with_the_usual_deadline_never_wake_the_thread(
+        watchdog: Watchdog, call: socket.socket) -> None:
+    woken = watchdog.wakes
+    for _ in range(1000):
+        with watchdog.guard(call, time.monotonic() + HORIZON_S):
             pass
-        _settled(watchdog)
-        woken = watchdog.wakes
-        started = time.monotonic()
-        with watchdog.guard(left, started + 0.05):
-            # A call that never gets an answer: the read returns only once the socket is cut.
-            assert left.recv(1) == b""
-        assert watchdog.wakes == woken + 1
-        assert watchdog.cuts == 1
-        assert time.monotonic() - started < HORIZON_S / 2
+    assert watchdog.wakes == woken
+    assert watchdog.cuts == 0
+
+
+def test_a_shorter_deadline_wakes_it_and_the_call_is_cut(
+        watchdog: Watchdog, call: socket.socket) -> None:
+    woken = watchdog.wakes
+    started = time.monotonic()
+    with watchdog.guard(call, started + 0.05):
+        # A call that never gets an answer: the read returns only once the socket is cut.
+        assert call.recv(1) == b""
+    assert watchdog.wakes == woken + 1
+    assert watchdog.cuts == 1
+    assert time.monotonic() - started < HORIZON_S / 2
