@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import leaseq
 Invoke = Callable[..., Result]
 
 HERE = Path(__file__).parent
+#: A terminal wide enough that rich wraps no story line.
+WIDE = {"COLUMNS": "300"}
 
 
 def given_failed(store: leaseq.Store, job_id: str, queue: str = "images") -> None:
@@ -173,6 +176,53 @@ def test_inspect_tells_the_story(invoke: Invoke, store: leaseq.Store) -> None:
     assert data["job"]["status"] == "done" and data["job"]["attempts"] == 2
     assert [e["event"] for e in data["journal"]] == [
         "enqueued", "claimed", "retry_scheduled", "claimed", "result_saved"]
+
+
+def test_inspect_tells_how_long_the_job_waited_and_each_attempt_ran(
+        invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a job claimed 30 s after its enqueue, retried after 20 s, then done 15 s into its
+    # second attempt (the store's clock moved back so the times are known)
+    q = store.queue("images", backoff_base_s=0)
+    store.time_offset_s = -100
+    q.enqueue("s", {}, task="resize")
+    store.time_offset_s = -70
+    (job,) = q.claim("host:1:abcd", 1)
+    store.time_offset_s = -50
+    q.retry_later(job, ConnectionError("timed out"), 0)
+    store.time_offset_s = -40
+    (job,) = q.claim("host:2:ef01", 1)
+    store.time_offset_s = -25
+    q.complete(job, None)
+    # When it is inspected (wide enough that no line wraps)
+    story = invoke("inspect", "s", env=WIDE)
+    # Then the story puts the wait on the first claim and each duration on the attempt's end
+    assert story.exit_code == 0, story.output
+    lines = story.output.splitlines()
+    assert re.search(r"claimed .*attempt 1 .*· waited 30\.\d s$", lines[-4]), lines[-4]
+    assert re.search(r"will be retried .*· attempt 1 ran 20\.\d s$", lines[-3]), lines[-3]
+    assert re.search(r"finished .*· attempt 2 ran 15\.\d s$", lines[-1]), lines[-1]
+    # And --json gives the same reading
+    data = json.loads(invoke("inspect", "s", "--json").output)
+    assert data["waited_s"] == pytest.approx(30, abs=1)
+    assert [(a["attempt"], a["worker_id"], a["ended_by"]) for a in data["attempts"]] == [
+        (1, "host:1:abcd", "retry_scheduled"), (2, "host:2:ef01", "result_saved")]
+    assert [a["ran_s"] for a in data["attempts"]] == [pytest.approx(20, abs=1),
+                                                      pytest.approx(15, abs=1)]
+
+
+def test_inspect_tells_how_long_a_running_attempt_has_run(invoke: Invoke,
+                                                            store: leaseq.Store) -> None:
+    # Given a job claimed 95 s ago and still held
+    q = store.queue("images")
+    store.time_offset_s = -95
+    q.enqueue("s", {}, task="resize")
+    q.claim("host:1:abcd", 1, lease_s=600)
+    # When it is inspected, Then its claim says how long it has been running
+    story = invoke("inspect", "s", env=WIDE)
+    assert story.exit_code == 0, story.output
+    assert re.search(r"claimed .*· .*running for 1 min 3\d s$", story.output.splitlines()[-1])
+    (attempt,) = json.loads(invoke("inspect", "s", "--json").output)["attempts"]
+    assert attempt["ended_by"] is None and attempt["ran_s"] == pytest.approx(95, abs=5)
 
 
 def test_inspect_unknown_job_exits_1(invoke: Invoke, store: leaseq.Store) -> None:

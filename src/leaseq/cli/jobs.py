@@ -96,19 +96,22 @@ def _parse_payload(text: str | None) -> dict[str, Any]:
 @json_option
 @errors
 def inspect(job_id: str, url: str | None, queue: str | None, as_json: bool) -> None:
-    """Show a job's record and its journal as a story."""
+    """Show a job's record and its journal as a story, with how long each attempt ran."""
     with open_store(url) as store:
         q = find_queue(store, job_id, queue)
         job, entries = q.get(job_id), q.journal(job_id)
+        # The clock only for an attempt still running: "running for" reads the server's time.
+        now = store.server_now() if job is not None and job.status == "processing" else None
     if job is None:
         raise Failed(f"job {job_id!r} is gone from queue {q.name!r}")
     if as_json:
-        echo_json({"job": job.to_dict(), "journal": [e.to_dict() for e in entries]})
+        echo_json({"job": job.to_dict(), "journal": [e.to_dict() for e in entries],
+                   **render.attempt_rows(entries, now)})
         return
     console = Console()
     console.print(render.record_table(job))
     console.print(f"\n[bold]story of {job.id}[/bold]")
-    for line in render.story(entries):
+    for line in render.story(entries, now):
         console.print(line, highlight=False)
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from leaseq.job import Job, JournalEntry
 from leaseq.journal import RENAMED_EVENTS, JournalEvent
 from leaseq.metrics import QueueSnapshot
+from leaseq.timeline import read_timeline
 
 STATUS_COLUMNS = ["pending", "processing", "done", "failed", "cancelled"]
 
@@ -108,13 +109,17 @@ def record_table(job: Job) -> Table:
     return table
 
 
-def story(entries: Sequence[JournalEntry]) -> list[str]:
-    """The journal, one line per event, timed from the first."""
+def story(entries: Sequence[JournalEntry], now: datetime | None = None) -> list[str]:
+    """The journal, one line per event, timed from the first; the wait for the first claim and
+    how long each attempt ran beside the rows they were measured to (``leaseq.timeline``), and
+    ``running for`` an attempt still open when given ``now``."""
     start = entries[0].at if entries else None
-    return [story_line(entry, start) for entry in entries]
+    notes = read_timeline(entries).notes(now)
+    return [story_line(entry, start, notes.get(index))
+            for index, entry in enumerate(entries)]
 
 
-def story_line(entry: JournalEntry, start: datetime | None) -> str:
+def story_line(entry: JournalEntry, start: datetime | None, note: str | None = None) -> str:
     offset = (entry.at - start).total_seconds() if start else 0.0
     words = event_words(entry.event)
     parts = [f"{entry.at:%H:%M:%S.%f}"[:-3], f"+{offset:7.3f}s", f"[bold]{words}[/bold]"]
@@ -127,4 +132,17 @@ def story_line(entry: JournalEntry, start: datetime | None) -> str:
         detail += f" (in {float(entry.data['delay_s']):.2f} s)"
     if detail:
         parts.append(f"— {detail}")
+    if note:
+        parts.append(f"· {note}")
     return "  ".join(parts)
+
+
+def attempt_rows(entries: Sequence[JournalEntry], now: datetime | None = None) -> dict[str, Any]:
+    """``--json``'s reading of the journal: the wait for the first claim, and each attempt."""
+    timeline = read_timeline(entries)
+    return {"waited_s": timeline.waited_s, "attempts": [
+        {"attempt": a.number, "lease_epoch": a.lease_epoch, "worker_id": a.worker_id,
+         "claimed_at": a.claimed_at.isoformat(),
+         "ended_at": a.ended_at.isoformat() if a.ended_at else None,
+         "ended_by": a.ended_by, "reason": a.reason, "ran_s": a.ran_s(now)}
+        for a in timeline.attempts]}

@@ -54,6 +54,7 @@ from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
 from leaseq.redact import redact
 from leaseq.scheduler.spec import Schedule
 from leaseq.stores.base import Store
+from leaseq.timeline import format_duration, read_timeline
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -91,6 +92,7 @@ class Dashboard:
         self.snapshots: dict[str, tuple[float, str, str, BulkAction, list[str]]] = {}
         self.env = Environment(loader=PackageLoader("leaseq.dashboard", "templates"),
                                autoescape=select_autoescape(default=True))
+        self.env.filters["duration"] = format_duration
 
     def routes(self) -> list[tuple[str, Callable[..., Any], list[str]]]:
         return [
@@ -184,10 +186,16 @@ class Dashboard:
         shown = self.redactor(json.dumps(job.payload, indent=2, sort_keys=True))
         real = json.dumps(job.payload, indent=2, sort_keys=True) if access.may("edit") else None
         journal = self.store.journal(queue, job_id)
-        hints = diagnose_job(job, journal, self.store.server_now())
+        now = self.store.server_now()
+        hints = diagnose_job(job, journal, now)
+        timeline = read_timeline(journal)
+        # "running for" only while the record agrees: an open attempt of a job that is no
+        # longer processing lost its ending row (purged, or written by an older version).
+        running_now = now if job.status == "processing" else None
         return self.render(request, access, "job.html", job=job, payload=shown,
                            editable=real, journal=journal, hints=hints,
-                           error=self.redactor(job.error or ""))
+                           error=self.redactor(job.error or ""), timeline=timeline,
+                           notes=timeline.notes(running_now), now=running_now)
 
     def quarantine(self, request: Request, access: Access) -> Response:
         groups: dict[tuple[str, str, str], int] = {}
