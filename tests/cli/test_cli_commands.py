@@ -423,3 +423,23 @@ def test_help_and_unknown_command(invoke: Invoke) -> None:
     assert invoke("nope").exit_code == 2
     assert invoke("metrics").exit_code == 2  # --port is required
     assert invoke("demo", "--jobs", "1").exit_code == 2
+
+
+def test_text_that_looks_like_markup_is_printed_as_it_is(invoke: Invoke,
+                                                         store: leaseq.Store) -> None:
+    # Given a job whose id, task, worker and error read like rich markup (one tag closes
+    # nothing, which rich refuses to print)
+    q = store.queue("images")
+    q.enqueue("job[/bold]", {"path": "p"}, task="resize[red]")
+    (job,) = q.claim("host[/i]:1:w", 1)
+    q.fail(job, ValueError("bad [/red] header [link=x]"), "permanent")
+    # When the story, the quarantine and the status are printed
+    story, failed, status = (invoke("inspect", "job[/bold]"), invoke("failed"),
+                             invoke("status"))
+    # Then each prints, with the text as it was written
+    for result in (story, failed, status):
+        assert result.exit_code == 0, result.output
+    assert "bad [/red] header [link=x]" in story.output
+    assert "by host[/i]:1:w" in story.output
+    assert "story of job[/bold]" in story.output
+    assert "job[/bold]" in failed.output and "resize[red]" in failed.output

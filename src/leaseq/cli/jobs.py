@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from leaseq.app import App
 from leaseq.cli import Failed, echo_json, errors, json_option, open_store, render, url_option
@@ -110,7 +111,7 @@ def inspect(job_id: str, url: str | None, queue: str | None, as_json: bool) -> N
         return
     console = Console()
     console.print(render.record_table(job))
-    console.print(f"\n[bold]story of {job.id}[/bold]")
+    console.print(f"\n[bold]story of {escape(job.id)}[/bold]")
     for line in render.story(entries, now):
         console.print(line, highlight=False)
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from leaseq.job import Job, JournalEntry
@@ -63,8 +64,8 @@ def status_table(url: str, snaps: Sequence[QueueSnapshot]) -> Table:
         table.add_column(column, justify="left" if column == "queue" else "right")
     for s in snaps:
         held_cells = [str(s.held_back.by_key), str(s.held_back.by_rate)] if limited else []
-        table.add_row(s.queue, *(str(s.counts.get(k, 0)) for k in [*STATUS_COLUMNS, *others]),
-                      str(s.ready), *held_cells, str(s.in_flight),
+        counts = [str(s.counts.get(k, 0)) for k in [*STATUS_COLUMNS, *others]]
+        table.add_row(escape(s.queue), *counts, str(s.ready), *held_cells, str(s.in_flight),
                       f"{s.oldest_pending_age_s:.1f} s")
     return table
 
@@ -84,8 +85,8 @@ def quarantine_table(jobs: Sequence[Job]) -> Table:
         table.add_column(column, overflow="fold")
     for j in jobs:
         last_line = (j.error or "").strip().splitlines()[-1:] or [""]
-        table.add_row(j.queue, j.id, j.task or "", j.failure or "", str(j.attempts),
-                      last_line[0][:200])
+        table.add_row(escape(j.queue), escape(j.id), escape(j.task or ""), j.failure or "",
+                      str(j.attempts), escape(last_line[0][:200]))
     return table
 
 
@@ -98,14 +99,14 @@ ALWAYS_SHOWN = ("status", "attempts", "snoozes", "givebacks")
 
 def record_table(job: Job) -> Table:
     """The job's record; the payload only as its size and keys (it may hold anything)."""
-    table = Table(show_header=False, title=f"job {job.id}", title_justify="left")
+    table = Table(show_header=False, title=f"job {escape(job.id)}", title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for name, value in job.to_dict().items():
         if name == "payload":
             value = f"{len(json.dumps(value))} bytes, keys: {', '.join(sorted(value)) or '-'}"
         if value not in (None, "", False) or name in ALWAYS_SHOWN:
-            table.add_row(name, str(value))
+            table.add_row(name, escape(str(value)))
     return table
 
 
@@ -126,12 +127,12 @@ def story_line(entry: JournalEntry, start: datetime | None, note: str | None = N
     if entry.attempt:
         parts.append(f"attempt {entry.attempt}")
     if entry.worker_id:
-        parts.append(f"by {entry.worker_id}")
+        parts.append(f"by {escape(entry.worker_id)}")
     detail = entry.reason or ""
     if entry.data and "delay_s" in entry.data:
         detail += f" (in {float(entry.data['delay_s']):.2f} s)"
     if detail:
-        parts.append(f"— {detail}")
+        parts.append(f"— {escape(detail)}")
     if note:
         parts.append(f"· {note}")
     return "  ".join(parts)

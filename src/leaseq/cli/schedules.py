@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from leaseq.app import App
@@ -77,8 +78,8 @@ def _table(rows: list[dict[str, Any]]) -> Table:
         zone = "" if row["timezone"] in ("UTC", "?") else f" ({row['timezone']})"
         job = f"{row['last_job']} ({row['last_job_status'] or 'purged'})" \
             if row["last_job"] else "-"
-        table.add_row(row["name"], row["spec"] + zone, row["next_tick"] or "-",
-                      row["last_tick"] or "-", job, _state_words(row))
+        table.add_row(escape(row["name"]), escape(row["spec"] + zone), row["next_tick"] or "-",
+                      row["last_tick"] or "-", escape(job), _state_words(row))
     return table
 
 
