@@ -117,6 +117,10 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                               db["leaseq_limits"].answer("find_one", None)),
                   lambda s, db: s.held_back("q", ClaimLimits(key_limit=2, rate_per_s=1)),
                   HeldBack(by_key=3, by_rate=1)),
+    "limited_queues": (lambda db: db["leaseq_limits"].answer("find", [
+                           {"_id": "q", "key_limit": 2, "rate_per_s": None},
+                           {"_id": "old", "key_limit": None, "rate_per_s": None}]),
+                       lambda s, db: s.limited_queues(), {"q": ClaimLimits(key_limit=2)}),
     "heartbeat_many": (answered("update_many", Updated(1)),
                        lambda s, db: s.heartbeat_many("q", [LEASE], 60), []),
     "in_flight": (answered("count_documents", 2), lambda s, db: s.in_flight("q"), 2),

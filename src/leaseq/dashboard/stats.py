@@ -1,7 +1,8 @@
 """One shared stats snapshot per process, read again at most every ``max_age_s``, however
 many tabs and event streams ask for it: the page cost does not grow with viewers. Counts are
 bounded (``Store.queue_summary``): past ``COUNT_CAP`` they read "10,000+" (an estimate,
-"≈ 201,000", on PostgreSQL)."""
+"≈ 201,000", on PostgreSQL). Held-back counts (``Store.held_back``) are read only for the
+queues ``Store.limited_queues`` names."""
 
 from __future__ import annotations
 
@@ -36,18 +37,24 @@ class StatsSnapshot:
             return self._value
 
     def _read(self) -> list[dict[str, Any]]:
-        rows = []
-        for queue in self.store.queues():
-            summary = self.store.queue_summary(queue)
-            hour = self.store.journal_hourly(queue, 1)
-            rows.append({
-                "queue": queue,
-                "counts": {status: str(count) for status, count in summary.counts.items()},
-                "ready": str(summary.ready), "oldest_ready_s": round(summary.oldest_ready_s, 1),
-                "done_last_hour": _count(hour, JournalEvent.RESULT_SAVED),
-                "failed_last_hour": _count(hour, JournalEvent.QUARANTINED),
-            })
-        return rows
+        # One read names the queues with limits: only those pay for ``held_back``.
+        limited = self.store.limited_queues()
+        return [self._row(queue, queue in limited) for queue in self.store.queues()]
+
+    def _row(self, queue: str, limited: bool) -> dict[str, Any]:
+        summary = self.store.queue_summary(queue)
+        hour = self.store.journal_hourly(queue, 1)
+        held = self.store.held_back(queue) if limited else None
+        return {
+            "queue": queue,
+            "counts": {status: str(count) for status, count in summary.counts.items()},
+            "ready": str(summary.ready), "oldest_ready_s": round(summary.oldest_ready_s, 1),
+            # None, not 0, for a queue without limits: the page shows "—" (nothing to hold).
+            "held_by_key": None if held is None else held.by_key,
+            "held_by_rate": None if held is None else held.by_rate,
+            "done_last_hour": _count(hour, JournalEvent.RESULT_SAVED),
+            "failed_last_hour": _count(hour, JournalEvent.QUARANTINED),
+        }
 
 
 def _count(hour: list[HourlyCount], event: str) -> int:

@@ -428,6 +428,13 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         without the app's policy, such as ``leaseq status``, sees the same). Reads only;
         ``HeldBack()`` when none."""
 
+    @abc.abstractmethod
+    def limited_queues(self) -> dict[str, ClaimLimits]:
+        """Each queue whose limited claims recorded limits, with those limits (what
+        ``held_back(queue)`` counts by), in one read of the store's small limits table however
+        many queues there are: a reader learns which queues ``held_back`` can say anything
+        about without asking each. Reads only; ``{}`` when none."""
+
     # --- deprecated names (leaseq.deprecated), last so the class body's ``list`` stays the
     # built-in for the annotations above ------------------------------------------------------
 

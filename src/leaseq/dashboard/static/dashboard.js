@@ -12,11 +12,13 @@
       if (!tr) { return; }
       var values = Object.assign({}, row.counts, {
         ready: row.ready, oldest_ready_s: row.oldest_ready_s,
+        held_by_key: row.held_by_key, held_by_rate: row.held_by_rate,
         done_last_hour: row.done_last_hour, failed_last_hour: row.failed_last_hour
       });
       tr.querySelectorAll("td[data-field]").forEach(function (td) {
         var v = values[td.getAttribute("data-field")];
-        td.textContent = v === undefined ? "0" : String(v);
+        // null: a queue without limits, which holds nothing back ("—", as the page says).
+        td.textContent = v === undefined ? "0" : v === null ? "\u2014" : String(v);
       });
     });
   }

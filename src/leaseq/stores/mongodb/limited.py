@@ -154,6 +154,13 @@ class LimitedClaims:
         now = self._db.command("hello")["localTime"]
         return held_back(ready, by_key, recent, _seconds(now) + self._off, limits)
 
+    @guarded
+    def limited_queues(self) -> dict[str, ClaimLimits]:
+        # One small document per queue that ran a limited claim: read them all, no index.
+        found = {d["_id"]: ClaimLimits(d.get("key_limit"), d.get("rate_per_s"))
+                 for d in self._limits.find({}, {"key_limit": 1, "rate_per_s": 1})}
+        return {queue: limits for queue, limits in found.items() if limits.any}
+
 
 def _seconds(value: Any) -> float:
     """Unix seconds of a BSON date (naive ones are UTC)."""

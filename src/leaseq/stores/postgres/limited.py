@@ -117,6 +117,13 @@ class LimitedClaims:
 
         return self._session.run(work, idempotent=True)
 
+    def limited_queues(self) -> dict[str, ClaimLimits]:
+        def work(conn: psycopg.Connection) -> dict[str, ClaimLimits]:
+            return {r["queue"]: ClaimLimits(r["key_limit"], r["rate_per_s"])
+                    for r in self._rows(conn, "limited_queues")}
+
+        return self._session.run(work, idempotent=True)
+
 
 def _limits_state(row: dict[str, Any]) -> LimitsState:
     """A queue's limits row (all NULL when it has none) as ``LimitsState``."""

@@ -97,3 +97,8 @@ class LimitedClaims:
                                       self._rows(conn, "key_backlog", queue=queue)],
                                      limits.key_limit)
             return held_back(ready, by_key, state.recent, state.now, limits)
+
+    def limited_queues(self) -> dict[str, ClaimLimits]:
+        with self._lock:
+            return {r["queue"]: ClaimLimits(r["key_limit"], r["rate_per_s"])
+                    for r in self._rows(self._conn, "limited_queues")}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from leaseq.errors import InvalidPolicy
-from leaseq.limits import HeldBack
+from leaseq.limits import ClaimLimits, HeldBack
 from leaseq.stores import connect
 from leaseq.testing.harness import (
     LONG_LEASE_S,
@@ -274,6 +274,24 @@ class LimitsSuite:
         taken = q.claim(W1, limit=5)
         assert len(taken) == 1 and {held, taken[0].id} <= {"k0", "k1"}
         assert q.claim(W2, limit=5) == []
+
+    def test_limited_queues_names_the_queues_whose_claims_ran_with_limits(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        _needs_limits(leaseq_store)
+        store = leaseq_store.store
+        # Given a store where no limited claim has run yet
+        assert store.limited_queues() == {}
+        # When one queue claims under a key limit, one under a rate, one with no limits
+        for name, policy in [("keyed", {"key_limit": 2}), ("rated", {"rate_per_s": 3}),
+                             ("free", {})]:
+            q = leaseq_store.queue(name, **policy)
+            q.enqueue("a", {}, concurrency_key="k")
+            assert len(q.claim(W1, limit=1)) == 1
+        # Then the two limited queues are named with their limits, and the other is not
+        assert store.limited_queues() == {"keyed": ClaimLimits(key_limit=2),
+                                          "rated": ClaimLimits(rate_per_s=3)}
+        assert store.held_back("free") == HeldBack()
 
     # --- rate limit ----------------------------------------------------------------------
 

@@ -116,6 +116,12 @@ FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = %(id)s;
 SELECT l.recent, l.key_limit, l.rate_per_s, extract(epoch FROM {now})::float8 AS now
 FROM (SELECT 1) one LEFT JOIN {limits} l ON l.queue = %(queue)s;
 
+-- The first limited claim of a queue makes its row before it knows the limits: rows without
+-- any are left out.
+-- name: limited_queues
+SELECT queue, key_limit, rate_per_s FROM {limits}
+WHERE key_limit IS NOT NULL OR rate_per_s IS NOT NULL;
+
 -- Per key with live jobs: how many are ready and how many are processing (held_back).
 -- name: key_backlog
 SELECT concurrency_key,

@@ -75,6 +75,10 @@ WHERE key_limit IS NOT excluded.key_limit OR rate_per_s IS NOT NULL;
 -- name: limits_row
 SELECT recent, key_limit, rate_per_s, {now} AS now FROM leaseq_limits WHERE queue = :queue;
 
+-- name: limited_queues
+SELECT queue, key_limit, rate_per_s FROM leaseq_limits
+WHERE key_limit IS NOT NULL OR rate_per_s IS NOT NULL;
+
 -- name: save_limits
 INSERT INTO leaseq_limits (queue, recent, key_limit, rate_per_s)
 VALUES (:queue, :recent, :key_limit, :rate_per_s)
