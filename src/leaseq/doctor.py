@@ -219,17 +219,23 @@ def check_published_unclaimed(store: Store, facts: QueueFacts, config: DoctorCon
 
 
 def check_schema_version(store: Store) -> list[Finding]:
-    """The schema this code expects against the one the database holds (``migrate`` is
-    idempotent and returns the version; a newer database than the code is the finding)."""
+    """The schema this code expects against the one the database holds, read with
+    ``schema_version`` (never ``migrate``: doctor and a read-only dashboard write nothing)."""
     expected = _latest_migration(store)
-    found = store.migrate()
+    found = store.schema_version()
     if expected is None or found == expected:
         return []
+    ran = "schema_version() against the migrations shipped with this leaseq"
+    if found is not None and found > expected:
+        return [Finding(
+            "schema", None, f"the database schema is version {found}, this leaseq expects "
+            f"{expected}", "the database was migrated by a newer leaseq than this host runs",
+            ran, "upgrade leaseq on this host, then `leaseq migrate`")]
+    held = "no leaseq schema" if found is None else f"schema version {found}"
     return [Finding(
-        "schema", None, f"the database schema is version {found}, this leaseq expects "
-        f"{expected}", "the database was migrated by a newer leaseq than this host runs",
-        "migrate() against the migrations shipped with this leaseq",
-        "upgrade leaseq on this host, then `leaseq migrate`")]
+        "schema", None, f"the database holds {held}, this leaseq expects {expected}",
+        "the database was not migrated since this leaseq was installed", ran,
+        "`leaseq migrate`, then `leaseq doctor`")]
 
 
 def check_bloat(store: Store, config: DoctorConfig) -> list[Finding]:

@@ -163,6 +163,8 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                 lambda s, db: s.requeue("q", "j1"), True),
     "retry_later": (answered("find_one_and_update", doc(status="pending")),
                     lambda s, db: s.retry_later("q", LEASE, "e", "e", 9).status, "pending"),
+    "schema_version": (lambda db: setattr(db, "names", ["leaseq_journal"]),
+                       lambda s, db: s.schema_version(), 1),
     "server_now": (lambda db: None, lambda s, db: s.server_now().year, 2024),
     "snooze": (answered("find_one_and_update", doc(status="pending")),
                lambda s, db: s.snooze("q", LEASE, 5).status, "pending"),

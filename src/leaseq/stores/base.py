@@ -98,6 +98,13 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         """Create or upgrade the schema (idempotent, safe to race). Returns the schema version."""
 
     @abc.abstractmethod
+    def schema_version(self) -> int | None:
+        """The schema version the database holds, read without writing anything: the one the
+        last ``migrate`` returned (from any process, any leaseq version), so a newer database
+        than this code shows as a higher number. ``None`` when the schema was never created.
+        What ``leaseq doctor`` and the dashboard's health page read, never ``migrate``."""
+
+    @abc.abstractmethod
     def server_now(self) -> datetime:
         """The store's clock (plus ``time_offset_s``), timezone-aware UTC."""
 

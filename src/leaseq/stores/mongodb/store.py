@@ -175,6 +175,15 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         return SCHEMA_VERSION
 
     @guarded
+    def schema_version(self) -> int | None:
+        # migrate() records no version on MongoDB (the version is this code's): what it leaves
+        # is the journal collection with its indexes, so the schema exists once that does.
+        journal = self._prefix + "journal"
+        if journal not in self._db.list_collection_names(filter={"name": journal}):
+            return None
+        return SCHEMA_VERSION
+
+    @guarded
     def server_now(self) -> Any:
         local = records.dt(self._db.command("hello")["localTime"])
         # not None: hello always answers localTime, a date

@@ -183,6 +183,19 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
                 latest = version
         return latest
 
+    def schema_version(self) -> int | None:
+        return self._session.run(self._schema_version_in, idempotent=True)
+
+    def _schema_version_in(self, conn: psycopg.Connection) -> int | None:
+        # Looked up first rather than caught: a failed statement would abort the caller's
+        # transaction on a borrowed (Django) connection.
+        table = f"{self._schema}.schema_migrations"
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table]).fetchone()
+        if not (row and row[0]):
+            return None
+        found = conn.execute(f"SELECT max(version) FROM {table}").fetchone()
+        return None if found is None or found[0] is None else int(found[0])
+
     def close(self) -> None:
         self._listener.close()
         self._session.close()

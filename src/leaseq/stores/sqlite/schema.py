@@ -20,6 +20,16 @@ def migrate(conn: sqlite3.Connection) -> int:
     return latest
 
 
+def version(conn: sqlite3.Connection) -> int | None:
+    """The highest migration applied to ``conn``'s database, read only; None when leaseq's
+    schema was never made there (no table is created to find out)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                    "AND name = 'leaseq_schema'").fetchone() is None:
+        return None
+    found = conn.execute("SELECT max(version) FROM leaseq_schema").fetchone()[0]
+    return None if found is None else int(found)
+
+
 def apply(conn: sqlite3.Connection, version: int, name: str, sql: str) -> None:
     """One migration in one transaction. Another process may have applied it since the
     versions were read: a statement that cannot run twice (``ADD COLUMN``; the others use

@@ -175,6 +175,10 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         with self._lock:
             return schema.migrate(self._conn)
 
+    def schema_version(self) -> int | None:
+        with self._lock:
+            return schema.version(self._conn)
+
     def close(self) -> None:
         if self._checkpoints is not None:
             self._checkpoints.stop()

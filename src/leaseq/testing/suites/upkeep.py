@@ -195,6 +195,30 @@ class InspectionSuite:
         assert leaseq_store.store.queues() == ["alpha", "beta"]
 
 
+    def test_schema_version_reads_what_migrate_returned(self, leaseq_store: FreshStore) -> None:
+        # Given a migrated store holding a job
+        store = leaseq_store.store
+        leaseq_store.queue().enqueue("j1", {})
+        version = store.migrate()
+        # When the version is read twice, Then it is migrate's, and reading it wrote nothing
+        assert store.schema_version() == version
+        assert store.schema_version() == version
+        assert leaseq_store.queue().counts() == {"pending": 1}
+
+    def test_schema_version_is_none_where_no_schema_was_made(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a store whose schema was dropped
+        store = leaseq_store.store
+        try:
+            store.drop()
+        except NotImplementedError:
+            pytest.skip("skipped: the store cannot drop its schema (drop is for tests)")
+        # When its version is read, Then there is none, and reading made none
+        assert store.schema_version() is None
+        assert store.schema_version() is None
+
+
 class OperatorSuite:
     @pytest.mark.parametrize("end", ["failed", "cancelled", "done"])
     def test_operator_requeue_makes_a_terminal_job_ready(
