@@ -97,12 +97,14 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
     def migrate(self) -> int:
         """Create or upgrade the schema (idempotent, safe to race). Returns the schema version."""
 
-    @abc.abstractmethod
     def schema_version(self) -> int | None:
         """The schema version the database holds, read without writing anything: the one the
         last ``migrate`` returned (from any process, any leaseq version), so a newer database
         than this code shows as a higher number. ``None`` when the schema was never created.
-        What ``leaseq doctor`` and the dashboard's health page read, never ``migrate``."""
+        What ``leaseq doctor`` and the dashboard's health page read, never ``migrate``. Not
+        abstract, so a store written before it keeps working: ``leaseq doctor`` reads it only
+        for a store that ships migrations (this default raises ``NotImplementedError``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not report its schema version")
 
     @abc.abstractmethod
     def server_now(self) -> datetime:
