@@ -39,7 +39,8 @@ PAGES = {
 
 
 def seed(store: Store) -> None:
-    """A mail queue with every state, an export queue with a backlog, two workers."""
+    """A mail queue with every state, an export queue with a backlog held back by a key limit,
+    two workers."""
     worker = "web-1:4242:a1b2c3d4"
     mail = store.queue("mail")
     for i in range(24):
@@ -53,9 +54,10 @@ def seed(store: Store) -> None:
             mail.fail(job, "ValueError: template 'welcome' has no field 'name'", "invalid")
         else:
             mail.complete(job, {"sent": True})
-    export = store.queue("export")
+    export = store.queue("export", key_limit=1)  # one export per account at a time
     export.enqueue_many([export.spec(f"export-{i:04d}", {"report": "monthly", "account": i},
-                                     task="build_report") for i in range(40)])
+                                     task="build_report", concurrency_key=f"account:{i % 4}")
+                         for i in range(40)])
     export.claim(worker, limit=3, lease_s=600)
     store.register_worker(worker, ["mail", "export"], 3)
     store.register_worker("web-2:4243:e5f6a7b8", ["mail"], 0)
