@@ -4,9 +4,12 @@ scheduler``'s refusals."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import leaseq
-from leaseq.scheduler import Scheduler
+from leaseq.ledger import format_tick
+from leaseq.scheduler import Scheduler, SchedulerConfig
+from leaseq.testing.harness import advance, seconds_until
 
 
 def _registered(url: str) -> None:
@@ -33,6 +36,46 @@ def test_schedules_lists_the_ledger_with_its_next_tick(invoke, url) -> None:
     assert "zz-secret" not in result.output  # the payload is not shown
     table = invoke("schedules")
     assert table.exit_code == 0 and "nightly" in table.output
+
+
+def test_schedules_shows_the_last_tick_and_its_jobs_status_done_then_purged(
+    invoke, store
+) -> None:
+    # Given an hourly schedule registered at half past an hour H on the store's clock (ahead
+    # of the command's), whose tick H+1 ran to done
+    hour = store.server_now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    advance(store, seconds_until(store, hour) + 1800)
+    app = leaseq.App(store=store)
+
+    @app.periodic(every_s=3600, queue="reports")
+    def hourly() -> None:
+        """A report."""
+
+    scheduler = Scheduler(app, SchedulerConfig(jitter_s=0))
+    scheduler.register()
+    advance(store, 3600)
+    scheduler.run_once()
+    tick = hour + timedelta(hours=1)
+    job_id = app.schedules["hourly"].job_id(tick)
+    q = store.queue("reports")
+    (job,) = q.claim("w1", lease_s=60)
+    assert job.id == job_id
+    q.complete(job, None)
+    # When the schedules are listed
+    (row,) = json.loads(invoke("schedules", "--json").output)["schedules"]
+    table = invoke("schedules", env={"COLUMNS": "200"}).output
+    # Then the last tick, its job and the job's status are shown, and the next tick after it
+    assert (row["last_tick"], row["last_job"], row["last_job_status"]) == (
+        format_tick(tick), job_id, "done")
+    assert row["next_tick"] == format_tick(tick + timedelta(hours=1))
+    assert format_tick(tick) in table and f"{job_id} (done)" in table
+    # And once retention has purged the job, the ledger still names it, as purged
+    advance(store, 1)
+    assert q.purge(done=0) == 1
+    (row,) = json.loads(invoke("schedules", "--json").output)["schedules"]
+    assert (row["last_tick"], row["last_job"], row["last_job_status"]) == (
+        format_tick(tick), job_id, None)
+    assert f"{job_id} (purged)" in invoke("schedules", env={"COLUMNS": "200"}).output
 
 
 def test_trigger_pause_and_resume_answer_in_json_after_the_subcommand(invoke, url, store):
