@@ -20,7 +20,7 @@ import pytest
 import leaseq
 from leaseq import sweeper
 from leaseq.delivery.connection import Reconnect, encode, reconnecting
-from leaseq.delivery.consumer import Consumer, _Delivery, _Session
+from leaseq.delivery.consumer import Consumer, Settlement, _Delivery, _Session
 from leaseq.delivery.dispatcher import Dispatcher
 from leaseq.errors import LeaseqError, StoreUnavailable
 from leaseq.metrics import ScheduleCollector
@@ -156,7 +156,7 @@ def test_an_ack_the_consumer_could_not_send_is_logged_redacted(
     d = delivery("jobs", "j", Conn(ConnectionError(MESSAGE)))
     # When the consumer settles it
     with caplog.at_level(logging.WARNING, logger="leaseq.delivery"):
-        consumer._settle(d, queue.get("j"), False, "done")
+        consumer._settle(d, queue.get("j"), Settlement.ACK, "done")
     # Then the warning says the ack was not sent, and why, redacted
     assert_redacted(caplog, "ack of delivery 7 (job 'j') not sent",
                     f"ConnectionError: {APPS}")
@@ -175,7 +175,7 @@ def test_an_ack_sent_the_consumer_could_not_journal_is_logged_redacted(
     monkeypatch.setattr(app.store, "append_journal", append_journal)
     # When the consumer settles a delivery (the ack goes out)
     with caplog.at_level(logging.WARNING, logger="leaseq.delivery"):
-        consumer._settle(delivery("jobs", "j"), queue.get("j"), False, "done")
+        consumer._settle(delivery("jobs", "j"), queue.get("j"), Settlement.ACK, "done")
     # Then the missing journal line is logged, redacted, with its redacted traceback
     assert_redacted(caplog, "could not journal ack_sent for job 'j'",
                     f"StoreUnavailable: {APPS}", "Traceback (most recent call last)")

@@ -225,18 +225,46 @@ def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
     task = sync_job if kind == "sync" else async_job
     q = app.queue("work")
     job_id = task.enqueue().job_id
+    sent_at = time.monotonic()
     job = q.claim_one(job_id, "consumer-1")
     assert job is not None
     partition = Partition(app.store)
     executor = AppExecutor(app, lease_margin_s=0.5)
     try:
         partition.cut.set()  # When the consumer loses its store (RabbitMQ still answers)
-        started = time.monotonic()
-        # Then the call ends with LeaseLost within lease - margin, having written nothing:
-        # the consumer acks without an effect and the reclaim owes the publish again
+        # Then the call ends with LeaseLost within lease - margin of the claim's sending,
+        # having written nothing: the consumer requeues the delivery (tests/rabbitmq)
         with pytest.raises(LeaseLost):
-            executor(job)
-        assert time.monotonic() - started <= LEASE_S - 0.5 + 0.3
+            executor.run_claimed(job, sent_at)
+        assert time.monotonic() - sent_at <= LEASE_S - 0.5 + 0.3
         assert q.get(job_id).status == "processing"
+    finally:
+        executor.close()
+
+
+def test_a_consumer_whose_claim_answered_too_late_never_starts_the_job(url: str) -> None:
+    # Given a job the consumer claimed with a request sent longer ago than lease - margin
+    from leaseq.delivery.execute import AppExecutor
+
+    app = _app(url)
+    runs: list[int] = []
+
+    @app.task(queue="work")
+    def once(job: leaseq.Job) -> str:
+        runs.append(job.attempts)
+        return "ran"
+
+    q = app.queue("work")
+    job_id = once.enqueue().job_id
+    job = q.claim_one(job_id, "consumer-1")
+    assert job is not None
+    executor = AppExecutor(app, lease_margin_s=0.5)
+    try:
+        # When the executor is told when that claim was sent
+        sent_at = time.monotonic() - (LEASE_S - 0.5) - 0.01
+        # Then its lease clock has already run out: LeaseLost at once, the handler never ran
+        with pytest.raises(LeaseLost):
+            executor.run_claimed(job, sent_at)
+        assert runs == [] and q.get(job_id).status == "processing"
     finally:
         executor.close()

@@ -3,12 +3,19 @@
 Per delivery, in this order (the order is the guarantee):
 
 1. journal ``received`` (redelivered flag, delivery count);
-2. ``claim_one`` that job. Not claimable (terminal, not due, held by a live lease, unknown)
-   → ack, no effect;
+2. ``claim_one`` that job, noting when the claim was sent (the job's lease clock starts then).
+   Not claimable (terminal, not due, held by a live lease, unknown) → ack, no effect: the store
+   said so, and a job held by a lease is owed its publish again when that lease lapses (reclaim);
 3. run it with the same ``execute`` the polling worker uses; it writes the outcome durably;
-4. only then settle the delivery on the channel it came on: ``nack(requeue=False)`` when the job
-   ended ``failed`` (the dead-letter exchange puts the message into the quarantine queue),
-   ack otherwise (done, retry written, snoozed). Never ``requeue=True``: that is the hot loop;
+4. only then settle the delivery on the channel it came on (``Settlement``):
+   ``nack(requeue=False)`` when the job ended ``failed`` (the dead-letter exchange puts the
+   message into the quarantine queue); ``nack(requeue=True)`` when the job was not finished here
+   (``LeaseLost``: the lease clock abandoned it, cut off from the store, or its write was fenced
+   out), so the message goes back to RabbitMQ instead of being acked without a result; ack
+   otherwise (done, retry written, snoozed). A retry is never requeued: that is the hot loop.
+   A lost lease cannot loop: each requeue follows a claim that spent an attempt, and its
+   redelivery is claimed, or acked while a lease holds the job, or (store still unreachable)
+   drops the session, which the reconnect backoff paces and ``x-delivery-limit`` ends;
 5. journal ``ack_sent``.
 
 A crash anywhere before 4 leaves the message unacked; RabbitMQ redelivers it and step 2 finds
@@ -30,7 +37,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnecting, session
 from leaseq.delivery.topology import Topology
@@ -52,6 +60,26 @@ log = logging.getLogger(__name__)
 #: the Queue and returns the resulting record; raises ``LeaseLost`` when the write was fenced
 #: out. ``leaseq.delivery.execute.AppExecutor`` is the polling worker's own runner.
 Execute = Callable[[Job], Job]
+
+
+@runtime_checkable
+class ExecuteClaimed(Protocol):
+    """An ``Execute`` that also takes when the claim was sent (monotonic clock), so that the
+    job's lease clock starts then, not when the answer came back (``AppExecutor``). A plain
+    ``Execute`` is called as it is."""
+
+    def run_claimed(self, job: Job, sent_at: float) -> Job: ...
+
+
+class Settlement(StrEnum):
+    """How a delivery is settled, once the store has the job's outcome (or said why not)."""
+
+    ACK = "ack"
+    """Done, retry written, snoozed, or not claimable: nothing more is owed to this message."""
+    QUARANTINE = "nack requeue=false"
+    """The job ended ``failed``: the dead-letter exchange moves the message to quarantine."""
+    REQUEUE = "nack requeue=true"
+    """The job was not finished here (lease lost): the message goes back to RabbitMQ."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +140,9 @@ class Consumer:
             raise InvalidInput("a consumer needs at least one queue")
         self.queues: Mapping[str, Queue] = {q.name: q for q in queues}
         self.execute = execute
+        self._execute: Callable[[Job, float], Job] = (
+            execute.run_claimed if isinstance(execute, ExecuteClaimed)
+            else lambda job, _sent_at: execute(job))
         self.amqp_url = amqp_url
         self.topology = topology or Topology()
         self.config = config or ConsumerConfig()
@@ -191,8 +222,8 @@ class Consumer:
 
     def _handle(self, d: _Delivery) -> None:
         try:
-            job, nack, reason = self._process(d)
-            self._settle(d, job, nack, reason)
+            job, settlement, reason = self._process(d)
+            self._settle(d, job, settlement, reason)
         except BaseException as exc:  # a store error: the message must come back, unacked
             redact = self.queues[d.queue].redact
             log.error("consumer %s: delivery %d of queue %r not settled (%s); reconnecting so "
@@ -205,11 +236,12 @@ class Consumer:
             with self._lock:
                 self._busy -= 1
 
-    def _process(self, d: _Delivery) -> tuple[Job | None, bool, str]:
-        """``(job, nack, reason)``: what the store now says, and how to settle the delivery."""
+    def _process(self, d: _Delivery) -> tuple[Job | None, Settlement, str]:
+        """``(job, settlement, reason)``: what the store now says, and how to settle the
+        delivery."""
         decoded = decode(d.body)
         if decoded is None or decoded[0] != d.queue:
-            return None, True, "not a leaseq message for this queue"
+            return None, Settlement.QUARANTINE, "not a leaseq message for this queue"
         queue = self.queues[d.queue]
         job_id = decoded[1]
         queue.store.append_journal(
@@ -217,23 +249,33 @@ class Consumer:
             reason=(f"redelivered (delivery count {d.delivery_count})" if d.redelivered
                     else "first delivery"),
             data={"redelivered": d.redelivered, "delivery_count": d.delivery_count})
+        sent_at = time.monotonic()  # the lease clock starts when the claim leaves
         job = queue.claim_one(job_id, self.worker_id)
         if job is None:
+            # Held by a live lease (another consumer's, or one abandoned here) is acked too:
+            # when that lease lapses the reclaim makes the job owed, and it is published again.
             current = queue.get(job_id)
-            return current, False, f"not claimable: {_why_not(current)}"
-        return self._run(job)
+            return current, Settlement.ACK, f"not claimable: {_why_not(current)}"
+        return self._run(job, sent_at)
 
-    def _run(self, job: Job) -> tuple[Job | None, bool, str]:
+    def _run(self, job: Job, sent_at: float) -> tuple[Job | None, Settlement, str]:
         try:
-            after = self.execute(job)
+            after = self._execute(job, sent_at)
         except LeaseLost as exc:
-            return None, False, f"lease lost: {exc}"[:500]
+            # Nothing was written and the job is not finished: an ack would settle it without a
+            # result. No journal line either: the store is likely what cut this lease off.
+            log.warning("consumer %s: job %s not finished here (lease lost); its delivery goes "
+                        "back to RabbitMQ", self.worker_id, job.id[:200],
+                        extra=job_fields("lease_lost_requeued", job))
+            return None, Settlement.REQUEUE, f"lease lost: {exc}"[:500]
         # Only a job that ended in quarantine goes to the dead-letter exchange; a retry is
         # acked, because nack(requeue=False) would dead-letter it too.
-        nack = after.status == JobStatus.FAILED
-        return after, nack, f"{after.status}: {after.failure}" if nack else after.status
+        if after.status == JobStatus.FAILED:
+            return after, Settlement.QUARANTINE, f"{after.status}: {after.failure}"
+        return after, Settlement.ACK, after.status
 
-    def _settle(self, d: _Delivery, job: Job | None, nack: bool, reason: str) -> None:
+    def _settle(self, d: _Delivery, job: Job | None, settlement: Settlement,
+                reason: str) -> None:
         """Ack / nack on the delivery's own channel, from the connection's thread; then
         journal ``ack_sent`` (only once it really went out)."""
         sent = threading.Event()
@@ -241,10 +283,11 @@ class Consumer:
 
         def send() -> None:
             try:
-                if nack:
-                    d.session.channel.basic_nack(d.tag, requeue=False)
-                else:
+                if settlement == Settlement.ACK:
                     d.session.channel.basic_ack(d.tag)
+                else:
+                    d.session.channel.basic_nack(
+                        d.tag, requeue=settlement == Settlement.REQUEUE)
             except BaseException as exc:
                 error.append(exc)
             sent.set()
@@ -261,8 +304,8 @@ class Consumer:
                 break
         if error:
             log.warning("consumer %s: %s of delivery %d (job %r) not sent (%s); RabbitMQ will "
-                        "redeliver it and the claim will ack it without an effect",
-                        self.worker_id, "nack" if nack else "ack", d.tag,
+                        "redeliver it and its claim decides again",
+                        self.worker_id, settlement, d.tag,
                         job.id[:200] if job else None,
                         safe_reason(error[0], redact=self.queues[d.queue].redact),
                         extra=job_fields("settle_failed", job) if job
@@ -274,8 +317,8 @@ class Consumer:
             self.queues[d.queue].store.append_journal(
                 d.queue, job.id, JournalEvent.ACK_SENT, attempt=job.attempts,
                 lease_epoch=job.lease_epoch,
-                worker_id=self.worker_id, reason=("nack requeue=false; " if nack else "ack; ")
-                + reason, data={"redelivered": d.redelivered, "nack": nack})
+                worker_id=self.worker_id, reason=f"{settlement}; {reason}",
+                data={"redelivered": d.redelivered, "nack": settlement != Settlement.ACK})
         except Exception as exc:  # the ack is out; a missing journal line must not drop it
             redact = self.queues[d.queue].redact
             log.error("consumer %s: could not journal ack_sent for job %r (%s)\n%s",

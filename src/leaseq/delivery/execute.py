@@ -8,12 +8,12 @@ the leases of all in-flight jobs alive in one store call per queue. This module 
 their interface (an ``InFlight`` in, an outcome label out) to the consumer's
 ``Callable[[Job], Job]``.
 
-The local lease clock (DESIGN.md §8) runs here too: the job's lease is trusted from the call
-(the claim was sent just before it; ``lease_margin_s`` covers that round trip) until a beat
+The local lease clock (DESIGN.md §8) runs here too: the job's lease is trusted from when the
+consumer *sent* its claim (``run_claimed``; a plain call trusts it from the call) until a beat
 confirms it, and a consumer cut off from its store abandons the job in time exactly as the
 worker does: the handler sees ``job.lease_lost`` (an ``async def`` one is cancelled), nothing is
-written, and the call raises ``LeaseLost`` (the consumer acks without an effect; when the lease
-expires the reclaim owes the job's publish again).
+written, and the call raises ``LeaseLost`` (the consumer requeues the delivery: the job is not
+finished, and an ack would settle it without a result).
 """
 
 from __future__ import annotations
@@ -54,11 +54,21 @@ class AppExecutor:
         self._loop = LoopThread()
 
     def __call__(self, job: Job) -> Job:
-        """Run ``job`` (claimed by the caller) and return its record after the outcome was
-        written. ``LeaseLost`` when the write was fenced out; ``StoreUnavailable`` when the
-        store refused it after the runner's own retries (the lease then expires)."""
+        """``run_claimed`` for a job whose claim was sent just now."""
+        return self.run_claimed(job, time.monotonic())
+
+    def run_claimed(self, job: Job, sent_at: float) -> Job:
+        """Run ``job``, claimed by the caller with a request sent at ``sent_at``
+        (``time.monotonic()``), and return its record after the outcome was written.
+        ``LeaseLost`` when the write was fenced out, or the lease clock ran out (before the
+        handler started, when the claim's answer came back that late); ``StoreUnavailable``
+        when the store refused the write after the runner's own retries (the lease then
+        expires)."""
         item = self._in_flight_item(job)
-        self._heartbeat.trust(item, time.monotonic(), item.queue.policy.lease_s)
+        self._heartbeat.trust(item, sent_at, item.queue.policy.lease_s)
+        if item.trusted_until <= time.monotonic():
+            # Another consumer may hold the job soon: it never starts here (as in the worker).
+            raise LeaseLost(item.queue.name, job.id, job.lease_epoch)
         key = (item.queue.name, job.id)
         with self._lock:
             self._in_flight[key] = item

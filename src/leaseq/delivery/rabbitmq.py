@@ -18,7 +18,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from leaseq.delivery.consumer import Consumer, ConsumerConfig, Execute, new_worker_id
+from leaseq.delivery.consumer import (
+    Consumer,
+    ConsumerConfig,
+    Execute,
+    ExecuteClaimed,
+    new_worker_id,
+)
 from leaseq.delivery.dispatcher import Dispatcher, DispatcherConfig
 from leaseq.delivery.execute import AppExecutor
 from leaseq.delivery.topology import Topology
@@ -36,6 +42,7 @@ __all__ = [
     "Dispatcher",
     "DispatcherConfig",
     "Execute",
+    "ExecuteClaimed",
     "Topology",
     "declare_topology",
     "new_worker_id",

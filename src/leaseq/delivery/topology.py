@@ -51,8 +51,9 @@ class Topology:
     prefix: str = "leaseq"
     """First part of every exchange and queue name. Defaults to ``leaseq``."""
     delivery_limit: int = 20
-    """Returns of one message to its queue (consumer crashes) before it is dead-lettered.
-    leaseq itself never requeues; only lost channels return messages. Defaults to 20."""
+    """Returns of one message to its queue (consumer crashes, lost connections, and a
+    consumer's requeue of a job whose lease it lost) before it is dead-lettered into
+    ``P.Q.delivery-limit``. Defaults to 20."""
 
     def __post_init__(self) -> None:
         validate.queue_name(self.prefix)
