@@ -28,6 +28,10 @@ _MODULES = (
     ("15-flapping-link", "sc_partition:flap"),
 )
 
+#: Scenarios that start a PostgreSQL cluster of their own (a throwaway one on the veth) and
+#: never use the shared server: its absence is no reason to skip them.
+OWN_CLUSTER = frozenset({"13-clean-partition", "14-black-hole", "15-flapping-link"})
+
 
 def _lazy(target: str) -> Scenario:
     module, _, function = target.partition(":")

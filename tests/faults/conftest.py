@@ -1,7 +1,9 @@
 """Fixtures of the fault-injection suite: the store kinds, a run folder, the run's seed.
 
 ``LEASEQ_CHAOS_SEED`` replays a failing run's seed; PostgreSQL runs are skipped, with the
-reason, when the server cannot be reached (``LEASEQ_TEST_POSTGRES_URL``, default the local one).
+reason, when the server cannot be reached (``LEASEQ_TEST_POSTGRES_URL``, default the local one),
+except the partition scenarios: they start a cluster of their own, so they run anyway, and
+skip (or, under ``CI=true``, fail) only for a reason of their own (``skip_or_fail``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+from chaos_scenarios import OWN_CLUSTER
 
 from leaseq.testing.chaos import DEFAULT_POSTGRES_URL, postgres_reachable
 
@@ -37,6 +40,12 @@ def chaos_store(request: pytest.FixtureRequest) -> tuple[str, str | None]:
         return "sqlite", None
     url = os.environ.get("LEASEQ_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
     reason = postgres_reachable(url)
-    if reason:
+    if reason and not _own_cluster(request):
         pytest.skip(reason)
     return "postgres", url
+
+
+def _own_cluster(request: pytest.FixtureRequest) -> bool:
+    """Whether the test runs a scenario that never uses the shared server (``OWN_CLUSTER``)."""
+    callspec = getattr(request.node, "callspec", None)
+    return callspec is not None and callspec.params.get("name") in OWN_CLUSTER

@@ -5,14 +5,22 @@ A connection belongs to the event loop that opened it, so each running loop has 
 (``LoopConnections``: at most ``pool_max``, idle ones reused); ``aclose()`` closes the running
 loop's. Enqueue follows the blocking store's plan exactly: one autocommitted statement for
 new ids, else the careful path (``EnqueuePlan``) under a savepoint, in the caller's transaction
-with ``connection=aconn`` or in one of its own. Unlike the blocking store, a lost connection
-is not retried here: the error surfaces as ``StoreUnavailable`` at once.
+with ``connection=aconn`` or in one of its own.
+
+Bounds, as the blocking store's: every call on leaseq's own connections is cut at
+``call_timeout_s`` (or the caller's shorter ``leaseq.deadline``), see ``Call``; waiting for a
+connection stops at ``reconnect_s`` (at least 1 s) or the caller's deadline; connections are
+set up as the blocking pool's (UTC, ``idle_in_transaction_session_timeout``). Unlike the
+blocking store, a lost or cut connection is not retried here: the call raises
+``StoreUnavailable`` at once, saying the outcome is unknown when a write may have committed
+(a cut autocommitted statement, a cut COMMIT), exactly as the blocking store words it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -22,10 +30,14 @@ import psycopg
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row
 
+from leaseq import deadline as caller_deadline
 from leaseq.errors import InvalidInput, JobConflict, JobNotFound, StoreUnavailable
 from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry, OnConflict
 from leaseq.stores.postgres.enqueue import batch_columns, one_columns
+from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
+from leaseq.stores.postgres.session import session_settings
+from leaseq.stores.postgres.watchdog import cut
 
 if TYPE_CHECKING:
     from leaseq.stores.postgres.store import PostgresStore
@@ -34,39 +46,126 @@ _SAVEPOINT = "leaseq_aenqueue"
 _INSERT_RACES = 64  # as the blocking store's: see enqueue.py
 
 
-async def _configure(conn: psycopg.AsyncConnection) -> None:
-    """As the blocking pool's connections (session.py says why)."""
-    await conn.execute("SET TIME ZONE 'UTC'")
-    await conn.execute("SET plan_cache_mode = force_custom_plan")
+async def _configure(conn: psycopg.AsyncConnection, options: PostgresOptions) -> None:
+    """As the blocking pool's connections (session.py's ``_configure`` says why), in one round
+    trip."""
+    await conn.execute(f"{session_settings(options)}; SET plan_cache_mode = force_custom_plan")
+
+
+class Call:
+    """One call's connection and its client-side deadline, ``call_timeout_s`` from checkout or
+    the caller's deadline when that comes first. At the deadline the connection's socket is
+    shut down (the blocking store's ``Watchdog`` cut), so psycopg's wait ends at once with a
+    lost connection, which is then closed, never reused. Not ``asyncio.timeout``: psycopg
+    answers a cancelled query by asking the server to cancel it and waiting for that, up to
+    10 s more on a dead network. One timer on the loop per call: no thread, no round trip."""
+
+    __slots__ = ("_timer", "by_callers", "conn", "cut", "timeout_s")
+
+    def __init__(self, conn: psycopg.AsyncConnection, timeout_s: float):
+        self.conn = conn
+        self.timeout_s = timeout_s
+        at = time.monotonic() + timeout_s
+        callers = caller_deadline.current()
+        self.by_callers = callers is not None and callers < at
+        if callers is not None and self.by_callers:
+            at = callers
+        self.cut = False
+        self._timer = asyncio.get_running_loop().call_later(
+            max(at - time.monotonic(), 0.0), self._expire)
+
+    def _expire(self) -> None:
+        self.cut = True
+        cut(self.conn)
+
+    def disarm(self) -> None:
+        self._timer.cancel()
+
+    def why(self) -> str:
+        """Why the call ended without an answer, for an error message."""
+        if not self.cut:
+            return "the connection was lost"
+        if self.by_callers:
+            return "no answer by the caller's deadline"
+        return f"no answer within call_timeout_s={self.timeout_s:g} s"
+
+
+class _NoConnection(Exception):
+    """No connection came in time (all in use, or the server does not answer a connect)."""
+
+    def __init__(self, waited_s: float, by_callers: bool):
+        super().__init__(f"waited {waited_s:g} s")
+        self.waited_s = waited_s
+        self.by_callers = by_callers
+
+
+class _CommitLost(Exception):
+    """The connection was lost during COMMIT: the transaction may or may not have committed."""
+
+    def __init__(self, cause: psycopg.OperationalError):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class LoopConnections:
-    """The async connections of one event loop: at most ``size`` open at once, idle ones
+    """The async connections of one event loop: at most ``pool_max`` open at once, idle ones
     reused. Deliberately no background task (as a pool's): a program that ends its loop
     (``asyncio.run``) without ``aclose()`` must not hang on a task that outlives it."""
 
-    def __init__(self, conninfo: str, size: int):
+    def __init__(self, conninfo: str, options: PostgresOptions):
         self._conninfo = conninfo
-        self._slots = asyncio.Semaphore(size)
+        self._options = options
+        self._slots = asyncio.Semaphore(options.pool_max)
         self._idle: list[psycopg.AsyncConnection] = []
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        async with self._slots:
-            conn = self._idle.pop() if self._idle else await self._connect()
+    async def connection(self) -> AsyncIterator[Call]:
+        """A connection for one call, under that call's deadline (see ``Call``) until it is
+        back among the idle ones (a rollback there is a round trip too). Raises
+        ``_NoConnection`` when none comes in time."""
+        conn, fresh = await self._checkout()
+        try:
+            call = Call(conn, self._options.call_timeout_s)
             try:
-                yield conn
+                if fresh:
+                    await _configure(conn, self._options)
+                yield call
             finally:
-                await self._give_back(conn)
+                try:
+                    await self._give_back(call)
+                finally:
+                    call.disarm()
+        finally:
+            self._slots.release()
 
-    async def _connect(self) -> psycopg.AsyncConnection:
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-        await _configure(conn)
-        return conn
+    async def _checkout(self) -> tuple[psycopg.AsyncConnection, bool]:
+        """A slot, and an idle connection or a new one (True); as the blocking pool's
+        checkout, within ``reconnect_s`` (at least 1 s) or the caller's deadline."""
+        wait_s = max(self._options.reconnect_s, 1.0)
+        left = caller_deadline.remaining_s()
+        by_callers = left is not None and left < wait_s
+        if left is not None and by_callers:
+            wait_s = max(left, 0.05)
+        try:
+            async with asyncio.timeout(wait_s):
+                await self._slots.acquire()
+                try:
+                    if self._idle:
+                        return self._idle.pop(), False
+                    return await psycopg.AsyncConnection.connect(
+                        self._conninfo, autocommit=True), True
+                except BaseException:
+                    self._slots.release()
+                    raise
+        except TimeoutError:
+            raise _NoConnection(wait_s, by_callers) from None
 
-    async def _give_back(self, conn: psycopg.AsyncConnection) -> None:
-        """Keep a healthy connection, idle (outside any transaction); drop a broken one."""
-        if conn.closed or conn.broken:
+    async def _give_back(self, call: Call) -> None:
+        """Keep a healthy connection, idle (outside any transaction); close a broken one, or
+        one cut at its deadline (it may be mid-protocol, even if its call had just ended)."""
+        conn = call.conn
+        if call.cut or conn.closed or conn.broken:
+            await conn.close()
             return
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             try:
@@ -74,12 +173,29 @@ class LoopConnections:
             except psycopg.Error:
                 await conn.close()
                 return
+        if call.cut:  # the rollback outlived the deadline
+            await conn.close()
+            return
         self._idle.append(conn)
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
+
+
+@asynccontextmanager
+async def _transaction(conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
+    """BEGIN … COMMIT on one of leaseq's connections (autocommit): an error in the block leaves
+    the rollback to ``_give_back``; a connection lost during COMMIT raises ``_CommitLost``."""
+    await conn.execute("BEGIN")
+    yield
+    try:
+        await conn.execute("COMMIT")
+    except psycopg.OperationalError as exc:
+        if conn.broken:
+            raise _CommitLost(exc) from None
+        raise  # the server refused the COMMIT: rolled back
 
 
 class AsyncPostgres:
@@ -94,18 +210,44 @@ class AsyncPostgres:
     # --- plumbing ---------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection]:
+    async def _conn(self, *, writes: bool = False) -> AsyncIterator[psycopg.AsyncConnection]:
+        """One call on a connection of the running loop's. ``writes``: the block runs one
+        autocommitted write, so a connection lost under it leaves the outcome unknown."""
         loop = asyncio.get_running_loop()
         connections = self._by_loop.get(loop)
         if connections is None:
             connections = self._by_loop[loop] = LoopConnections(
-                self._conninfo, self._store.options.pool_max)
+                self._conninfo, self._store.options)
         try:
-            async with connections.connection() as conn:
-                yield conn
-        except psycopg.OperationalError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreUnavailable(f"PostgreSQL at {self._store.url}: {first[:300]}") from None
+            async with connections.connection() as call:
+                try:
+                    yield call.conn
+                except _CommitLost as exc:
+                    raise self._unknown(exc.cause) from None
+                except psycopg.OperationalError as exc:
+                    # As the blocking store's _statement: an error the server reported
+                    # aborted the statement; a bare lost connection may have cut off the
+                    # answer to one that committed.
+                    if writes and exc.sqlstate is None and call.conn.broken:
+                        raise self._unknown(exc) from None
+                    raise self._unavailable(exc, call.why() if call.conn.broken else None
+                                            ) from None
+        except psycopg.OperationalError as exc:  # connecting, or setting a connection up
+            raise self._unavailable(exc, None) from None
+        except _NoConnection as exc:
+            why = "the caller's deadline" if exc.by_callers else f"{exc.waited_s:g} s"
+            raise StoreUnavailable(f"PostgreSQL at {self._store.url} is unavailable (no "
+                                   f"connection within {why})") from None
+
+    def _unknown(self, exc: psycopg.OperationalError) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"lost the connection to PostgreSQL at {self._store.url} while committing; the "
+            f"outcome is unknown: {self._store._session.error_line(exc)}")
+
+    def _unavailable(self, exc: psycopg.OperationalError, why: str | None) -> StoreUnavailable:
+        shown = f" ({why})" if why else ""
+        return StoreUnavailable(f"PostgreSQL at {self._store.url} is unavailable{shown}: "
+                                f"{self._store._session.error_line(exc)}")
 
     async def close(self) -> None:
         connections = self._by_loop.pop(asyncio.get_running_loop(), None)
@@ -130,12 +272,13 @@ class AsyncPostgres:
         if connection is not None:
             _check_connection(connection)
             return await self._enqueue(connection, queue, specs, on_conflict)
-        async with self._conn() as conn:
+        # Two calls, as the blocking store: the fast try wrote nothing when it returns None.
+        async with self._conn(writes=True) as conn:
             results = await self._enqueue_new(conn, queue, specs)
-            if results is not None:
-                return results
-            async with conn.transaction():
-                return await self._enqueue(conn, queue, specs, on_conflict, fast=False)
+        if results is not None:
+            return results
+        async with self._conn() as conn, _transaction(conn):
+            return await self._enqueue(conn, queue, specs, on_conflict, fast=False)
 
     async def _enqueue_new(self, conn: psycopg.AsyncConnection, queue: str,
                            specs: Sequence[JobSpec]) -> list[EnqueueResult] | None:
@@ -246,7 +389,7 @@ class AsyncPostgres:
 
     async def operator(self, queue: str, job_id: str, name: str) -> bool:
         """``operator_requeue`` or ``operator_cancel`` in one transaction (as the blocking)."""
-        async with self._conn() as conn, conn.transaction():
+        async with self._conn() as conn, _transaction(conn):
             if int((await self._rows(conn, name, queue=queue, id=job_id))[0]["n"]):
                 if name == "operator_requeue":
                     await self._rows(conn, "notify", channel=self._store.options.channel,

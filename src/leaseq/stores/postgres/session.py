@@ -265,10 +265,15 @@ def _configure(conn: psycopg.Connection, options: PostgresOptions) -> None:
 
 
 def _configure_session(conn: psycopg.Connection, options: PostgresOptions) -> None:
-    conn.execute("SET TIME ZONE 'UTC'")
-    milliseconds = max(int(options.idle_in_transaction_s * 1000), 1)
-    conn.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+    conn.execute(session_settings(options))
     setattr(conn, _TUPLE_CURSOR, conn.cursor(row_factory=tuple_row))
+
+
+def session_settings(options: PostgresOptions) -> str:
+    """The settings every leaseq connection starts with, blocking or async, as one simple
+    query (one round trip): UTC, and the server's end to a session idle in a transaction."""
+    milliseconds = max(int(options.idle_in_transaction_s * 1000), 1)
+    return f"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = {milliseconds}"
 
 
 #: The attribute of a leaseq connection that holds its tuple cursor (``tuple_cursor``).

@@ -89,7 +89,7 @@ class Watchdog:
                 now = time.monotonic()
                 expired = [k for k, (at, _) in self._calls.items() if at <= now]
                 for key in expired:
-                    _cut(self._calls.pop(key)[1])
+                    cut(self._calls.pop(key)[1])
                     self.cuts += 1
                 self._wakes_at = min((at for at, _ in self._calls.values()),
                                      default=now + self._horizon_s)
@@ -97,8 +97,9 @@ class Watchdog:
                 self._wakes_at = float("inf")
 
 
-def _cut(conn: _Connection) -> None:
-    """Shut the connection's socket down without closing the descriptor libpq owns."""
+def cut(conn: _Connection) -> None:
+    """Shut the connection's socket down without closing the descriptor libpq owns (also the
+    async connections' cut: see aio.py's ``Call``)."""
     try:
         fd = os.dup(conn.fileno())
     except Exception:  # already closed: nothing left to cut
