@@ -1,20 +1,32 @@
 """Nothing the async API does holds the event loop: 1,000 ``aenqueue`` calls run next to a
-1 ms ticker, and the ticker's worst lag stays within 20 ms of what the machine itself costs.
+1 ms ticker, and the ticker's worst lag stays within 20 ms.
 
-The machine is shared and loaded, and a busy process on a loaded machine waits tens of
-milliseconds for a CPU (measured here: 50-100 ms with four other test runs going), which is
-the kernel's lag, not leaseq's. So the measuring thread (and the worker thread it starts)
-runs under the real-time scheduler where the test may use it (root; restored after), and
-the test also subtracts what leaseq does not cause: before each run the same ticker runs
-alone for as long, and its worst lag is added to the 20 ms allowance. A run that still
-exceeds it is tried again, at most three times: a store call made on the loop (a blocking
-``aenqueue``) holds it for the whole batch (about 0.6 s for 1,000 jobs on SQLite, measured),
-so it fails every run, where a scheduling spike does not repeat three times in a row.
+The test removes the lag that is not leaseq's, so the 20 ms can be asserted flat:
+
+* **The kernel's.** A busy process on a loaded machine waits tens of milliseconds for a CPU:
+  on the shared 2-core machine with three CPU-bound processes running, this test's ticker
+  lagged up to 440 ms under the normal scheduler, 3 ms at most under the real-time one (40
+  runs each). So every thread of this process runs under ``SCHED_FIFO`` for the measured
+  part, threads started meanwhile too (they inherit it): a store thread holding the GIL is
+  then not preempted by another process while the loop waits for it.
+* **The garbage collector's.** A full collection walks the whole test process (pytest's and
+  every earlier test's objects), which leaseq does not own: the heap is frozen
+  (``gc.freeze``) and collection disabled for the measured part.
+
+A store call made on the loop (a blocking ``aenqueue``) holds it for the whole batch, about
+0.6 s for 1,000 jobs on SQLite: far past 20 ms.
+
+Real-time scheduling needs root or ``CAP_SYS_NICE``. Without it a wall clock cannot tell the
+kernel's lag from leaseq's on a loaded machine, so the bound becomes relative: 20 ms plus the
+worst lag of the same ticker running alone just after, for as long; and a run over it is tried
+again, at most three times (a blocking ``aenqueue`` fails every run, a scheduling spike does
+not repeat three times in a row). The test says which bound it asserted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import Iterator
@@ -27,6 +39,7 @@ JOBS = 1_000
 PRODUCERS = 10
 TICK_S = 0.001
 ALLOWANCE_S = 0.020
+TRIES_WITHOUT_REAL_TIME = 3
 
 
 async def _ticker(stop: asyncio.Event, lags: list[float]) -> None:
@@ -60,45 +73,93 @@ async def _produce(q: Queue, run: int) -> None:
     await asyncio.gather(*(producer(p) for p in range(PRODUCERS)))
 
 
-@contextmanager
-def _real_time_thread() -> Iterator[None]:
-    """This thread (and the threads it starts meanwhile) under SCHED_FIFO, when allowed."""
+def _threads() -> list[int]:
+    return [int(tid) for tid in os.listdir("/proc/self/task")]
+
+
+def _set_policy(tid: int, policy: int, priority: int) -> None:
     try:
+        os.sched_setscheduler(tid, policy, os.sched_param(priority))
+    except ProcessLookupError:
+        pass  # the thread ended
+
+
+@contextmanager
+def _real_time_process() -> Iterator[bool]:
+    """Every thread of this process under ``SCHED_FIFO`` (threads started meanwhile inherit
+    it); yields whether that was allowed (Linux, with root or ``CAP_SYS_NICE``). Every
+    thread is back under its own policy after (a thread started meanwhile: the normal one)."""
+    try:
+        before = {tid: (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+                  for tid in _threads()}
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-    except (AttributeError, PermissionError, OSError):
-        yield  # not allowed here: the baseline and the three tries carry the test
+    except (AttributeError, OSError):  # no such call, no /proc, or not allowed
+        yield False
         return
+    try:
+        for tid in before:
+            _set_policy(tid, os.SCHED_FIFO, 10)
+        yield True
+    finally:
+        for tid in _threads():
+            _set_policy(tid, *before.get(tid, (os.SCHED_OTHER, 0)))
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    gc.collect()
+    gc.freeze()
+    gc.disable()
     try:
         yield
     finally:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        gc.enable()
+        gc.unfreeze()
 
 
-def test_a_thousand_aenqueue_never_hold_the_event_loop(store: Store) -> None:
-    q = Queue(store, "lag")
+def _assert_flat(q: Queue, store: Store) -> None:
+    async def scenario() -> float:
+        with _no_collection():
+            worst = await _worst_lag_while(asyncio.ensure_future(_produce(q, 0)))
+        await store.aclose()
+        return worst
 
+    worst = asyncio.run(scenario())
+    assert worst <= ALLOWANCE_S, (
+        f"worst ticker lag {worst * 1000:.1f} ms next to {JOBS} aenqueue calls (real-time "
+        f"scheduling, no garbage collection: the lag is the async API's)")
+
+
+def _assert_relative(q: Queue, store: Store) -> None:
     async def attempt(run: int) -> tuple[float, float]:
-        started = time.monotonic()
-        worst = await _worst_lag_while(asyncio.ensure_future(_produce(q, run)))
-        took = time.monotonic() - started
-        baseline = await _worst_lag_while(None, took)
+        with _no_collection():
+            started = time.monotonic()
+            worst = await _worst_lag_while(asyncio.ensure_future(_produce(q, run)))
+            baseline = await _worst_lag_while(None, time.monotonic() - started)
         return worst, baseline
 
     async def scenario() -> list[tuple[float, float]]:
         seen = []
-        for run in range(3):
-            worst, baseline = await attempt(run)
-            seen.append((worst, baseline))
-            if worst <= ALLOWANCE_S + baseline:
+        for run in range(TRIES_WITHOUT_REAL_TIME):
+            seen.append(await attempt(run))
+            if seen[-1][0] <= ALLOWANCE_S + seen[-1][1]:
                 break
         await store.aclose()
         return seen
 
-    with _real_time_thread():
-        seen = asyncio.run(scenario())
+    seen = asyncio.run(scenario())
     worst, baseline = seen[-1]
     assert worst <= ALLOWANCE_S + baseline, (
-        f"worst ticker lag {worst * 1000:.1f} ms next to {JOBS} aenqueue calls; the ticker "
-        f"alone lagged {baseline * 1000:.1f} ms (every run: "
+        f"no real-time scheduling here; worst ticker lag {worst * 1000:.1f} ms next to {JOBS} "
+        f"aenqueue calls, the ticker alone lagged {baseline * 1000:.1f} ms (every run: "
         f"{[(round(w * 1000, 1), round(b * 1000, 1)) for w, b in seen]})")
+
+
+def test_a_thousand_aenqueue_never_hold_the_event_loop(store: Store) -> None:
+    q = Queue(store, "lag")
+    with _real_time_process() as real_time:
+        if real_time:
+            _assert_flat(q, store)
+        else:
+            _assert_relative(q, store)
     assert q.counts()["pending"] >= JOBS

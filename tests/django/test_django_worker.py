@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from djangotest_helpers import aliases, worker_env
 
 from leaseq.contrib.django.testing import run_jobs
 from leaseq.stores import connect
+from leaseq.worker import WorkerConfig
 
 
 @pytest.fixture(params=aliases())
@@ -84,7 +86,6 @@ class RunJobsInsideATestCase(TestCase):
 @pytest.mark.django_db(transaction=True)
 def test_the_django_worker_refreshes_connections_around_every_job(monkeypatch) -> None:
     import leaseq.contrib.django.worker as django_worker
-    from leaseq.worker import WorkerConfig
 
     calls: list[str] = []
     real = django_worker.close_old_connections
@@ -101,3 +102,36 @@ def test_the_django_worker_refreshes_connections_around_every_job(monkeypatch) -
     assert jobs.app.queue("mail").counts() == {"done": 3}
     assert len(calls) == 6  # before and after each job, on the job's thread
     assert "MainThread" not in calls
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_jobs_get_fresh_connections_on_the_thread_of_their_orm_queries(
+        monkeypatch) -> None:
+    import leaseq.contrib.django.worker as django_worker
+
+    # Given two async jobs on Django's async ORM; the first (higher priority: it runs first)
+    # closes its connection under Django, as a database restart would
+    refreshed: list[tuple[int, str]] = []
+    real = django_worker.close_old_connections
+
+    def counted() -> None:
+        refreshed.append((time.monotonic_ns(), threading.current_thread().name))
+        real()
+
+    monkeypatch.setattr(django_worker, "close_old_connections", counted)
+    jobs.orm_probe.enqueue(True, job_id="broke", priority=1)
+    jobs.orm_probe.enqueue(job_id="next")
+    # When a Django worker runs them one at a time (one claim per job: no prefetch)
+    django_worker.run(jobs.app, WorkerConfig(queues=("orm",), burst=True, concurrency=1,
+                                             prefetch=0), threading.Event())
+    # Then both read through the ORM: the broken connection was replaced before "next" ran
+    queue = jobs.app.queue("orm")
+    broke, following = queue.get("broke"), queue.get("next")
+    assert (broke.status, following.status) == ("done", "done"), following.error
+    assert following.result["count"] == broke.result["count"] > 0
+    # And the connections were refreshed before and after each job, on its ORM thread
+    orm_thread = broke.result["thread"]
+    assert following.result["thread"] == orm_thread
+    assert [name for _, name in refreshed] == [orm_thread] * 4
+    before_1, after_1, before_2, after_2 = (at for at, _ in refreshed)
+    assert before_1 < broke.result["at"] < after_1 <= before_2 < following.result["at"] < after_2

@@ -38,3 +38,23 @@ async def count_jobs_async(lane: str) -> int:
 
     return await sync_to_async(lambda: sum(app.queue(lane).counts().values()),
                                thread_sensitive=True)()
+
+
+@app.task(queue="orm")
+async def orm_probe(break_connection: bool = False) -> dict[str, object]:
+    """An async handler on Django's async ORM: the count it read, the thread its query ran on
+    and when (``time.monotonic_ns``). ``break_connection`` then closes the database connection
+    under Django, as a database restart would: Django still believes it open."""
+    import threading
+    import time
+
+    from asgiref.sync import sync_to_async
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import connection
+
+    count = await ContentType.objects.acount()
+    thread = await sync_to_async(lambda: threading.current_thread().name)()
+    at = time.monotonic_ns()
+    if break_connection:
+        await sync_to_async(lambda: connection.connection.close())()
+    return {"count": count, "thread": thread, "at": at}
