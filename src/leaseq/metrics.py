@@ -54,8 +54,9 @@ def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSna
     """Counts by status, ready, oldest pending age, in-flight and held-back jobs per queue
     (all queues when None). Held back: by the limits the queue's claims last ran with."""
     names = list(queues) if queues else store.queues()
+    limited = store.limited_queues()  # one read: only these queues pay for ``held_back``
     return [QueueSnapshot(q, store.counts(q), *store.ready_stats(q), store.in_flight(q),
-                          store.held_back(q)) for q in names]
+                          store.held_back(q) if q in limited else HeldBack()) for q in names]
 
 
 class StoreCollector(Collector):
