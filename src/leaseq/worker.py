@@ -19,6 +19,7 @@ again. Start, drain and shutdown are in ``leaseq.lifecycle``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import os
@@ -72,7 +73,7 @@ class WorkerConfig:
     """Most jobs claimed ahead of free slots, so one claim statement takes a big batch. A
     worker only claims ahead as many jobs as its handlers' pace starts within half of
     ``prefetch_wait_s`` even if they all finish at once (handlers that hold a slot longer:
-    none), and never for a queue with claim limits. 0 turns it off. Defaults to 128."""
+    none), and never for a queue with a rate limit. 0 turns it off. Defaults to 128."""
     prefetch_wait_s: float = 0.5
     """How long a prefetched job may wait for a slot; one that waited longer is given back at
     once (free) for another worker to start. Defaults to 0.5 s."""
@@ -184,6 +185,11 @@ class Worker(LeaseClock, Lifecycle):
         self._signals = DrainThenExit()  # counted by the handler, polled by the loop
         self._wake = threading.Event()
         self._rotation = 0
+        self._settled: collections.Counter[str] = collections.Counter()
+        """Per queue, how many of this worker's jobs have left its lease (``_settle``)."""
+        self._slots_full: dict[str, tuple[int, float]] = {}
+        """Per key-limited queue whose last claim came back short: ``_settled`` when that
+        claim was sent, and when (see ``_keys_full_here``)."""
         self._pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
         self._loop = LoopThread()
@@ -245,10 +251,13 @@ class Worker(LeaseClock, Lifecycle):
                 next_sweep = self.clock() + self.config.sweep_every_s
             self._give_back_overdue()
             self._gather_slots()
+            # A job still in flight when the claim ran may hold what the claim lacked (a
+            # key's slot): burst stops only after a claim that found the worker empty.
+            was_busy = bool(self._snapshot())
             if self._wants_claim() and self._claim_round():
                 idle_s = self.config.idle_min_s
                 continue
-            if self.config.burst and not self._snapshot():
+            if self.config.burst and not was_busy and not self._snapshot():
                 log.info("burst: nothing claimable and nothing in flight; stopping",
                          extra=queue_fields("burst_done"))
                 return
@@ -272,7 +281,7 @@ class Worker(LeaseClock, Lifecycle):
         return self._room() > 0 and waiting <= self._prefetch.allowance() // 2
 
     def _idle(self, timeout_s: float) -> None:
-        timeout_s = min(timeout_s, self._until_overdue())
+        timeout_s = min(timeout_s, self._until_overdue(), self._until_keys_recheck())
         if self._room() > 0 and not (self.config.burst and self._snapshot()):
             # Woken at once by an enqueue in this process, or a push wake-up (NOTIFY).
             self.store.wait_for_work([q.name for q in self.queues], timeout_s)
@@ -288,8 +297,9 @@ class Worker(LeaseClock, Lifecycle):
         claimed = 0
         for queue in order:
             room = self._room(prefetch=_may_prefetch(queue))
-            if room <= 0:
+            if room <= 0 or self._keys_full_here(queue):
                 continue
+            settled = self._settled[queue.name]
             sent_at = self.clock()  # the lease clock of these jobs starts when the claim left
             try:
                 jobs = queue.claim(self.worker_id, room, lease_s=self._claim_lease_s[queue.name])
@@ -297,6 +307,10 @@ class Worker(LeaseClock, Lifecycle):
                 log.warning("claim from queue %s failed: %s", queue.name, self._why(exc),
                             extra=queue_fields("claim_failed", queue.name))
                 continue
+            if len(jobs) < room and _key_limited(queue):
+                self._slots_full[queue.name] = (settled, sent_at)
+            else:
+                self._slots_full.pop(queue.name, None)
             for job in jobs:
                 self._track(queue, job, sent_at)
             if jobs:
@@ -446,6 +460,7 @@ class Worker(LeaseClock, Lifecycle):
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
+            self._settled[item.queue.name] += 1
         self._wake_loop(item)
 
     def _wake_loop(self, item: InFlight) -> None:
@@ -457,6 +472,32 @@ class Worker(LeaseClock, Lifecycle):
         if waiting <= self._prefetch.limit // 2:
             self._wake.set()
             self.store.notify_local(item.queue.name)
+
+    def _keys_full_here(self, queue: Queue) -> bool:
+        """Whether to leave a key-limited queue out of this claim round: its last claim came
+        back short (every key with ready jobs was at its limit, or no more were ready), none
+        of this worker's jobs of it has left its lease since that claim was sent, some are
+        still in flight (their finishes wake the loop), and less than ``idle_min_s`` has
+        passed (the usual poll for other workers' finishes and new jobs). A claim then would
+        find the same keys full: measured on a busy queue, half the claims came back empty,
+        each holding the queue's limits lock (SQLite: the write lock) for nothing."""
+        mark = self._slots_full.get(queue.name)
+        if mark is None:
+            return False
+        settled, sent_at = mark
+        with self._lock:
+            if self._settled[queue.name] != settled or self.clock() - sent_at >= (
+                    self.config.idle_min_s):
+                return False
+            return any(name == queue.name for name, _ in self._in_flight)
+
+    def _until_keys_recheck(self) -> float:
+        """Time until every queue left out by ``_keys_full_here`` is claimed from again even
+        if none of this worker's jobs of it finishes."""
+        now = self.clock()
+        waits = [sent_at + self.config.idle_min_s - now
+                 for _, sent_at in self._slots_full.values()]
+        return max(min((w for w in waits if w > 0), default=float("inf")), 0.0)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -480,10 +521,15 @@ class Worker(LeaseClock, Lifecycle):
         return min(room, leases)
 
 
+def _key_limited(queue: Queue) -> bool:
+    return bool(getattr(queue.policy, "key_limit", None))
+
+
 def _may_prefetch(queue: Queue) -> bool:
-    """Whether the claim may take more than the free slots. Not for a queue whose claim is
-    limited (DESIGN §8: ``key_limit`` per concurrency key, ``rate_per_s``): a prefetched job
-    would hold a key's slot or a rate token while it waits, so such a queue claims only free
-    slots. The policy declares those limits where it has them."""
-    policy = queue.policy
-    return not (getattr(policy, "key_limit", None) or getattr(policy, "rate_per_s", None))
+    """Whether the claim may take more than the free slots: not for a queue with a rate limit
+    (DESIGN §8's ``rate_per_s``), where a prefetched job would have spent its place in the
+    window while it waits, so that handlers could start in bursts the window was meant to
+    spread. A key-limited queue may: its claim counts a prefetched job in its key's running
+    jobs (it is ``processing``), so no more than ``key_limit`` of a key run at once or wait
+    to, and one that cannot start within ``prefetch_wait_s`` goes back with its slot."""
+    return not getattr(queue.policy, "rate_per_s", None)

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from worker_helpers import running, wait_until
 
 import leaseq
 from leaseq.errors import InvalidInput
+from leaseq.worker import Worker, WorkerConfig
 
 
 def test_a_tasks_priority_is_its_jobs_default_and_a_call_may_override_it(
@@ -68,3 +72,193 @@ def test_the_worker_runs_no_more_of_a_key_at_once_than_its_limit(url: str) -> No
     # Then at most 2 of the key ever ran at once; the jobs without a key were not held back
     assert peaks["k"] == 2, peaks
     assert peaks[None] >= 1
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextmanager
+def worker_thread(worker: Worker) -> Iterator[Worker]:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive(), "worker did not stop"
+
+
+def _processing_by_key(q: leaseq.Queue) -> dict[str | None, int]:
+    by_key: dict[str | None, int] = {}
+    for job in q.iter_jobs("processing"):
+        by_key[job.concurrency_key] = by_key.get(job.concurrency_key, 0) + 1
+    return by_key
+
+
+def test_a_key_limited_queue_is_claimed_ahead_within_its_keys_free_slots(url: str) -> None:
+    # Given a worker of 4 slots and a prefetch of up to 8, whose clock stands still (its
+    # quick handlers earn it the whole allowance), on a queue with key_limit 2
+    app = leaseq.App(url, queues={"keyed": {"key_limit": 2}})
+    gate = threading.Event()
+
+    @app.task(queue="keyed")
+    def quick() -> None: ...
+
+    @app.task(queue="keyed")
+    def blocked() -> None:
+        gate.wait(30)
+
+    q = app.queue("keyed")
+    worker = Worker(app, WorkerConfig(concurrency=4, prefetch=8, prefetch_wait_s=60,
+                                      idle_max_s=0.05), clock=ManualClock())
+    try:
+        with worker_thread(worker):
+            for i in range(8):
+                quick.enqueue(job_id=f"q{i}", concurrency_key=f"k{i % 4}")
+            wait_until(lambda: q.counts().get("done") == 8, what="the quick jobs")
+            # When 24 jobs that hold their slot arrive, 4 of each of 6 keys
+            app.enqueue_many([blocked.spec(job_id=f"b{i}", concurrency_key=f"k{i % 6}")
+                              for i in range(24)])
+            # Then it claims 12 (its 4 slots and 8 ahead): each key's 2 slots, no more
+            wait_until(lambda: q.counts().get("processing") == 12, what="12 jobs claimed")
+            assert _processing_by_key(q) == {f"k{i}": 2 for i in range(6)}
+            assert len(worker._ready) == 8
+            gate.set()
+            wait_until(lambda: q.counts().get("done") == 32, what="every job done")
+    finally:
+        gate.set()
+        app.store.close()
+
+
+def test_a_rate_limited_queue_is_never_claimed_ahead(url: str) -> None:
+    # Given the same worker on a queue with a rate limit (a prefetched job would spend its
+    # claim's place in the window while it waits)
+    app = leaseq.App(url, queues={"rated": {"rate_per_s": 1000}})
+    gate = threading.Event()
+
+    @app.task(queue="rated")
+    def quick() -> None: ...
+
+    @app.task(queue="rated")
+    def blocked() -> None:
+        gate.wait(30)
+
+    q = app.queue("rated")
+    worker = Worker(app, WorkerConfig(concurrency=4, prefetch=8, prefetch_wait_s=60,
+                                      idle_max_s=0.05), clock=ManualClock())
+    try:
+        with worker_thread(worker):
+            for i in range(8):
+                quick.enqueue(job_id=f"q{i}")
+            wait_until(lambda: q.counts().get("done") == 8, what="the quick jobs")
+            assert worker._prefetch.allowance() == 8  # earned, but not used on this queue
+            # When 12 jobs that hold their slot arrive
+            app.enqueue_many([blocked.spec(job_id=f"b{i}") for i in range(12)])
+            # Then it claims its 4 free slots only
+            wait_until(lambda: q.counts().get("processing") == 4, what="4 jobs claimed")
+            worker._wake.set()  # another claim round: still nothing beyond the free slots
+            wait_until(lambda: worker._room(prefetch=False) == 0, what="4 slots busy")
+            assert q.counts().get("processing") == 4 and not worker._ready
+            gate.set()
+            wait_until(lambda: q.counts().get("done") == 20, what="every job done")
+    finally:
+        gate.set()
+        app.store.close()
+
+
+def test_burst_does_not_stop_while_its_own_finishing_jobs_hold_every_keys_slot(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a queue with key_limit 1 and 3 jobs of one key, and a burst worker whose claim,
+    # when it finds the key full with the worker's own running job, comes back only after
+    # that job has finished: the order in which a finish and a claim crossed, which made a
+    # burst worker stop with jobs left
+    app = leaseq.App(url, queues={"keyed": {"key_limit": 1}})
+    release = threading.Event()
+
+    @app.task(queue="keyed")
+    def step() -> None:
+        release.wait(30)
+
+    for i in range(3):
+        step.enqueue(job_id=f"s{i}", concurrency_key="k")
+    q = app.queue("keyed")
+    worker = Worker(app, WorkerConfig(concurrency=4, burst=True))
+    claim = leaseq.Queue.claim
+    crossed: list[bool] = []
+
+    def claim_then_let_the_job_finish(self: leaseq.Queue, *args: Any, **kwargs: Any) -> Any:
+        jobs = claim(self, *args, **kwargs)
+        if not jobs and worker._snapshot() and not crossed:
+            release.set()
+            wait_until(lambda: not worker._snapshot(), what="the worker's job to finish")
+            crossed.append(True)
+        return jobs
+
+    monkeypatch.setattr(leaseq.Queue, "claim", claim_then_let_the_job_finish)
+    # When the worker runs in burst mode
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(30)
+    release.set()
+    assert not thread.is_alive()
+    # Then it stopped only when every job was done, although a claim and a finish crossed
+    assert crossed == [True]
+    assert q.counts() == {"done": 3}
+    app.store.close()
+
+
+def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_finishes(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a worker (clock standing still) holding the only slot of a key_limit 1 queue's one
+    # key, its claim come back short
+    app = leaseq.App(url, queues={"keyed": {"key_limit": 1}})
+    gate = threading.Event()
+
+    @app.task(queue="keyed")
+    def blocked() -> None:
+        gate.wait(30)
+
+    claims: list[int] = []
+    claim = leaseq.Queue.claim
+
+    def counted(self: leaseq.Queue, *args: Any, **kwargs: Any) -> Any:
+        jobs = claim(self, *args, **kwargs)
+        claims.append(len(jobs))
+        return jobs
+
+    monkeypatch.setattr(leaseq.Queue, "claim", counted)
+    q = app.queue("keyed")
+    clock = ManualClock()
+    worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=0.01),
+                    clock=clock)
+    try:
+        with worker_thread(worker):
+            blocked.enqueue(job_id="first", concurrency_key="k")
+            wait_until(lambda: q.counts().get("processing") == 1, what="the first job")
+            wait_until(lambda: claims and claims[-1] == 1, what="its claim")
+            # When more jobs of the key arrive (each wakes the worker) while it runs
+            for i in range(3):
+                blocked.enqueue(job_id=f"more{i}", concurrency_key="k")
+            # Then the worker does not claim again: the key is full with its own job, and
+            # nothing of it has finished (its clock has not moved past idle_min_s)
+            wait_until(lambda: q.counts().get("pending") == 3, what="3 more jobs")
+            time.sleep(0.1)  # room for the wake-ups to make claims, were any made
+            assert claims == [1] and worker._keys_full_here(q)
+            before = len(claims)
+            # When idle_min_s passes on its clock (another worker's job might have ended)
+            clock.now += 0.011
+            # Then it claims again, once, and finds the key still full
+            wait_until(lambda: len(claims) > before, what="a claim after idle_min_s")
+            assert claims[before] == 0
+            # When its own job finishes, it claims the next one at once
+            gate.set()
+            wait_until(lambda: q.counts().get("done") == 4, what="every job done")
+    finally:
+        gate.set()
+        app.store.close()

@@ -42,6 +42,9 @@ WHERE queue = %(queue)s;
 -- those, in claim order, are taken. The predicates repeat the partial indexes'. The chosen ids
 -- are locked through the primary key as an array (`= ANY(ARRAY(...))`): written as `IN (SELECT
 -- ...)`, a young table's statistics made the planner read the whole queue into a hash join.
+-- The per-key walk tests `attempts + 0 < max_attempts`, which jobs_claimable's predicate does
+-- not imply: so it can only walk jobs_keyed, the key's own entries in claim order (on a young
+-- table the planner chose jobs_claimable and read every key's jobs for each key).
 -- name: claim_keyed
 WITH RECURSIVE keys(k) AS (
     (SELECT concurrency_key FROM {jobs}
@@ -68,7 +71,7 @@ cand AS (
         SELECT j.id, j.priority, j.lease_until FROM {jobs} j
         WHERE j.queue = %(queue)s AND j.concurrency_key = slots.k
           AND j.concurrency_key IS NOT NULL AND j.status IN ('pending', 'processing')
-          AND j.attempts < j.max_attempts
+          AND j.attempts + 0 < j.max_attempts
           AND j.lease_until <= (SELECT {now})
           AND (j.status = 'pending' OR j.lease_until < (SELECT {now}))
         ORDER BY j.priority DESC, j.lease_until, j.id
