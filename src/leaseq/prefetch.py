@@ -17,6 +17,9 @@ worker claims only free slots until its handlers have shown their pace again.
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Callable
+
 #: Weight of the newest slot hold in the running average.
 SMOOTHING = 0.1
 
@@ -47,3 +50,47 @@ class Prefetch:
     def reset(self) -> None:
         """A prefetched job waited too long: claim only free slots until jobs finish again."""
         self._held_s = None
+
+
+class FullKeys:
+    """Key-limited queues to leave out of a claim round for a moment. A keyed claim that comes
+    back short found every key with ready jobs at its limit (or no more ready jobs); until one
+    of the worker's own jobs of that queue leaves its lease, or ``recheck_s`` has passed (the
+    worker's usual poll for other workers' finishes and new jobs), another claim would find
+    the same keys full. Measured on a busy queue, half the keyed claims came back empty so,
+    each holding the queue's limits lock (SQLite: the write lock) for nothing. Not
+    thread-safe: the worker calls ``settled`` under its lock and the rest from its loop."""
+
+    def __init__(self, recheck_s: float):
+        self.recheck_s = recheck_s
+        self._settled: collections.Counter[str] = collections.Counter()
+        self._short: dict[str, tuple[int, float]] = {}
+
+    def settled(self, queue: str) -> None:
+        """One of the worker's jobs of ``queue`` left its lease."""
+        self._settled[queue] += 1
+
+    def before_claim(self, queue: str) -> int:
+        """The mark to hand ``after_claim``: what had settled when the claim was sent."""
+        return self._settled[queue]
+
+    def after_claim(self, queue: str, mark: int, sent_at: float, short: bool) -> None:
+        if short:
+            self._short[queue] = (mark, sent_at)
+        else:
+            self._short.pop(queue, None)
+
+    def left_out(self, queue: str, now: float, holding: Callable[[], bool]) -> bool:
+        """Whether to skip ``queue`` now: its last claim came back short, nothing of it has
+        settled since that claim was sent, less than ``recheck_s`` has passed, and
+        ``holding()``: the worker still holds jobs of it (whose finishes wake it)."""
+        short = self._short.get(queue)
+        if short is None:
+            return False
+        mark, sent_at = short
+        return self._settled[queue] == mark and now - sent_at < self.recheck_s and holding()
+
+    def until_recheck(self, now: float) -> float:
+        """Time until every queue left out is claimed from again whatever else happens."""
+        waits = [sent_at + self.recheck_s - now for _, sent_at in self._short.values()]
+        return max(min((w for w in waits if w > 0), default=float("inf")), 0.0)

@@ -19,7 +19,6 @@ again. Start, drain and shutdown are in ``leaseq.lifecycle``.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import os
@@ -47,7 +46,7 @@ from leaseq.lifecycle import SHUTDOWN_REASON as SHUTDOWN_REASON
 from leaseq.lifecycle import nothing as _nothing
 from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
-from leaseq.prefetch import Prefetch
+from leaseq.prefetch import FullKeys, Prefetch
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
@@ -185,11 +184,7 @@ class Worker(LeaseClock, Lifecycle):
         self._signals = DrainThenExit()  # counted by the handler, polled by the loop
         self._wake = threading.Event()
         self._rotation = 0
-        self._settled: collections.Counter[str] = collections.Counter()
-        """Per queue, how many of this worker's jobs have left its lease (``_settle``)."""
-        self._slots_full: dict[str, tuple[int, float]] = {}
-        """Per key-limited queue whose last claim came back short: ``_settled`` when that
-        claim was sent, and when (see ``_keys_full_here``)."""
+        self._full_keys = FullKeys(self.config.idle_min_s)
         self._pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
         self._loop = LoopThread()
@@ -281,7 +276,8 @@ class Worker(LeaseClock, Lifecycle):
         return self._room() > 0 and waiting <= self._prefetch.allowance() // 2
 
     def _idle(self, timeout_s: float) -> None:
-        timeout_s = min(timeout_s, self._until_overdue(), self._until_keys_recheck())
+        timeout_s = min(timeout_s, self._until_overdue(),
+                        self._full_keys.until_recheck(self.clock()))
         if self._room() > 0 and not (self.config.burst and self._snapshot()):
             # Woken at once by an enqueue in this process, or a push wake-up (NOTIFY).
             self.store.wait_for_work([q.name for q in self.queues], timeout_s)
@@ -297,9 +293,10 @@ class Worker(LeaseClock, Lifecycle):
         claimed = 0
         for queue in order:
             room = self._room(prefetch=_may_prefetch(queue))
-            if room <= 0 or self._keys_full_here(queue):
+            if room <= 0 or self._full_keys.left_out(queue.name, self.clock(),
+                                                     functools.partial(self._holds, queue)):
                 continue
-            settled = self._settled[queue.name]
+            mark = self._full_keys.before_claim(queue.name)
             sent_at = self.clock()  # the lease clock of these jobs starts when the claim left
             try:
                 jobs = queue.claim(self.worker_id, room, lease_s=self._claim_lease_s[queue.name])
@@ -307,10 +304,8 @@ class Worker(LeaseClock, Lifecycle):
                 log.warning("claim from queue %s failed: %s", queue.name, self._why(exc),
                             extra=queue_fields("claim_failed", queue.name))
                 continue
-            if len(jobs) < room and _key_limited(queue):
-                self._slots_full[queue.name] = (settled, sent_at)
-            else:
-                self._slots_full.pop(queue.name, None)
+            self._full_keys.after_claim(queue.name, mark, sent_at,
+                                        short=len(jobs) < room and _key_limited(queue))
             for job in jobs:
                 self._track(queue, job, sent_at)
             if jobs:
@@ -460,7 +455,7 @@ class Worker(LeaseClock, Lifecycle):
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
-            self._settled[item.queue.name] += 1
+            self._full_keys.settled(item.queue.name)
         self._wake_loop(item)
 
     def _wake_loop(self, item: InFlight) -> None:
@@ -473,31 +468,10 @@ class Worker(LeaseClock, Lifecycle):
             self._wake.set()
             self.store.notify_local(item.queue.name)
 
-    def _keys_full_here(self, queue: Queue) -> bool:
-        """Whether to leave a key-limited queue out of this claim round: its last claim came
-        back short (every key with ready jobs was at its limit, or no more were ready), none
-        of this worker's jobs of it has left its lease since that claim was sent, some are
-        still in flight (their finishes wake the loop), and less than ``idle_min_s`` has
-        passed (the usual poll for other workers' finishes and new jobs). A claim then would
-        find the same keys full: measured on a busy queue, half the claims came back empty,
-        each holding the queue's limits lock (SQLite: the write lock) for nothing."""
-        mark = self._slots_full.get(queue.name)
-        if mark is None:
-            return False
-        settled, sent_at = mark
+    def _holds(self, queue: Queue) -> bool:
+        """Whether any job of ``queue`` is in this worker's lease."""
         with self._lock:
-            if self._settled[queue.name] != settled or self.clock() - sent_at >= (
-                    self.config.idle_min_s):
-                return False
             return any(name == queue.name for name, _ in self._in_flight)
-
-    def _until_keys_recheck(self) -> float:
-        """Time until every queue left out by ``_keys_full_here`` is claimed from again even
-        if none of this worker's jobs of it finishes."""
-        now = self.clock()
-        waits = [sent_at + self.config.idle_min_s - now
-                 for _, sent_at in self._slots_full.values()]
-        return max(min((w for w in waits if w > 0), default=float("inf")), 0.0)
 
     # --- helpers ---------------------------------------------------------------------------
 

@@ -249,7 +249,8 @@ def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_fini
             # nothing of it has finished (its clock has not moved past idle_min_s)
             wait_until(lambda: q.counts().get("pending") == 3, what="3 more jobs")
             time.sleep(0.1)  # room for the wake-ups to make claims, were any made
-            assert claims == [1] and worker._keys_full_here(q)
+            assert claims == [1]
+            assert worker._full_keys.left_out("keyed", clock.now, lambda: worker._holds(q))
             before = len(claims)
             # When idle_min_s passes on its clock (another worker's job might have ended)
             clock.now += 0.011
