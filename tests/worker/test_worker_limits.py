@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -101,75 +102,93 @@ def _processing_by_key(q: leaseq.Queue) -> dict[str | None, int]:
     return by_key
 
 
-def test_a_key_limited_queue_is_claimed_ahead_within_its_keys_free_slots(url: str) -> None:
-    # Given a worker of 4 slots and a prefetch of up to 8, whose clock stands still (its
-    # quick handlers earn it the whole allowance), on a queue with key_limit 2
-    app = leaseq.App(url, queues={"keyed": {"key_limit": 2}})
+def gated_app(url: str, limits: dict[str, int]) -> tuple[leaseq.App, Any, threading.Event]:
+    """An app whose queue "limited" has ``limits``, and a task of it that holds its slot until
+    the event is set."""
+    app = leaseq.App(url, queues={"limited": limits})
     gate = threading.Event()
 
-    @app.task(queue="keyed")
-    def quick() -> None: ...
-
-    @app.task(queue="keyed")
+    @app.task(queue="limited")
     def blocked() -> None:
         gate.wait(30)
 
-    q = app.queue("keyed")
+    return app, blocked, gate
+
+
+@dataclass
+class Warmed:
+    """A worker of 4 slots and a prefetch of up to 8 whose clock stands still, warmed up by 8
+    quick jobs so that it has earned the whole allowance; ``blocked`` holds its slot until
+    ``gate`` opens."""
+
+    app: leaseq.App
+    q: leaseq.Queue
+    worker: Worker
+    blocked: Any
+    gate: threading.Event
+
+
+@contextmanager
+def warmed_worker(url: str, limits: dict[str, int]) -> Iterator[Warmed]:
+    app, blocked, gate = gated_app(url, limits)
+
+    @app.task(queue="limited")
+    def quick() -> None: ...
+
+    q = app.queue("limited")
     worker = Worker(app, WorkerConfig(concurrency=4, prefetch=8, prefetch_wait_s=60,
                                       idle_max_s=0.05), clock=ManualClock())
     try:
         with worker_thread(worker):
-            for i in range(8):
-                quick.enqueue(job_id=f"q{i}", concurrency_key=f"k{i % 4}")
+            app.enqueue_many([quick.spec(job_id=f"q{i}", concurrency_key=f"k{i % 4}")
+                              for i in range(8)])
             wait_until(lambda: q.counts().get("done") == 8, what="the quick jobs")
-            # When 24 jobs that hold their slot arrive, 4 of each of 6 keys
-            app.enqueue_many([blocked.spec(job_id=f"b{i}", concurrency_key=f"k{i % 6}")
-                              for i in range(24)])
-            # Then it claims 12 (its 4 slots and 8 ahead): each key's 2 slots, no more
-            wait_until(lambda: q.counts().get("processing") == 12, what="12 jobs claimed")
-            assert _processing_by_key(q) == {f"k{i}": 2 for i in range(6)}
-            assert len(worker._ready) == 8
+            assert worker._prefetch.allowance() == 8
+            yield Warmed(app, q, worker, blocked, gate)
             gate.set()
-            wait_until(lambda: q.counts().get("done") == 32, what="every job done")
+            wait_until(lambda: q.counts().get("pending", 0) + q.counts().get("processing", 0)
+                       == 0, what="every job done")
     finally:
         gate.set()
         app.store.close()
+
+
+def test_a_key_limited_queue_is_claimed_ahead_within_its_keys_free_slots(url: str) -> None:
+    # Given the warmed-up worker on a queue with key_limit 2
+    with warmed_worker(url, {"key_limit": 2}) as w:
+        # When 24 jobs that hold their slot arrive, 4 of each of 6 keys
+        w.app.enqueue_many([w.blocked.spec(job_id=f"b{i}", concurrency_key=f"k{i % 6}")
+                            for i in range(24)])
+        # Then it claims 12 (its 4 slots and 8 ahead): each key's 2 slots, no more
+        wait_until(lambda: w.q.counts().get("processing") == 12, what="12 jobs claimed")
+        assert _processing_by_key(w.q) == {f"k{i}": 2 for i in range(6)}
+        assert len(w.worker._ready) == 8
 
 
 def test_a_rate_limited_queue_is_never_claimed_ahead(url: str) -> None:
     # Given the same worker on a queue with a rate limit (a prefetched job would spend its
     # claim's place in the window while it waits)
-    app = leaseq.App(url, queues={"rated": {"rate_per_s": 1000}})
-    gate = threading.Event()
+    with warmed_worker(url, {"rate_per_s": 1000}) as w:
+        # When 12 jobs that hold their slot arrive
+        w.app.enqueue_many([w.blocked.spec(job_id=f"b{i}") for i in range(12)])
+        # Then it claims its 4 free slots only, its earned allowance unused
+        wait_until(lambda: w.q.counts().get("processing") == 4, what="4 jobs claimed")
+        w.worker._wake.set()  # another claim round: still nothing beyond the free slots
+        wait_until(lambda: w.worker._room(prefetch=False) == 0, what="4 slots busy")
+        assert w.q.counts().get("processing") == 4 and not w.worker._ready
 
-    @app.task(queue="rated")
-    def quick() -> None: ...
 
-    @app.task(queue="rated")
-    def blocked() -> None:
-        gate.wait(30)
+def after_each_claim(monkeypatch: pytest.MonkeyPatch,
+                     then: Callable[[list[leaseq.Job]], None]) -> None:
+    """Every ``Queue.claim`` calls ``then`` with its jobs before it returns them."""
+    claim = leaseq.Queue.claim
 
-    q = app.queue("rated")
-    worker = Worker(app, WorkerConfig(concurrency=4, prefetch=8, prefetch_wait_s=60,
-                                      idle_max_s=0.05), clock=ManualClock())
-    try:
-        with worker_thread(worker):
-            for i in range(8):
-                quick.enqueue(job_id=f"q{i}")
-            wait_until(lambda: q.counts().get("done") == 8, what="the quick jobs")
-            assert worker._prefetch.allowance() == 8  # earned, but not used on this queue
-            # When 12 jobs that hold their slot arrive
-            app.enqueue_many([blocked.spec(job_id=f"b{i}") for i in range(12)])
-            # Then it claims its 4 free slots only
-            wait_until(lambda: q.counts().get("processing") == 4, what="4 jobs claimed")
-            worker._wake.set()  # another claim round: still nothing beyond the free slots
-            wait_until(lambda: worker._room(prefetch=False) == 0, what="4 slots busy")
-            assert q.counts().get("processing") == 4 and not worker._ready
-            gate.set()
-            wait_until(lambda: q.counts().get("done") == 20, what="every job done")
-    finally:
-        gate.set()
-        app.store.close()
+    def claim_then(self: leaseq.Queue, *args: Any, **kwargs: Any) -> list[leaseq.Job]:
+        jobs = claim(self, *args, **kwargs)
+        then(jobs)
+        return jobs
+
+    monkeypatch.setattr(leaseq.Queue, "claim", claim_then)
 
 
 def test_burst_does_not_stop_while_its_own_finishing_jobs_hold_every_keys_slot(
@@ -178,29 +197,20 @@ def test_burst_does_not_stop_while_its_own_finishing_jobs_hold_every_keys_slot(
     # when it finds the key full with the worker's own running job, comes back only after
     # that job has finished: the order in which a finish and a claim crossed, which made a
     # burst worker stop with jobs left
-    app = leaseq.App(url, queues={"keyed": {"key_limit": 1}})
-    release = threading.Event()
-
-    @app.task(queue="keyed")
-    def step() -> None:
-        release.wait(30)
-
+    app, step, release = gated_app(url, {"key_limit": 1})
     for i in range(3):
         step.enqueue(job_id=f"s{i}", concurrency_key="k")
-    q = app.queue("keyed")
+    q = app.queue("limited")
     worker = Worker(app, WorkerConfig(concurrency=4, burst=True))
-    claim = leaseq.Queue.claim
     crossed: list[bool] = []
 
-    def claim_then_let_the_job_finish(self: leaseq.Queue, *args: Any, **kwargs: Any) -> Any:
-        jobs = claim(self, *args, **kwargs)
+    def let_the_job_finish(jobs: list[leaseq.Job]) -> None:
         if not jobs and worker._snapshot() and not crossed:
             release.set()
             wait_until(lambda: not worker._snapshot(), what="the worker's job to finish")
             crossed.append(True)
-        return jobs
 
-    monkeypatch.setattr(leaseq.Queue, "claim", claim_then_let_the_job_finish)
+    after_each_claim(monkeypatch, let_the_job_finish)
     # When the worker runs in burst mode
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
@@ -217,23 +227,10 @@ def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_fini
         url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a worker (clock standing still) holding the only slot of a key_limit 1 queue's one
     # key, its claim come back short
-    app = leaseq.App(url, queues={"keyed": {"key_limit": 1}})
-    gate = threading.Event()
-
-    @app.task(queue="keyed")
-    def blocked() -> None:
-        gate.wait(30)
-
+    app, blocked, gate = gated_app(url, {"key_limit": 1})
     claims: list[int] = []
-    claim = leaseq.Queue.claim
-
-    def counted(self: leaseq.Queue, *args: Any, **kwargs: Any) -> Any:
-        jobs = claim(self, *args, **kwargs)
-        claims.append(len(jobs))
-        return jobs
-
-    monkeypatch.setattr(leaseq.Queue, "claim", counted)
-    q = app.queue("keyed")
+    after_each_claim(monkeypatch, lambda jobs: claims.append(len(jobs)))
+    q = app.queue("limited")
     clock = ManualClock()
     worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=0.01),
                     clock=clock)
@@ -250,7 +247,7 @@ def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_fini
             wait_until(lambda: q.counts().get("pending") == 3, what="3 more jobs")
             time.sleep(0.1)  # room for the wake-ups to make claims, were any made
             assert claims == [1]
-            assert worker._full_keys.left_out("keyed", clock.now, lambda: worker._holds(q))
+            assert worker._full_keys.left_out("limited", clock.now, lambda: worker._holds(q))
             before = len(claims)
             # When idle_min_s passes on its clock (another worker's job might have ended)
             clock.now += 0.011
