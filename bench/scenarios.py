@@ -156,6 +156,7 @@ def _drain(system: System, goal: int, processes: int, plan: Plan, sample_rss: bo
         first: tuple[float, int] | None = None
         interval = 0.02
         while True:
+            exited = workers.all_exited()  # before the count, so that the count is final
             polled = time.perf_counter()
             if stamps_prefix:
                 done = goal if os.path.exists(f"{stamps_prefix}.reached") else 0
@@ -172,6 +173,9 @@ def _drain(system: System, goal: int, processes: int, plan: Plan, sample_rss: bo
             if done >= goal:
                 break
             workers.check()
+            if exited:
+                raise RuntimeError(f"{system.name}: every worker exited with {done} of {goal} "
+                                   f"jobs done\n{workers.output()}")
             if now - spawned > plan.timeout_s:
                 raise TimeoutError(f"{system.name}: {done} of {goal} jobs done after "
                                    f"{plan.timeout_s:.0f} s\n{workers.output()}")

@@ -144,6 +144,11 @@ class Workers:
     def pids(self) -> list[int]:
         return [p.pid for p, _ in self._logs]
 
+    def all_exited(self) -> bool:
+        """Whether every worker process has ended (burst workers end when they find nothing
+        left; a drain that has not reached its goal by then never will)."""
+        return all(proc.poll() is not None for proc, _ in self._logs)
+
     def check(self) -> None:
         """Raise with the worker's output when one died with an error."""
         for proc, log in self._logs:

@@ -60,3 +60,35 @@ def test_the_harness_drains_with_random_ids(tmp_path) -> None:
     assert code == 0, data["errors"]
     assert data["machine"]["leaseq_ids"] == "random"
     assert data["results"] and all(r["median"] > 0 for r in data["results"])
+
+
+def test_a_drain_whose_workers_all_exited_short_of_its_goal_fails_at_once() -> None:
+    # Given a library whose burst worker exits at once, having finished nothing
+    import time
+
+    from bench.scenarios import Plan, drain
+    from bench.systems import System, WorkerSpec
+
+    class GivesUp(System):
+        name = "gives-up"
+
+        def open(self) -> None: ...
+
+        def close(self) -> None: ...
+
+        def enqueue_each(self, first: int, count: int) -> None: ...
+
+        def enqueue_bulk(self, first: int, count: int, batch: int) -> None: ...
+
+        def done_count(self) -> int:
+            return 0
+
+        def worker_argv(self, spec: WorkerSpec) -> list[str]:
+            return [sys.executable, "-c", "pass"]
+
+    # When a drain of 10 jobs runs (its timeout: 60 s)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="every worker exited with 0 of 10 jobs done"):
+        drain(GivesUp(None), goal=10, processes=1, plan=Plan.tiny())  # type: ignore[arg-type]  # opens nothing
+    # Then it fails as soon as the worker has gone, not at its timeout
+    assert time.monotonic() - started < 30
