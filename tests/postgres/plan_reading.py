@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 #: Nodes that read a table or an index (a CTE's or a work table's rows were counted once).
-_TABLE_SCANS = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Heap Scan")
+_TABLE_SCANS = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Heap Scan", "Tid Scan")
 
 
 def analyze(conn: psycopg.Connection, query: str, params: Mapping[str, Any]) -> dict[str, Any]:

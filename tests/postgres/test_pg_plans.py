@@ -16,6 +16,7 @@ from plan_reading import analyze, rows_read, scans
 from leaseq.browse import JobFilter
 from leaseq.job import Completion
 from leaseq.journal import HOURLY_UNCOUNTED
+from leaseq.limits import UNKEYED_SCAN
 from leaseq.stores.postgres import PostgresStore
 
 
@@ -60,6 +61,27 @@ def test_the_key_limited_claim_never_runs_a_generic_plan(store: PostgresStore) -
         "WHERE statement LIKE '%%RECURSIVE keys%%'").fetchall(), autocommit=True)
     assert rows, "the keyed claim is prepared"
     assert all(generic == 0 for generic, _ in rows)
+
+
+def test_the_key_limited_claim_on_a_young_table_reads_about_what_it_takes(
+        store: PostgresStore) -> None:
+    # Given a key-limited queue filled at once, never analyzed (a queue of "a few rows" to the
+    # planner), 4,000 jobs over 10 keys, some of them processing
+    q = store.queue("young_keyed", key_limit=4)
+    q.enqueue_many([q.spec(f"j{i}", {"i": i}, concurrency_key=f"k{i % 10}")
+                    for i in range(4000)])
+    assert len(q.claim("w1", limit=20)) == 20
+    # When the key-limited claim runs for the keys' free slots
+    params = {"queue": "young_keyed", "worker_id": "w2", "limit": 40, "lease_s": 30.0,
+              "off": 0.0, "key_limit": 4, "scan": 40 + UNKEYED_SCAN}
+    ran = store._session.run(lambda conn: analyze(conn, store.queries["claim_keyed"], params))
+    # Then it reads a few entries per key, and locks and updates the jobs it chose one by one
+    # (a primary-key probe each, then the row version it locked): not by reading the whole
+    # queue, nor a range of the claim index per job
+    assert rows_read(ran) <= 400, (rows_read(ran), scans(ran))
+    assert "Index Scan using jobs_pkey" in scans(ran) and "Tid Scan" in scans(ran), scans(ran)
+    assert "Bitmap Heap Scan" not in scans(ran) and "Seq Scan" not in scans(ran), scans(ran)
+    assert scans(ran).count("Index Scan using jobs_claimable") == 1, scans(ran)
 
 
 def test_indexed_text_columns_compare_bytes(store: PostgresStore) -> None:

@@ -117,3 +117,65 @@ def test_an_insert_race_lost_to_another_payload_raises_and_writes_nothing(
     q = store.queue("race")
     assert q.get("a") is None and q.journal("a") == []
     assert q.get("b").payload == {"v": 2}
+
+
+# --- the key-limited claim against a job that changed after its snapshot ------------------
+
+#: A pause the test holds the key-limited claim in: after the statement's snapshot (taken
+#: when it starts) and before it locks the jobs it chose.
+_PAUSE = 4242
+
+
+def _paused_keyed_claim(store: PostgresStore) -> None:
+    """Make ``store``'s key-limited claim wait on advisory lock ``_PAUSE`` once it has chosen
+    its jobs from its snapshot, before it locks them."""
+    query = store.queries["claim_keyed"]
+    chosen = "best AS (\n    SELECT id FROM cand "
+    assert chosen in query
+    store.queries["claim_keyed"] = query.replace(
+        chosen, f"pause AS MATERIALIZED (SELECT pg_advisory_xact_lock({_PAUSE})),\n"
+                f"{chosen}CROSS JOIN pause ")
+
+
+def _cancel(q: object, job_id: str) -> None:
+    assert q.cancel(job_id)  # type: ignore[attr-defined]
+
+
+def _finish_late(q: object, job_id: str) -> None:
+    """The job's old holder, whose lease ran out, finishes it after all (its epoch is still
+    the job's: nobody has claimed it since)."""
+    job = q.get(job_id)  # type: ignore[attr-defined]
+    q.complete(job.lease, {"late": True})  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("change", [_cancel, _finish_late], ids=["cancelled", "finished"])
+def test_a_key_limited_claim_never_takes_a_job_that_left_the_ready_set_after_its_snapshot(
+        store: PostgresStore, pg_url: str, change: object) -> None:
+    # Given a key-limited queue whose one job is ready: pending, or processing under a lease
+    # that ran out (its holder may still finish it)
+    q = store.queue("keyed", key_limit=1)
+    q.enqueue("a", {"n": 1}, concurrency_key="k")
+    if change is _finish_late:
+        q.claim("old-worker", lease_s=60)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{store.options.schema}".jobs '
+                         "SET lease_until = now() - interval '1 second' WHERE id = 'a'")
+    # And a claim that has chosen it from its snapshot, held before it locks it
+    _paused_keyed_claim(store)
+    box: dict[str, object] = {}
+    with psycopg.connect(pg_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [_PAUSE])
+        thread = threading.Thread(target=lambda: box.update(jobs=q.claim("new-worker", 5)))
+        thread.start()
+        _until_waiting_on_a_lock(pg_url, holder.info.backend_pid)
+        # When the job leaves the ready set meanwhile (cancelled; finished by its old holder)
+        other = PostgresStore.from_url(store.url)
+        try:
+            change(other.queue("keyed", key_limit=1), "a")  # type: ignore[operator]
+        finally:
+            other.close()
+        holder.execute("SELECT pg_advisory_unlock(%s)", [_PAUSE])
+        thread.join(30)
+    # Then the claim takes nothing, and the job keeps what the change wrote
+    assert box["jobs"] == []
+    assert q.get("a").status == ("cancelled" if change is _cancel else "done")

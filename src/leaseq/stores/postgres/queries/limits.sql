@@ -36,15 +36,20 @@ WHERE queue = %(queue)s;
 
 -- The key-limited claim, in one statement: a loose index scan of jobs_keyed gives each key
 -- with live jobs (one probe per key: ORDER BY ... LIMIT 1, not min(), which on a young
--- table's statistics was planned as an aggregate over every live keyed job); per key, its count in jobs_keyed_running (read no
--- further than key_limit) gives its free slots and a walk of jobs_keyed its first ready jobs; jobs without a key come from the front of
+-- table's statistics was planned as an aggregate over every live keyed job); per key, its
+-- count in jobs_keyed_running (read no further than key_limit) gives its free slots and a
+-- walk of jobs_keyed its first ready jobs; jobs without a key come from the front of
 -- jobs_claimable (among the first `scan` of them, limits.UNKEYED_SCAN). The best `limit` of
--- those, in claim order, are taken. The predicates repeat the partial indexes'. The chosen ids
--- are locked through the primary key as an array (`= ANY(ARRAY(...))`): written as `IN (SELECT
--- ...)`, a young table's statistics made the planner read the whole queue into a hash join.
+-- those, in claim order, are taken. The predicates repeat the partial indexes'.
 -- The per-key walk tests `attempts + 0 < max_attempts`, which jobs_claimable's predicate does
 -- not imply: so it can only walk jobs_keyed, the key's own entries in claim order (on a young
 -- table the planner chose jobs_claimable and read every key's jobs for each key).
+-- The chosen jobs are chosen from the statement's snapshot, so each is locked with the ready
+-- predicates again: a job that left the ready set since (cancelled, or finished by the holder
+-- of a lease that ran out) is rechecked on its newest version when locked, and skipped. Each
+-- is locked by its own primary-key probe (LATERAL), and updated by the row version it locked
+-- (ctid): joined by id instead, a young table's statistics (a queue of "6 rows") made the
+-- planner read the whole queue into a hash join, for the lock and again for the update.
 -- name: claim_keyed
 WITH RECURSIVE keys(k) AS (
     (SELECT concurrency_key FROM {jobs}
@@ -90,15 +95,19 @@ cand AS (
 best AS (
     SELECT id FROM cand ORDER BY priority DESC, lease_until, id LIMIT %(limit)s),
 c AS (
-    SELECT j.id FROM {jobs} j
-    WHERE j.queue = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM best))
-    FOR UPDATE SKIP LOCKED),
+    SELECT l.tid FROM best CROSS JOIN LATERAL (
+        SELECT j.ctid AS tid, j.status, j.attempts, j.max_attempts, j.lease_until
+        FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = best.id
+        LIMIT 1 FOR UPDATE SKIP LOCKED) l
+    WHERE l.status IN ('pending', 'processing') AND l.attempts < l.max_attempts
+      AND l.lease_until <= (SELECT {now})
+      AND (l.status = 'pending' OR l.lease_until < (SELECT {now}))),
 taken AS (
     UPDATE {jobs} j
     SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
         stale = false, updated_at = {now}
-    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    WHERE j.ctid = ANY(ARRAY(SELECT tid FROM c))
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)
