@@ -58,8 +58,12 @@ class FullKeys:
     of the worker's own jobs of that queue leaves its lease, or ``recheck_s`` has passed (the
     worker's usual poll for other workers' finishes and new jobs), another claim would find
     the same keys full. Measured on a busy queue, half the keyed claims came back empty so,
-    each holding the queue's limits lock (SQLite: the write lock) for nothing. Not
-    thread-safe: the worker calls ``settled`` under its lock and the rest from its loop."""
+    each holding the queue's limits lock (SQLite: the write lock) for nothing. While one of
+    the worker's own jobs of the queue is being finished (its completion is being written),
+    the recheck waits for that job to settle: it frees a slot within milliseconds, and a
+    recheck meanwhile found the keys full again (it was most of the empty claims that were
+    left). Not thread-safe: the worker calls ``settled`` under its lock and the rest from its
+    loop."""
 
     def __init__(self, recheck_s: float):
         self.recheck_s = recheck_s
@@ -80,17 +84,23 @@ class FullKeys:
         else:
             self._short.pop(queue, None)
 
-    def left_out(self, queue: str, now: float, holding: Callable[[], bool]) -> bool:
+    def left_out(self, queue: str, now: float, holding: Callable[[], bool],
+                 finishing: Callable[[], bool]) -> bool:
         """Whether to skip ``queue`` now: its last claim came back short, nothing of it has
-        settled since that claim was sent, less than ``recheck_s`` has passed, and
-        ``holding()``: the worker still holds jobs of it (whose finishes wake it)."""
+        settled since that claim was sent, and ``holding()``: the worker still holds jobs of
+        it (whose finishes wake it); and either less than ``recheck_s`` has passed or
+        ``finishing()``: one of them is being finished (it settles soon)."""
         short = self._short.get(queue)
         if short is None:
             return False
         mark, sent_at = short
-        return self._settled[queue] == mark and now - sent_at < self.recheck_s and holding()
+        return self._settled[queue] == mark and holding() and (
+            now - sent_at < self.recheck_s or finishing())
 
-    def until_recheck(self, now: float) -> float:
-        """Time until every queue left out is claimed from again whatever else happens."""
-        waits = [sent_at + self.recheck_s - now for _, sent_at in self._short.values()]
+    def until_recheck(self, now: float, finishing: Callable[[str], bool]) -> float:
+        """Time until every queue left out is claimed from again whatever else happens (a
+        queue whose ``finishing(queue)`` waits for that job to settle, which wakes the
+        worker)."""
+        waits = [sent_at + self.recheck_s - now for queue, (_, sent_at) in self._short.items()
+                 if not finishing(queue)]
         return max(min((w for w in waits if w > 0), default=float("inf")), 0.0)

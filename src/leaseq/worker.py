@@ -277,7 +277,7 @@ class Worker(LeaseClock, Lifecycle):
 
     def _idle(self, timeout_s: float) -> None:
         timeout_s = min(timeout_s, self._until_overdue(),
-                        self._full_keys.until_recheck(self.clock()))
+                        self._full_keys.until_recheck(self.clock(), self._finishing))
         if self._room() > 0 and not (self.config.burst and self._snapshot()):
             # Woken at once by an enqueue in this process, or a push wake-up (NOTIFY).
             self.store.wait_for_work([q.name for q in self.queues], timeout_s)
@@ -293,8 +293,9 @@ class Worker(LeaseClock, Lifecycle):
         claimed = 0
         for queue in order:
             room = self._room(prefetch=_may_prefetch(queue))
-            if room <= 0 or self._full_keys.left_out(queue.name, self.clock(),
-                                                     functools.partial(self._holds, queue)):
+            if room <= 0 or self._full_keys.left_out(
+                    queue.name, self.clock(), functools.partial(self._holds, queue),
+                    functools.partial(self._finishing, queue.name)):
                 continue
             mark = self._full_keys.before_claim(queue.name)
             sent_at = self.clock()  # the lease clock of these jobs starts when the claim left
@@ -472,6 +473,13 @@ class Worker(LeaseClock, Lifecycle):
         """Whether any job of ``queue`` is in this worker's lease."""
         with self._lock:
             return any(name == queue.name for name, _ in self._in_flight)
+
+    def _finishing(self, queue: str) -> bool:
+        """Whether a job of ``queue`` that this worker ran is being finished: its handler
+        returned and its completion is being written (it settles once that commits)."""
+        with self._lock:
+            return any(item.landed for (name, _), item in self._in_flight.items()
+                       if name == queue)
 
     # --- helpers ---------------------------------------------------------------------------
 

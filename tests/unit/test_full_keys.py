@@ -1,6 +1,6 @@
 """FullKeys: after a key-limited claim comes back short, the worker leaves that queue out of
-its claim rounds until one of its own jobs of it settles, ``recheck_s`` passes, or it holds
-none of them."""
+its claim rounds until one of its own jobs of it settles, ``recheck_s`` passes (unless one of
+them is being finished), or it holds none of them."""
 
 from __future__ import annotations
 
@@ -11,16 +11,21 @@ def holding() -> bool:
     return True
 
 
+def not_finishing(queue: str = "") -> bool:
+    """None of the worker's jobs is being finished (no completion is being written)."""
+    return False
+
+
 def test_a_short_claim_leaves_the_queue_out_until_a_job_of_it_settles() -> None:
     keys = FullKeys(recheck_s=0.01)
     mark = keys.before_claim("q")
     keys.after_claim("q", mark, sent_at=100.0, short=True)
-    assert keys.left_out("q", 100.005, holding)
-    assert not keys.left_out("other", 100.005, holding)
+    assert keys.left_out("q", 100.005, holding, not_finishing)
+    assert not keys.left_out("other", 100.005, holding, not_finishing)
     keys.settled("other")
-    assert keys.left_out("q", 100.005, holding)
+    assert keys.left_out("q", 100.005, holding, not_finishing)
     keys.settled("q")
-    assert not keys.left_out("q", 100.005, holding)
+    assert not keys.left_out("q", 100.005, holding, not_finishing)
 
 
 def test_a_job_that_settled_while_the_claim_was_out_counts() -> None:
@@ -30,21 +35,39 @@ def test_a_job_that_settled_while_the_claim_was_out_counts() -> None:
     mark = keys.before_claim("q")
     keys.settled("q")
     keys.after_claim("q", mark, sent_at=100.0, short=True)
-    assert not keys.left_out("q", 100.001, holding)
+    assert not keys.left_out("q", 100.001, holding, not_finishing)
 
 
 def test_recheck_s_bounds_the_wait_and_holding_nothing_ends_it() -> None:
     keys = FullKeys(recheck_s=0.01)
     keys.after_claim("q", keys.before_claim("q"), sent_at=100.0, short=True)
-    assert abs(keys.until_recheck(100.004) - 0.006) < 1e-9
-    assert not keys.left_out("q", 100.01, holding)
-    assert not keys.left_out("q", 100.001, lambda: False)
-    assert keys.until_recheck(100.02) == float("inf")
+    assert abs(keys.until_recheck(100.004, not_finishing) - 0.006) < 1e-9
+    assert not keys.left_out("q", 100.01, holding, not_finishing)
+    assert not keys.left_out("q", 100.001, lambda: False, not_finishing)
+    assert keys.until_recheck(100.02, not_finishing) == float("inf")
 
 
 def test_a_full_claim_clears_the_mark() -> None:
     keys = FullKeys(recheck_s=0.01)
     keys.after_claim("q", keys.before_claim("q"), sent_at=100.0, short=True)
     keys.after_claim("q", keys.before_claim("q"), sent_at=100.001, short=False)
-    assert not keys.left_out("q", 100.002, holding)
-    assert keys.until_recheck(100.002) == float("inf")
+    assert not keys.left_out("q", 100.002, holding, not_finishing)
+    assert keys.until_recheck(100.002, not_finishing) == float("inf")
+
+
+def test_while_a_job_of_the_queue_is_being_finished_the_recheck_waits_for_it() -> None:
+    # The worker's own job of the queue has run and its completion is being written: it will
+    # settle (and wake the worker) within milliseconds, and a recheck now would find the keys
+    # as full as the claim did
+    keys = FullKeys(recheck_s=0.01)
+    keys.after_claim("q", keys.before_claim("q"), sent_at=100.0, short=True)
+    keys.after_claim("r", keys.before_claim("r"), sent_at=100.0, short=True)
+    finishing = {"q"}
+    assert keys.left_out("q", 100.05, holding, lambda: "q" in finishing)
+    assert not keys.left_out("r", 100.05, holding, lambda: "r" in finishing)
+    assert abs(keys.until_recheck(100.004, finishing.__contains__) - 0.006) < 1e-9
+    finishing.add("r")
+    assert keys.until_recheck(100.004, finishing.__contains__) == float("inf")
+    # And its settling ends the wait
+    keys.settled("q")
+    assert not keys.left_out("q", 100.05, holding, lambda: True)

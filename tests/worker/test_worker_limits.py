@@ -247,7 +247,8 @@ def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_fini
             wait_until(lambda: q.counts().get("pending") == 3, what="3 more jobs")
             time.sleep(0.1)  # room for the wake-ups to make claims, were any made
             assert claims == [1]
-            assert worker._full_keys.left_out("limited", clock.now, lambda: worker._holds(q))
+            assert worker._full_keys.left_out("limited", clock.now, lambda: worker._holds(q),
+                                              lambda: worker._finishing("limited"))
             before = len(claims)
             # When idle_min_s passes on its clock (another worker's job might have ended)
             clock.now += 0.011
@@ -259,4 +260,49 @@ def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_fini
             wait_until(lambda: q.counts().get("done") == 4, what="every job done")
     finally:
         gate.set()
+        app.store.close()
+
+
+def test_a_worker_rechecks_a_full_key_only_once_its_own_job_being_finished_has_settled(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a worker (clock standing still) whose job of a key_limit 1 queue's one key has
+    # run, and whose completion is held before it is written
+    app = leaseq.App(url, queues={"limited": {"key_limit": 1}})
+
+    @app.task(queue="limited")
+    def quick() -> None: ...
+
+    claims: list[int] = []
+    after_each_claim(monkeypatch, lambda jobs: claims.append(len(jobs)))
+    writing, release = threading.Event(), threading.Event()
+    store, complete_many = app.store, app.store.complete_many
+
+    def held(queue: str, items: Any) -> Any:
+        writing.set()
+        release.wait(30)
+        return complete_many(queue, items)
+
+    monkeypatch.setattr(store, "complete_many", held)
+    q = app.queue("limited")
+    clock = ManualClock()
+    worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=0.01),
+                    clock=clock)
+    try:
+        with worker_thread(worker):
+            quick.enqueue(job_id="first", concurrency_key="k")
+            wait_until(writing.is_set, what="the first job's completion")
+            assert claims == [1]  # short of its 4 slots
+            # When more jobs of the key arrive (each wakes the worker), and idle_min_s passes
+            # on its clock while the completion is still being written
+            for i in range(3):
+                quick.enqueue(job_id=f"more{i}", concurrency_key="k")
+            clock.now += 0.011
+            time.sleep(0.1)  # room for the wake-ups to make claims, were any made
+            # Then it makes no claim: its own job frees the key as soon as it is written
+            assert claims == [1]
+            # When the completion is written, it claims the next job at once
+            release.set()
+            wait_until(lambda: q.counts().get("done") == 4, what="every job done")
+    finally:
+        release.set()
         app.store.close()
