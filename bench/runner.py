@@ -20,7 +20,8 @@ FULL_SET = ("enqueue", "bulk", "drain", "latency", "rss", "backlog")
 #: leaseq's drains of jobs that carry limits (issue 17), each compared with the plain drain
 #: of the same run (the machine's load changes between runs, not within one).
 LIMITED_DRAINS = {"drain-priorities": ("priorities", "with priorities (10 levels)"),
-                  "drain-keys": ("keys", "with 10 keys, key_limit 4")}
+                  "drain-keys": ("keys", "with 10 keys, key_limit 4"),
+                  "drain-wide-keys": ("wide-keys", "with 100 keys, key_limit 4")}
 SCENARIOS = {
     "leaseq": (*FULL_SET, *LIMITED_DRAINS),
     "raw-sql": ("enqueue", "bulk", "drain"),

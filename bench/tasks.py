@@ -26,6 +26,10 @@ def noop(i: int) -> None:
 
 #: The keyed drain: jobs spread over ``KEYS`` concurrency keys, ``KEY_LIMIT`` of a key at once.
 KEYS, KEY_LIMIT = 10, 4
+#: The wide keyed drain: as many keys as make ``KEY_LIMIT`` of each more than a worker holds
+#: (400 slots against its 10 slots and prefetch of 128), so the limit never binds and what
+#: the drain shows is the key-limited claim's own cost.
+WIDE_KEYS = 100
 #: How many priorities the priority drain spreads its jobs over.
 PRIORITIES = 10
 

@@ -8,12 +8,15 @@ import sys
 import leaseq
 from bench.systems import System, WorkerSpec, python_argv
 from bench.targets import Target
-from bench.tasks import KEY_LIMIT, KEYS, PRIORITIES, QUEUE, TASK
+from bench.tasks import KEY_LIMIT, KEYS, PRIORITIES, QUEUE, TASK, WIDE_KEYS
 
 WORKER_MODES = ("auto", "leaseq", "queue-api")
 #: What the jobs carry: nothing more (``plain``), a priority each (``priorities``, 10 levels),
-#: or a concurrency key each on a queue with a key limit (``keys``: 10 keys, key_limit 4).
-VARIANTS = ("plain", "priorities", "keys")
+#: or a concurrency key each on a queue with a key limit (``keys``: 10 keys, key_limit 4;
+#: ``wide-keys``: 100 keys).
+VARIANTS = ("plain", "priorities", "keys", "wide-keys")
+#: How many keys each keyed variant spreads its jobs over.
+KEYS_OF = {"keys": KEYS, "wide-keys": WIDE_KEYS}
 #: How the jobs are named: ``counter`` (``j0``, ``j1``, …: enqueue order, though not the ids'
 #: text order) or ``random`` (eight hex digits in no order, as UUIDs would be; a permutation
 #: of the counter, so every id is still unique).
@@ -58,7 +61,7 @@ class LeaseqSystem(System):
 
     def open(self) -> None:
         self.store = leaseq.connect(self.target.url)
-        limits = {"key_limit": KEY_LIMIT} if self.variant == "keys" else {}
+        limits = {"key_limit": KEY_LIMIT} if self.variant in KEYS_OF else {}
         self._queue = self.store.queue(QUEUE, **limits)
 
     def close(self) -> None:
@@ -73,8 +76,8 @@ class LeaseqSystem(System):
     def _extra(self, i: int) -> dict[str, object]:
         if self.variant == "priorities":
             return {"priority": i % PRIORITIES}
-        if self.variant == "keys":
-            return {"concurrency_key": f"key-{i % KEYS}"}
+        if self.variant in KEYS_OF:
+            return {"concurrency_key": f"key-{i % KEYS_OF[self.variant]}"}
         return {}
 
     def enqueue_each(self, first: int, count: int) -> None:
@@ -110,11 +113,11 @@ class LeaseqSystem(System):
 
     @property
     def app_ref(self) -> str:
-        return "bench.tasks:keyed_app" if self.variant == "keys" else "bench.tasks:app"
+        return "bench.tasks:keyed_app" if self.variant in KEYS_OF else "bench.tasks:app"
 
     def worker_argv(self, spec: WorkerSpec) -> list[str]:
         argv = python_argv("bench.queue_worker", self.target.url,
                            "--concurrency", str(spec.slots))
-        if self.variant == "keys":
+        if self.variant in KEYS_OF:
             argv += ["--key-limit", str(KEY_LIMIT)]
         return [*argv, "--burst"] if spec.burst else argv
