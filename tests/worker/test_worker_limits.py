@@ -191,6 +191,18 @@ def after_each_claim(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(leaseq.Queue, "claim", claim_then)
 
 
+def still_worker(app: leaseq.App,
+                 monkeypatch: pytest.MonkeyPatch) -> tuple[Worker, ManualClock, list[int]]:
+    """A worker of 4 slots polling every 10 ms, whose clock stands still; and the sizes of
+    the claims it makes, in order."""
+    claims: list[int] = []
+    after_each_claim(monkeypatch, lambda jobs: claims.append(len(jobs)))
+    clock = ManualClock()
+    worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=0.01),
+                    clock=clock)
+    return worker, clock, claims
+
+
 def test_burst_does_not_stop_while_its_own_finishing_jobs_hold_every_keys_slot(
         url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a queue with key_limit 1 and 3 jobs of one key, and a burst worker whose claim,
@@ -228,12 +240,8 @@ def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_fini
     # Given a worker (clock standing still) holding the only slot of a key_limit 1 queue's one
     # key, its claim come back short
     app, blocked, gate = gated_app(url, {"key_limit": 1})
-    claims: list[int] = []
-    after_each_claim(monkeypatch, lambda jobs: claims.append(len(jobs)))
     q = app.queue("limited")
-    clock = ManualClock()
-    worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=0.01),
-                    clock=clock)
+    worker, clock, claims = still_worker(app, monkeypatch)
     try:
         with worker_thread(worker):
             blocked.enqueue(job_id="first", concurrency_key="k")
@@ -272,8 +280,6 @@ def test_a_worker_rechecks_a_full_key_only_once_its_own_job_being_finished_has_s
     @app.task(queue="limited")
     def quick() -> None: ...
 
-    claims: list[int] = []
-    after_each_claim(monkeypatch, lambda jobs: claims.append(len(jobs)))
     writing, release = threading.Event(), threading.Event()
     store, complete_many = app.store, app.store.complete_many
 
@@ -284,9 +290,7 @@ def test_a_worker_rechecks_a_full_key_only_once_its_own_job_being_finished_has_s
 
     monkeypatch.setattr(store, "complete_many", held)
     q = app.queue("limited")
-    clock = ManualClock()
-    worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=0.01),
-                    clock=clock)
+    worker, clock, claims = still_worker(app, monkeypatch)
     try:
         with worker_thread(worker):
             quick.enqueue(job_id="first", concurrency_key="k")
