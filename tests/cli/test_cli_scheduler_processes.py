@@ -7,8 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,22 +17,13 @@ from cli_periodic import app as periodic_app
 
 import leaseq
 from leaseq.ledger import ScheduleEvent, schedule_journal_id
+from leaseq.testing.harness import wait_until
 
 HERE = Path(__file__).parent
 #: The leaseq under test, which the processes must import (not whichever one is installed).
 SRC = Path(leaseq.__file__).resolve().parents[1]
 #: A stopped scheduler or worker exits within this; its longest sleep is 60 s (max_sleep_s).
 PROMPT_EXIT_S = 10.0
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @contextmanager

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 
 import psycopg
 import pytest
 
 from leaseq.stores.postgres import PostgresStore
+from leaseq.testing.harness import wait_until
 
 BUILT = "built the outbox index"
 
@@ -39,13 +38,6 @@ def leave_an_invalid_index(store: PostgresStore, pg_url: str) -> None:
             pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute(f'CREATE UNIQUE INDEX CONCURRENTLY jobs_outbox '
                      f'ON "{store.options.schema}".jobs (queue) WHERE status = \'pending\'')
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_a_fresh_schema_has_no_outbox_index(store: PostgresStore, pg_url: str) -> None:
@@ -142,11 +134,11 @@ def test_dispatchers_starting_together_build_it_once_without_deadlock(
         # When one dispatcher's build has started and two more start while it waits
         threads = [threading.Thread(target=prepare, args=(store,))]
         threads[0].start()
-        wait_until("the first build to wait on the writer", building)
+        wait_until(building, "the first build to wait on the writer")
         threads += [threading.Thread(target=prepare, args=(s,)) for s in others]
         for thread in threads[1:]:
             thread.start()
-        wait_until("both others to wait for the builder", lambda: waiting() == 2)
+        wait_until(lambda: waiting() == 2, "both others to wait for the builder")
         writer.commit()
         for thread in threads:
             thread.join(60)

@@ -85,7 +85,7 @@ def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
         confirmed = time.monotonic()
         # When the worker is cut off from its store (beats fail or hang)
         partition.cut.set()
-        wait_until(lambda: "noticed" in stamps, 5, "the handler saw its lease lost")
+        wait_until(lambda: "noticed" in stamps, "the handler saw its lease lost", timeout_s=5)
         # Then the handler saw it within lease - margin of the last confirmed beat, never
         # after the store's lease ran out
         assert stamps["noticed"] - confirmed <= LEASE_S - 0.5 + 0.1
@@ -96,17 +96,19 @@ def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
         assert partition.longest_s <= BEAT_S / 2 + 0.1
         # And its one slot is free: another job runs while the partition lasts
         other = quick.enqueue().job_id
-        wait_until(lambda: q.get(other).status == "done", 5, "the next job ran")
+        wait_until(lambda: q.get(other).status == "done", "the next job ran", timeout_s=5)
         # And nothing of the abandoned attempt was written; it waits to be journaled
         assert worker.abandoned_pending() == 1
         assert ABANDONED_EVENT not in [e.event for e in q.journal(job_id)]
         # When the store answers again
         partition.cut.clear()
         # Then the worker journals what it abandoned, and the job runs again after its lease
-        wait_until(lambda: worker.abandoned_pending() == 0, 5, "the abandonment journaled")
+        wait_until(lambda: worker.abandoned_pending() == 0,
+                   "the abandonment journaled", timeout_s=5)
         entry = [e for e in q.journal(job_id) if e.event == ABANDONED_EVENT]
         assert len(entry) == 1 and entry[0].attempt == 1 and "not confirmed" in entry[0].reason
-        wait_until(lambda: q.get(job_id).status == "done", 10, "the job ran again and ended")
+        wait_until(lambda: q.get(job_id).status == "done",
+                   "the job ran again and ended", timeout_s=10)
         assert q.get(job_id).attempts == 2
 
 
@@ -129,7 +131,7 @@ def test_an_async_handler_is_cancelled_when_its_lease_clock_runs_out(url: str) -
     with running(app, concurrency=1, lease_margin_s=0.5):
         wait_until(lambda: "started" in seen, what="the handler started")
         partition.cut.set()
-        wait_until(lambda: "cancelled" in seen, 5, "the async handler was cancelled")
+        wait_until(lambda: "cancelled" in seen, "the async handler was cancelled", timeout_s=5)
         assert seen["cancelled"] - seen["started"] <= LEASE_S - 0.5 + 0.1
         assert app.queue("work").get(job_id).status == "processing"  # nothing was written
 
@@ -148,7 +150,7 @@ def test_beats_that_answer_keep_the_lease_clock_running(url: str) -> None:
 
     job_id = steady.enqueue().job_id
     with running(app, concurrency=1, lease_margin_s=0.5) as worker:
-        wait_until(lambda: app.queue("work").get(job_id).status == "done", 15, "done")
+        wait_until(lambda: app.queue("work").get(job_id).status == "done", "done", timeout_s=15)
         # Then every beat moved the clock on: nothing was abandoned
         assert worker.abandoned_pending() == 0
     assert ABANDONED_EVENT not in [e.event for e in app.queue("work").journal(job_id)]
@@ -194,8 +196,10 @@ def test_a_claim_answered_after_its_lease_clock_ran_out_never_starts(url: str) -
     q = app.queue("work")
     with running(app, concurrency=1, lease_margin_s=0.5, sweep_every_s=0.2) as worker:
         # Then the late job is abandoned unstarted, journaled, and runs once, as attempt 2
-        wait_until(lambda: q.get(job_id).status == "done", 10, "the job ran after its lease")
-        wait_until(lambda: worker.abandoned_pending() == 0, 5, "the abandonment journaled")
+        wait_until(lambda: q.get(job_id).status == "done",
+                   "the job ran after its lease", timeout_s=10)
+        wait_until(lambda: worker.abandoned_pending() == 0,
+                   "the abandonment journaled", timeout_s=5)
     assert runs == [2]
     assert [e.attempt for e in q.journal(job_id) if e.event == ABANDONED_EVENT] == [1]
 

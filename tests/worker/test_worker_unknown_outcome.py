@@ -48,9 +48,9 @@ def test_a_write_that_landed_but_lost_its_answer_is_found_saved(
     caplog.set_level(logging.INFO, logger="leaseq")
     with running(app, concurrency=1):
         # When the worker finishes the job
-        wait_until(lambda: "unknown outcome had been saved" in caplog.text, 10,
-                   "the refused retry looked up")
-        wait_until(lambda: q.get(job_id).status == "done", 10, "the job done")
+        wait_until(lambda: "unknown outcome had been saved" in caplog.text,
+                   "the refused retry looked up", timeout_s=10)
+        wait_until(lambda: q.get(job_id).status == "done", "the job done", timeout_s=10)
     # Then the retry was refused (fenced), the journal showed the first write saved, and the
     # worker neither wrote twice nor called the result discarded
     assert calls

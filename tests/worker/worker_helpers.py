@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import leaseq
+from leaseq.testing.harness import wait_until
 from leaseq.worker import Worker, WorkerConfig
 
-
-def wait_until(condition: Callable[[], Any], timeout_s: float = 15.0, what: str = "") -> Any:
-    """Poll ``condition`` until it is truthy; fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what or condition}")
+__all__ = ["events", "running", "wait_until"]
 
 
 @contextmanager

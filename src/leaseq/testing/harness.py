@@ -163,6 +163,21 @@ def _swap_clock(swaps: Mapping[Any, Any], prefixes: Sequence[str]) -> None:
 # --- processes -----------------------------------------------------------------------------
 
 
+def wait_until(condition: Callable[[], Any], what: str = "", *, timeout_s: float = 30.0,
+               poll_s: float = 0.02) -> Any:
+    """Poll ``condition`` until it returns something truthy, and return that; fail with an
+    ``AssertionError`` naming ``what`` after ``timeout_s``. For what another thread or process
+    does on its own time (a worker's claim, a scheduler's tick); what the test itself can
+    cause, it causes instead (``advance``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what or condition}")
+
+
 def run_processes(
     target: Callable[..., Any], args_per_process: Sequence[tuple[Any, ...]], timeout_s: float = 60
 ) -> list[Any]:
