@@ -1,7 +1,9 @@
 """The worker's local lease clock (DESIGN.md §8): a job whose lease no request confirmed in
 time is abandoned before the store can give it to another worker, its slot freed at once, and
-the abandonment journaled once the store answers again. Mixed into ``leaseq.worker.Worker``,
-whose state it uses."""
+the abandonment journaled once the store answers again. ``LeaseClock`` is mixed into
+``leaseq.worker.Worker``, whose state it uses; the broker consumer's executor
+(``leaseq.delivery.execute``) logs and journals its abandonments with the same
+``log_abandoned`` and ``AbandonedJournal``."""
 
 from __future__ import annotations
 
@@ -35,8 +37,7 @@ class LeaseClock:
     _lock: threading.Lock
     _ready: deque[tuple[float, InFlight]]
     _running: int
-    _abandoned: list[tuple[InFlight, float]]
-    _journal_at: float
+    _abandoned: AbandonedJournal
     _settle: Callable[[InFlight], None]
     _start_ready: Callable[[], None]
 
@@ -56,15 +57,11 @@ class LeaseClock:
         finally:
             item.lock.release()
         silent_s = self.clock() - item.confirmed_at
-        log.warning("job %s: lease not confirmed for %.1f s; abandoned%s (attempt %d)",
-                    item.job.id, silent_s, "" if item.started else " before it started",
-                    item.job.attempts,
-                    extra=job_fields("lease_abandoned", item.job))
+        log_abandoned(item, silent_s)
         if item.future is not None:
             item.future.cancel()  # an async handler is cancelled; a sync one runs on
         self._free_slot(item)
-        with self._lock:
-            self._abandoned.append((item, silent_s))
+        self._abandoned.add(item, silent_s)
         self._settle(item)
         self._start_ready()
         return True
@@ -82,31 +79,61 @@ class LeaseClock:
                 self._running -= 1
 
     def _journal_abandoned(self) -> None:
-        """Journal the jobs the lease clock abandoned, once the store answers again (tried at
-        most every ``JOURNAL_RETRY_S`` while it does not)."""
-        if not self._abandoned:  # the common case, read without the lock: nothing to write
+        """Journal the jobs the lease clock abandoned, once the store answers again."""
+        self._abandoned.write(self.store, self.worker_id)
+
+    def abandoned_pending(self) -> int:
+        """Abandoned jobs not yet journaled (the store has not answered since)."""
+        return self._abandoned.pending()
+
+
+def log_abandoned(item: InFlight, silent_s: float) -> None:
+    """The warning of a job whose lease clock ran out (event ``lease_abandoned``)."""
+    log.warning("job %s: lease not confirmed for %.1f s; abandoned%s (attempt %d)",
+                item.job.id, silent_s, "" if item.started else " before it started",
+                item.job.attempts, extra=job_fields("lease_abandoned", item.job))
+
+
+class AbandonedJournal:
+    """Jobs the lease clock abandoned, to journal (``lease_abandoned``) once the store answers
+    again: the abandonment usually means it did not. ``write`` tries at most every
+    ``JOURNAL_RETRY_S`` while it does not. Thread-safe."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._items: list[tuple[InFlight, float]] = []
+        self._retry_at = 0.0
+
+    def add(self, item: InFlight, silent_s: float) -> None:
+        """``item`` was abandoned after ``silent_s`` without a confirmation."""
+        with self._lock:
+            self._items.append((item, silent_s))
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def write(self, store: Store, worker_id: str | None = None) -> None:
+        """Journal what is pending, in order, until the store fails (then wait before trying
+        again). ``worker_id``: the writer to name; None names each job's claimer."""
+        if not self._items:  # the common case, read without the lock: nothing to write
             return
         with self._lock:
-            pending = list(self._abandoned)
-        if not pending or self.clock() < self._journal_at:
+            pending = list(self._items)
+        if not pending or self._clock() < self._retry_at:
             return
         for item, silent_s in pending:
             job = item.job
             try:
                 with within(JOURNAL_RETRY_S):
-                    self.store.append_journal(
+                    store.append_journal(
                         item.queue.name, job.id, ABANDONED_EVENT, attempt=job.attempts,
-                        lease_epoch=job.lease_epoch, worker_id=self.worker_id,
+                        lease_epoch=job.lease_epoch, worker_id=worker_id or job.worker_id,
                         reason=f"lease not confirmed for {silent_s:.1f} s",
                         data={"silent_s": round(silent_s, 3)})
             except LeaseqError:
-                self._journal_at = self.clock() + JOURNAL_RETRY_S
+                self._retry_at = self._clock() + JOURNAL_RETRY_S
                 return
             with self._lock:
-                self._abandoned.remove((item, silent_s))
-
-    def abandoned_pending(self) -> int:
-        """Abandoned jobs not yet journaled (the store has not answered since)."""
-        with self._lock:
-            return len(self._abandoned)
-
+                self._items.remove((item, silent_s))

@@ -40,7 +40,7 @@ from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, safe_reason
 from leaseq.lease_clock import ABANDONED_EVENT as ABANDONED_EVENT
 from leaseq.lease_clock import JOURNAL_RETRY_S as JOURNAL_RETRY_S
-from leaseq.lease_clock import LeaseClock
+from leaseq.lease_clock import AbandonedJournal, LeaseClock
 from leaseq.lifecycle import PREFETCH_REASON, Lifecycle
 from leaseq.lifecycle import SHUTDOWN_REASON as SHUTDOWN_REASON
 from leaseq.lifecycle import nothing as _nothing
@@ -167,9 +167,8 @@ class Worker(LeaseClock, Lifecycle):
                                     on_untrusted=self._abandon,
                                     margin_s=self.config.lease_margin_s,
                                     timeout_s=self.config.beat_timeout_s)
-        self._abandoned: list[tuple[InFlight, float]] = []
-        """Jobs abandoned by the lease clock, with their silence, not yet journaled."""
-        self._journal_at = 0.0
+        self._abandoned = AbandonedJournal(clock)
+        """Jobs abandoned by the lease clock, not yet journaled."""
         self._claim_lease_s = {q.name: self._lease_for_claim(q) for q in self.queues}
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}

@@ -311,6 +311,9 @@ def test_a_consumer_cut_off_from_its_store_requeues_the_job_and_never_acks_it_un
                          harness)
         journal = queue.journal("held")
         lines = "\n".join(story(queue, "held"))
+        # And A journaled its abandonment once its store answered again
+        assert [e.worker_id for e in journal if e.event == "lease_abandoned"] == [
+            "consumer-a"], lines
         # And the job made its effect exactly once, by a run that was not A's abandoned one
         assert [e for e in held.effects if e[0] == "held"] == [
             ("held", "consumer-b" if finisher == "another-consumer" else "consumer-a")], lines

@@ -207,7 +207,8 @@ def test_a_claim_answered_after_its_lease_clock_ran_out_never_starts(url: str) -
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
                                                                       kind: str) -> None:
-    # Given the broker consumer's executor running a claimed job whose handler checks its lease
+    # Given the broker consumer's executor running a claimed job whose handler checks its
+    # lease, and a task that just returns
     from leaseq.delivery.execute import AppExecutor
 
     app = _app(url)
@@ -226,6 +227,10 @@ def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
         await asyncio.sleep(60)
         return "never"
 
+    @app.task(queue="work", name="once")
+    def once() -> str:
+        return "ran"
+
     task = sync_job if kind == "sync" else async_job
     q = app.queue("work")
     job_id = task.enqueue().job_id
@@ -242,6 +247,19 @@ def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
             executor.run_claimed(job, sent_at)
         assert time.monotonic() - sent_at <= LEASE_S - 0.5 + 0.3
         assert q.get(job_id).status == "processing"
+        # And the abandonment waits to be journaled while the store is cut off
+        assert executor.abandoned_pending() == 1
+        # When the store answers again and the consumer runs its next delivered job
+        partition.cut.clear()
+        next_id = once.enqueue().job_id
+        sent_at = time.monotonic()
+        executor.run_claimed(q.claim_one(next_id, "consumer-1"), sent_at)  # type: ignore[arg-type]
+        # Then the abandonment is journaled first, naming the consumer, as the worker does
+        assert executor.abandoned_pending() == 0
+        (entry,) = [e for e in q.journal(job_id) if e.event == ABANDONED_EVENT]
+        assert entry.worker_id == "consumer-1" and entry.attempt == 1
+        assert (entry.reason or "").startswith("lease not confirmed for")
+        assert q.get(next_id).status == "done"
     finally:
         executor.close()
 

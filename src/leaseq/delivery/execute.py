@@ -13,7 +13,10 @@ consumer *sent* its claim (``run_claimed``; a plain call trusts it from the call
 confirms it, and a consumer cut off from its store abandons the job in time exactly as the
 worker does: the handler sees ``job.lease_lost`` (an ``async def`` one is cancelled), nothing is
 written, and the call raises ``LeaseLost`` (the consumer requeues the delivery: the job is not
-finished, and an ack would settle it without a result).
+finished, and an ack would settle it without a result). The abandonment is logged at once and
+journaled (``lease_abandoned``, naming the consumer that claimed the job) once the store
+answers again: before the next job this executor runs (its claim just reached the store), or
+at ``close``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from leaseq.errors import StoreUnavailable
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost
+from leaseq.lease_clock import AbandonedJournal, log_abandoned
 from leaseq.metrics import Metrics
 from leaseq.runner import InFlight, LoopThread, Runner
 
@@ -52,6 +56,7 @@ class AppExecutor:
         self._in_flight: dict[tuple[str, str], InFlight] = {}
         self._started = False
         self._loop = LoopThread()
+        self._abandoned = AbandonedJournal(time.monotonic)
 
     def __call__(self, job: Job) -> Job:
         """``run_claimed`` for a job whose claim was sent just now."""
@@ -64,6 +69,7 @@ class AppExecutor:
         handler started, when the claim's answer came back that late); ``StoreUnavailable``
         when the store refused the write after the runner's own retries (the lease then
         expires)."""
+        self._abandoned.write(self.app.store)
         item = self._in_flight_item(job)
         self._heartbeat.trust(item, sent_at, item.queue.policy.lease_s)
         if item.trusted_until <= time.monotonic():
@@ -92,6 +98,11 @@ class AppExecutor:
         if started:
             self._heartbeat.stop()
         self._loop.stop()
+        self._abandoned.write(self.app.store)
+
+    def abandoned_pending(self) -> int:
+        """Jobs the lease clock abandoned whose abandonment is not journaled yet."""
+        return self._abandoned.pending()
 
     def _in_flight_item(self, job: Job) -> InFlight:
         queue = self.app.queue(job.queue)
@@ -120,13 +131,17 @@ class AppExecutor:
         if not item.lock.acquire(blocking=False):
             return False
         try:
-            if not (item.finished or item.completing):
-                item.finished = True
-                self._runner.lease_lost(item)
+            if item.finished or item.completing:
+                return True
+            item.finished = True
+            self._runner.lease_lost(item)
         finally:
             item.lock.release()
+        silent_s = time.monotonic() - item.confirmed_at
+        log_abandoned(item, silent_s)
         if item.future is not None:
             item.future.cancel()
+        self._abandoned.add(item, silent_s)
         return True
 
     def _start(self) -> None:
