@@ -53,6 +53,20 @@ def _app(url: str) -> leaseq.App:
     return leaseq.App(url, queues={"work": {"lease_s": LEASE_S, "heartbeat_every_s": BEAT_S}})
 
 
+def _app_counting_runs(url: str) -> tuple[leaseq.App, Any, list[int]]:
+    """``_app`` with a task ``once`` that returns at once, and the attempt of each of its
+    runs."""
+    app = _app(url)
+    runs: list[int] = []
+
+    @app.task(queue="work")
+    def once(job: leaseq.Job) -> str:
+        runs.append(job.attempts)
+        return "ran"
+
+    return app, once, runs
+
+
 @pytest.mark.parametrize("hang", [False, True], ids=["refused", "black-hole"])
 def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
                                                                       hang: bool) -> None:
@@ -173,14 +187,7 @@ def test_job_check_raises_once_the_lease_is_lost() -> None:
 
 def test_a_claim_answered_after_its_lease_clock_ran_out_never_starts(url: str) -> None:
     # Given a store whose first claim answers 1.2 s late (the lease clock allows 1 s)
-    app = _app(url)
-    runs: list[int] = []
-
-    @app.task(queue="work")
-    def once(job: leaseq.Job) -> str:
-        runs.append(job.attempts)
-        return "ran"
-
+    app, once, runs = _app_counting_runs(url)
     claim = app.store.claim
     slow = threading.Event()
 
@@ -268,14 +275,7 @@ def test_a_consumer_whose_claim_answered_too_late_never_starts_the_job(url: str)
     # Given a job the consumer claimed with a request sent longer ago than lease - margin
     from leaseq.delivery.execute import AppExecutor
 
-    app = _app(url)
-    runs: list[int] = []
-
-    @app.task(queue="work")
-    def once(job: leaseq.Job) -> str:
-        runs.append(job.attempts)
-        return "ran"
-
+    app, once, runs = _app_counting_runs(url)
     q = app.queue("work")
     job_id = once.enqueue().job_id
     job = q.claim_one(job_id, "consumer-1")
