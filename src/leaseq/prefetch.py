@@ -60,13 +60,14 @@ class FullKeys:
     the same keys full. Measured on a busy queue, half the keyed claims came back empty so,
     each holding the queue's limits lock (SQLite: the write lock) for nothing. While one of
     the worker's own jobs of the queue is being finished (its completion is being written),
-    the recheck waits for that job to settle: it frees a slot within milliseconds, and a
-    recheck meanwhile found the keys full again (it was most of the empty claims that were
-    left). Not thread-safe: the worker calls ``settled`` under its lock and the rest from its
-    loop."""
+    the recheck waits for that job to settle (for ``finishing_max_s`` at most, should its
+    write be retried): it frees a slot within milliseconds, and a recheck meanwhile found the
+    keys full again (it was most of the empty claims that were left). Not thread-safe: the
+    worker calls ``settled`` under its lock and the rest from its loop."""
 
-    def __init__(self, recheck_s: float):
+    def __init__(self, recheck_s: float, finishing_max_s: float | None = None):
         self.recheck_s = recheck_s
+        self.finishing_max_s = max(recheck_s, finishing_max_s or recheck_s)
         self._settled: collections.Counter[str] = collections.Counter()
         self._short: dict[str, tuple[int, float]] = {}
 
@@ -88,19 +89,21 @@ class FullKeys:
                  finishing: Callable[[], bool]) -> bool:
         """Whether to skip ``queue`` now: its last claim came back short, nothing of it has
         settled since that claim was sent, and ``holding()``: the worker still holds jobs of
-        it (whose finishes wake it); and either less than ``recheck_s`` has passed or
-        ``finishing()``: one of them is being finished (it settles soon)."""
+        it (whose finishes wake it); and less than ``recheck_s`` has passed, or less than
+        ``finishing_max_s`` and ``finishing()``: one of them is being finished (it settles
+        soon)."""
         short = self._short.get(queue)
         if short is None:
             return False
         mark, sent_at = short
+        waited_s = now - sent_at
         return self._settled[queue] == mark and holding() and (
-            now - sent_at < self.recheck_s or finishing())
+            waited_s < self.recheck_s or (waited_s < self.finishing_max_s and finishing()))
 
     def until_recheck(self, now: float, finishing: Callable[[str], bool]) -> float:
         """Time until every queue left out is claimed from again whatever else happens (a
         queue whose ``finishing(queue)`` waits for that job to settle, which wakes the
-        worker)."""
-        waits = [sent_at + self.recheck_s - now for queue, (_, sent_at) in self._short.items()
-                 if not finishing(queue)]
+        worker, up to ``finishing_max_s``)."""
+        waits = [sent_at + (self.finishing_max_s if finishing(queue) else self.recheck_s) - now
+                 for queue, (_, sent_at) in self._short.items()]
         return max(min((w for w in waits if w > 0), default=float("inf")), 0.0)

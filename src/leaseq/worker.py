@@ -183,7 +183,7 @@ class Worker(LeaseClock, Lifecycle):
         self._signals = DrainThenExit()  # counted by the handler, polled by the loop
         self._wake = threading.Event()
         self._rotation = 0
-        self._full_keys = FullKeys(self.config.idle_min_s)
+        self._full_keys = FullKeys(self.config.idle_min_s, self.config.idle_max_s)
         self._pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
         self._loop = LoopThread()

@@ -191,14 +191,14 @@ def after_each_claim(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(leaseq.Queue, "claim", claim_then)
 
 
-def still_worker(app: leaseq.App,
-                 monkeypatch: pytest.MonkeyPatch) -> tuple[Worker, ManualClock, list[int]]:
-    """A worker of 4 slots polling every 10 ms, whose clock stands still; and the sizes of
-    the claims it makes, in order."""
+def still_worker(app: leaseq.App, monkeypatch: pytest.MonkeyPatch,
+                 idle_max_s: float = 0.01) -> tuple[Worker, ManualClock, list[int]]:
+    """A worker of 4 slots polling first after 10 ms, whose clock stands still; and the
+    sizes of the claims it makes, in order."""
     claims: list[int] = []
     after_each_claim(monkeypatch, lambda jobs: claims.append(len(jobs)))
     clock = ManualClock()
-    worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=0.01),
+    worker = Worker(app, WorkerConfig(concurrency=4, idle_min_s=0.01, idle_max_s=idle_max_s),
                     clock=clock)
     return worker, clock, claims
 
@@ -290,7 +290,7 @@ def test_a_worker_rechecks_a_full_key_only_once_its_own_job_being_finished_has_s
 
     monkeypatch.setattr(store, "complete_many", held)
     q = app.queue("limited")
-    worker, clock, claims = still_worker(app, monkeypatch)
+    worker, clock, claims = still_worker(app, monkeypatch, idle_max_s=1.0)
     try:
         with worker_thread(worker):
             quick.enqueue(job_id="first", concurrency_key="k")
@@ -304,6 +304,10 @@ def test_a_worker_rechecks_a_full_key_only_once_its_own_job_being_finished_has_s
             time.sleep(0.1)  # room for the wake-ups to make claims, were any made
             # Then it makes no claim: its own job frees the key as soon as it is written
             assert claims == [1]
+            # (Not for ever: past idle_max_s it polls as for any queue, and finds it full)
+            clock.now += 1.0
+            wait_until(lambda: len(claims) == 2, what="a claim after idle_max_s")
+            assert claims == [1, 0]
             # When the completion is written, it claims the next job at once
             release.set()
             wait_until(lambda: q.counts().get("done") == 4, what="every job done")
