@@ -28,22 +28,26 @@ BEAT_S = 0.3
 
 class Partition:
     """Cuts the store's heartbeats and journal writes off while ``cut`` is set; ``hang``
-    makes a cut call wait for its caller's deadline instead of failing at once."""
+    makes a cut call wait for its caller's deadline instead of failing at once.
+    ``longest_beat_bound_s``: the longest time a cut heartbeat was given by its caller's
+    deadline (infinite for one without)."""
 
     def __init__(self, store: Any, hang: bool = False):
         self.cut = threading.Event()
         self.hang = hang
-        self.longest_s = 0.0
+        self.longest_beat_bound_s = 0.0
         for name in ("heartbeat_many", "append_journal"):
-            setattr(store, name, self._guard(getattr(store, name)))
+            setattr(store, name, self._guard(getattr(store, name), name == "heartbeat_many"))
 
-    def _guard(self, call: Any) -> Any:
+    def _guard(self, call: Any, beat: bool) -> Any:
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if self.cut.is_set():
-                started = time.monotonic()
+                bound = deadline.remaining_s()
+                if beat:
+                    self.longest_beat_bound_s = max(self.longest_beat_bound_s,
+                                                    float("inf") if bound is None else bound)
                 if self.hang:  # a black hole: nothing comes back before the deadline
-                    time.sleep(deadline.remaining_s() or 60.0)
-                self.longest_s = max(self.longest_s, time.monotonic() - started)
+                    time.sleep(bound or 60.0)
                 raise StoreUnavailable("network unreachable")
             return call(*args, **kwargs)
         return guarded
@@ -100,14 +104,15 @@ def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
         # When the worker is cut off from its store (beats fail or hang)
         partition.cut.set()
         wait_until(lambda: "noticed" in stamps, "the handler saw its lease lost", timeout_s=5)
-        # Then the handler saw it within lease - margin of the last confirmed beat, never
-        # after the store's lease ran out
-        assert stamps["noticed"] - confirmed <= LEASE_S - 0.5 + 0.1
+        # Then the handler saw it before the store's lease ran out (its clock runs out at
+        # lease - margin after the last beat sent, which was before `confirmed`)
+        assert stamps["noticed"] - confirmed < LEASE_S
         held = q.get(job_id)
         assert held is not None and held.status == "processing"
         assert (held.lease_until - app.store.server_now()).total_seconds() > 0
-        # And no beat held the heartbeat longer than its bound (half the interval)
-        assert partition.longest_s <= BEAT_S / 2 + 0.1
+        # And every beat was bounded by its deadline: half the interval (the bound the beat
+        # gave the store, not the wall time, which a busy machine stretches)
+        assert partition.longest_beat_bound_s <= BEAT_S / 2
         # And its one slot is free: another job runs while the partition lasts
         other = quick.enqueue().job_id
         wait_until(lambda: q.get(other).status == "done", "the next job ran", timeout_s=5)
