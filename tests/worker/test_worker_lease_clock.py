@@ -151,7 +151,8 @@ def test_an_async_handler_is_cancelled_when_its_lease_clock_runs_out(url: str) -
         wait_until(lambda: "started" in seen, what="the handler started")
         partition.cut.set()
         wait_until(lambda: "cancelled" in seen, "the async handler was cancelled", timeout_s=5)
-        assert seen["cancelled"] - seen["started"] <= LEASE_S - 0.5 + 0.1
+        # before the store's lease ran out (it was confirmed no earlier than the start)
+        assert seen["cancelled"] - seen["started"] < LEASE_S
         assert app.queue("work").get(job_id).status == "processing"  # nothing was written
 
 
