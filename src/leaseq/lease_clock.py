@@ -2,11 +2,12 @@
 time is abandoned before the store can give it to another worker, its slot freed at once, and
 the abandonment journaled once the store answers again. ``LeaseClock`` is mixed into
 ``leaseq.worker.Worker``, whose state it uses; the broker consumer's executor
-(``leaseq.delivery.execute``) logs and journals its abandonments with the same
-``log_abandoned`` and ``AbandonedJournal``."""
+(``leaseq.delivery.execute``) abandons its jobs with the same ``abandon``, which logs them and
+keeps their journal entries in an ``AbandonedJournal``."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 from collections import deque
@@ -42,29 +43,16 @@ class LeaseClock:
     _start_ready: Callable[[], None]
 
     def _abandon(self, item: InFlight) -> bool:
-        """The lease clock of ``item`` ran out (heartbeat thread): stop trusting the lease
-        before the store can give the job to another worker. The handler sees
-        ``job.lease_lost`` (an ``async def`` one is cancelled), its result is discarded, its
-        slot is free now. False when its finishing write holds it: that write is fenced, so
-        the store decides, and the lease clock looks again shortly."""
-        if not item.lock.acquire(blocking=False):
-            return False
-        try:
-            if item.finished or item.completing:
-                return True
-            item.finished = True  # the runner writes nothing for it any more
-            self._runner.lease_lost(item)
-        finally:
-            item.lock.release()
-        silent_s = self.clock() - item.confirmed_at
-        log_abandoned(item, silent_s)
-        if item.future is not None:
-            item.future.cancel()  # an async handler is cancelled; a sync one runs on
-        self._free_slot(item)
-        self._abandoned.add(item, silent_s)
-        self._settle(item)
-        self._start_ready()
-        return True
+        """The lease clock of ``item`` ran out (heartbeat thread): ``abandon`` it, then free its
+        slot at once and let the next waiting job start. False when its finishing write holds
+        it: that write is fenced, so the store decides, and the lease clock looks again
+        shortly."""
+        outcome = abandon(item, self._runner, self._abandoned, self.clock)
+        if outcome is Abandoning.ABANDONED:
+            self._free_slot(item)
+            self._settle(item)
+            self._start_ready()
+        return outcome is not Abandoning.BUSY
 
     def _free_slot(self, item: InFlight) -> None:
         """An abandoned job gives its slot back at once, whether its handler is waiting,
@@ -85,6 +73,42 @@ class LeaseClock:
     def abandoned_pending(self) -> int:
         """Abandoned jobs not yet journaled (the store has not answered since)."""
         return self._abandoned.pending()
+
+
+class Abandoning(enum.Enum):
+    """What ``abandon`` did with a job whose lease clock ran out."""
+
+    BUSY = "busy"
+    """Its finishing write holds it: that write is fenced, so the store decides; look again
+    shortly."""
+    SETTLED = "settled"
+    """It was finished, or is being finished, already: nothing to abandon."""
+    ABANDONED = "abandoned"
+    """Abandoned now."""
+
+
+def abandon(item: InFlight, runner: Runner, journal: AbandonedJournal,
+            clock: Callable[[], float]) -> Abandoning:
+    """Stop trusting the lease of ``item`` (the worker's and the broker consumer's lease
+    clock): the runner writes nothing for it any more, its handler sees ``job.lease_lost``
+    (an ``async def`` one is cancelled; a sync one runs on until it notices), the warning is
+    logged, and its ``lease_abandoned`` entry waits in ``journal``. Never waits for the job's
+    lock: a finishing write holding it makes this ``BUSY``."""
+    if not item.lock.acquire(blocking=False):
+        return Abandoning.BUSY
+    try:
+        if item.finished or item.completing:
+            return Abandoning.SETTLED
+        item.finished = True  # the runner writes nothing for it any more
+        runner.lease_lost(item)
+    finally:
+        item.lock.release()
+    silent_s = clock() - item.confirmed_at
+    log_abandoned(item, silent_s)
+    if item.future is not None:
+        item.future.cancel()
+    journal.add(item, silent_s)
+    return Abandoning.ABANDONED
 
 
 def log_abandoned(item: InFlight, silent_s: float) -> None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from leaseq.errors import StoreUnavailable
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost
-from leaseq.lease_clock import AbandonedJournal, log_abandoned
+from leaseq.lease_clock import AbandonedJournal, Abandoning, abandon
 from leaseq.metrics import Metrics
 from leaseq.runner import InFlight, LoopThread, Runner
 
@@ -126,23 +126,10 @@ class AppExecutor:
             return "abandoned"  # the lease clock ran out and cancelled the handler
 
     def _abandon(self, item: InFlight) -> bool:
-        """The lease clock of ``item`` ran out (heartbeat thread): nothing of it is written
-        any more; False while its finishing write holds it (that write is fenced)."""
-        if not item.lock.acquire(blocking=False):
-            return False
-        try:
-            if item.finished or item.completing:
-                return True
-            item.finished = True
-            self._runner.lease_lost(item)
-        finally:
-            item.lock.release()
-        silent_s = time.monotonic() - item.confirmed_at
-        log_abandoned(item, silent_s)
-        if item.future is not None:
-            item.future.cancel()
-        self._abandoned.add(item, silent_s)
-        return True
+        """The lease clock of ``item`` ran out (heartbeat thread): ``abandon`` it (the call
+        then raises ``LeaseLost``); False while its finishing write holds it (that write is
+        fenced)."""
+        return abandon(item, self._runner, self._abandoned, time.monotonic) is not Abandoning.BUSY
 
     def _start(self) -> None:
         if not self._started:
