@@ -71,12 +71,27 @@ def _app_counting_runs(url: str) -> tuple[leaseq.App, Any, list[int]]:
     return app, once, runs
 
 
+def _store_view(app: leaseq.App, job_id: str) -> tuple[Any, Any]:
+    """The store's time and the job's record, read as a handler sees its lease lost (reads
+    the partition leaves alone)."""
+    return app.store.server_now(), app.queue("work").get(job_id)
+
+
+def _before_the_store_lease_ended(view: tuple[Any, Any]) -> bool:
+    """Whether the store still held the job's first lease when its handler saw it lost: no
+    other worker could have claimed it yet. (The guarantee itself: how long the handler
+    took in wall time is for a busy machine to stretch.)"""
+    now, job = view
+    return job.lease_epoch == 1 and job.status == "processing" and now < job.lease_until
+
+
 @pytest.mark.parametrize("hang", [False, True], ids=["refused", "black-hole"])
 def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
                                                                       hang: bool) -> None:
     # Given a long sync handler that checks its lease between steps
     app = _app(url)
     stamps: dict[str, float] = {}
+    views: dict[str, tuple[Any, Any]] = {}
 
     @app.task(queue="work")
     def long(job: leaseq.Job) -> str:
@@ -89,6 +104,7 @@ def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
                 time.sleep(0.01)
         except LeaseLost:
             stamps["noticed"] = time.monotonic()
+            views["noticed"] = _store_view(app, job.id)
             raise
 
     @app.task(queue="work")
@@ -100,16 +116,12 @@ def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
     job_id = long.enqueue().job_id
     with running(app, concurrency=1, lease_margin_s=0.5) as worker:
         wait_until(lambda: "started" in stamps, what="the handler started")
-        confirmed = time.monotonic()
         # When the worker is cut off from its store (beats fail or hang)
         partition.cut.set()
-        wait_until(lambda: "noticed" in stamps, "the handler saw its lease lost", timeout_s=5)
+        wait_until(lambda: "noticed" in views, "the handler saw its lease lost", timeout_s=5)
         # Then the handler saw it before the store's lease ran out (its clock runs out at
-        # lease - margin after the last beat sent, which was before `confirmed`)
-        assert stamps["noticed"] - confirmed < LEASE_S
-        held = q.get(job_id)
-        assert held is not None and held.status == "processing"
-        assert (held.lease_until - app.store.server_now()).total_seconds() > 0
+        # lease - margin after the last beat sent)
+        assert _before_the_store_lease_ended(views["noticed"]), views["noticed"]
         # And every beat was bounded by its deadline: half the interval (the bound the beat
         # gave the store, not the wall time, which a busy machine stretches)
         assert partition.longest_beat_bound_s <= BEAT_S / 2
@@ -133,15 +145,15 @@ def test_a_cut_off_worker_abandons_its_job_before_the_lease_runs_out(url: str,
 
 def test_an_async_handler_is_cancelled_when_its_lease_clock_runs_out(url: str) -> None:
     app = _app(url)
-    seen: dict[str, float] = {}
+    seen: dict[str, Any] = {}
 
     @app.task(queue="work")
-    async def waits() -> str:
+    async def waits(job: leaseq.Job) -> str:
         seen["started"] = time.monotonic()
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
-            seen["cancelled"] = time.monotonic()
+            seen["cancelled"] = _store_view(app, job.id)
             raise
         return "never"
 
@@ -151,9 +163,9 @@ def test_an_async_handler_is_cancelled_when_its_lease_clock_runs_out(url: str) -
         wait_until(lambda: "started" in seen, what="the handler started")
         partition.cut.set()
         wait_until(lambda: "cancelled" in seen, "the async handler was cancelled", timeout_s=5)
-        # before the store's lease ran out (it was confirmed no earlier than the start)
-        assert seen["cancelled"] - seen["started"] < LEASE_S
-        assert app.queue("work").get(job_id).status == "processing"  # nothing was written
+        # before the store's lease ran out, and nothing was written
+        assert _before_the_store_lease_ended(seen["cancelled"]), seen["cancelled"]
+        assert app.queue("work").get(job_id).attempts == 1
 
 
 def test_beats_that_answer_keep_the_lease_clock_running(url: str) -> None:
@@ -228,6 +240,7 @@ def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
     lease_s, margin_s = 3.0, 1.0
     app = leaseq.App(url, queues={"work": {"lease_s": lease_s, "heartbeat_every_s": BEAT_S}})
     seen: dict[str, float] = {}
+    views: dict[str, tuple[Any, Any]] = {}
 
     @app.task(queue="work", name="sync_job")
     def sync_job(job: leaseq.Job) -> str:
@@ -238,15 +251,17 @@ def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
                 time.sleep(0.01)
         except LeaseLost:
             seen["lost"] = time.monotonic()
+            views["lost"] = _store_view(app, job.id)
             raise
 
     @app.task(queue="work", name="async_job")
-    async def async_job() -> str:
+    async def async_job(job: leaseq.Job) -> str:
         seen["started"] = time.monotonic()
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
             seen["lost"] = time.monotonic()
+            views["lost"] = _store_view(app, job.id)
             raise
         return "never"
 
@@ -271,9 +286,9 @@ def test_a_consumer_cut_off_from_its_store_abandons_the_delivered_job(url: str,
         # And the handler lost its lease once lease - margin had passed since the claim was
         # sent, and before the store's lease ran out (when another consumer could claim it);
         # an async one is cancelled on the executor's loop, as the call returns
-        lost_at = wait_until(lambda: seen.get("lost"), "the handler saw its lease lost",
-                             timeout_s=5)
-        assert lease_s - margin_s <= lost_at - sent_at < lease_s
+        wait_until(lambda: "lost" in views, "the handler saw its lease lost", timeout_s=5)
+        assert lease_s - margin_s <= seen["lost"] - sent_at
+        assert _before_the_store_lease_ended(views["lost"]), views["lost"]
         assert q.get(job_id).status == "processing"
         # And the abandonment waits to be journaled while the store is cut off
         assert executor.abandoned_pending() == 1
