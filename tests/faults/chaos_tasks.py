@@ -11,6 +11,7 @@ the scenario gives the worker (this is a test fixture, built once per worker pro
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -203,19 +204,24 @@ def steady(n: int, job: Job, work_s: float) -> dict[str, int]:
 
 
 def _probe_store_calls(path: str) -> None:
-    """Time every PostgreSQL store call by thread (the longest per thread kind) and whether
-    the heartbeat thread lives; written to ``path`` every 0.2 s."""
+    """Time every PostgreSQL store call by thread (the longest per thread kind), note the
+    longest bound a caller's deadline gave one (infinite: a call without a deadline), and
+    whether the heartbeat thread lives; written to ``path`` every 0.2 s."""
+    from leaseq import deadline
     from leaseq.stores.postgres import session
 
     longest: dict[str, float] = {}
+    bounds: dict[str, float] = {}
     original = session.Session.run
 
     def timed(self: Any, work: Any, **kwargs: Any) -> Any:
+        kind = re.sub(r"_\d+$", "", threading.current_thread().name)
+        bound = deadline.remaining_s()
+        bounds[kind] = max(bounds.get(kind, 0.0), math.inf if bound is None else bound)
         started = time.monotonic()
         try:
             return original(self, work, **kwargs)
         finally:
-            kind = re.sub(r"_\d+$", "", threading.current_thread().name)
             longest[kind] = max(longest.get(kind, 0.0), time.monotonic() - started)
 
     session.Session.run = timed  # type: ignore[method-assign]
@@ -225,7 +231,7 @@ def _probe_store_calls(path: str) -> None:
             alive = any(t.name == "leaseq-heartbeat" and t.is_alive()
                         for t in threading.enumerate())
             with open(path + ".tmp", "w", encoding="utf-8") as fh:
-                json.dump({"longest_s": longest, "heartbeat_alive": alive}, fh)
+                json.dump({"longest_s": longest, "bound_s": bounds, "heartbeat_alive": alive}, fh)
             os.replace(path + ".tmp", path)
             time.sleep(0.2)
 
