@@ -39,6 +39,23 @@ def test_run_once_answers_the_seconds_until_the_next_tick(app) -> None:
     assert 1790 < wait <= 1800
 
 
+class StopAfter(threading.Event):
+    """A stop event that records each wait the loop asks for, without sleeping, and is set
+    after ``waits`` of them: the loop's pace is read from its asks, not from a wall clock."""
+
+    def __init__(self, waits: int):
+        super().__init__()
+        self.asked: list[float] = []
+        self._waits = waits
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None, "the scheduler always sleeps a bounded time"
+        self.asked.append(timeout)
+        if len(self.asked) >= self._waits:
+            self.set()
+        return self.is_set()
+
+
 def test_the_loop_sleeps_until_the_tick_and_survives_failures(app, monkeypatch) -> None:
     # Given a store that fails twice, then a bug, then works
     answers = iter([StoreUnavailable("away"), StoreUnavailable("away"), RuntimeError("bug")])
@@ -53,17 +70,14 @@ def test_the_loop_sleeps_until_the_tick_and_survives_failures(app, monkeypatch) 
         return real()
 
     monkeypatch.setattr(app.store, "server_now", server_now)
-    stop = threading.Event()
+    stop = StopAfter(waits=5)
     scheduler = Scheduler(app, SchedulerConfig(retry_s=0.01, max_sleep_s=0.5), rng=lambda: 0)
-    thread = threading.Thread(target=scheduler.run, args=(stop,))
-    # When it loops for a second
-    thread.start()
-    stop.wait(1.2)
-    stop.set()
-    thread.join(5)
-    # Then it tried again after each failure and then slept max_sleep_s between looks
-    assert not thread.is_alive()
-    assert 4 <= len(looks) <= 7
+    # When it loops for five sleeps
+    scheduler.run(stop)
+    # Then it tried again after each failure, then slept max_sleep_s between looks (the next
+    # tick is an hour away): one look per sleep, never a polling storm
+    assert stop.asked == [0.01, 0.01, 0.01, 0.5, 0.5]
+    assert len(looks) == 5
 
 
 def test_bad_config_is_refused() -> None:
