@@ -45,10 +45,11 @@ def test_notify_wakes_an_idle_waiter_at_once(store: PostgresStore, waiter: Postg
     sent = time.monotonic()
     store.queue("mail").enqueue("j1", {})
     box["thread"].join(POLL_S + 5)
-    # Then the waiter woke within milliseconds, long before its poll
+    # Then the waiter woke long before its poll (in milliseconds; the bound leaves a busy
+    # machine its scheduling and still tells a wake-up from the poll)
     latency = box["at"] - sent
     assert box["woken"] is True
-    assert latency < 1.0, f"wake-up took {latency:.3f} s"
+    assert latency < POLL_S / 2, f"wake-up took {latency:.3f} s"
     # And a claim finds the job
     assert [j.id for j in waiter.queue("mail").claim("w1")] == ["j1"]
 
@@ -77,9 +78,10 @@ def test_one_notify_per_queue_per_transaction(store: PostgresStore, schema_url: 
             store.queue("b").enqueue_many([{"job_id": f"b{i}", "payload": {}}
                                            for i in range(25)], connection=conn)
             store.queue("a").enqueue("a-late", {}, connection=conn)
-        # Then one notification per queue arrives
-        got = sorted(n.payload for n in listen.notifies(timeout=0.5))
-    assert got == ["a", "b"]
+        # Then one notification per queue arrives, and no more
+        got = sorted(n.payload for n in listen.notifies(timeout=10, stop_after=2))
+        more = [n.payload for n in listen.notifies(timeout=0.5)]
+    assert got == ["a", "b"] and more == []
 
 
 def test_one_finishing_statement_sends_every_key_in_few_notifications(

@@ -13,7 +13,8 @@ from leaseq.stores import connect
 
 LEASE_S = 1.0
 BEAT_S = 0.1
-#: The busy-handler test's lease: ten beat intervals would do on a quiet machine, not on CI.
+#: The lease of a handler that must keep it while beats run: ten beat intervals would do on a
+#: quiet machine, not on CI (a stalled heartbeat thread would run the lease clock out).
 BUSY_LEASE_S = 3.0
 
 
@@ -53,7 +54,8 @@ def test_cancelled_job_loses_its_lease_and_the_result_is_discarded(app: leaseq.A
     # Given a long handler that watches job.lease_lost
     saw_loss = threading.Event()
 
-    @app.task(queue="work", lease_s=LEASE_S, heartbeat_every_s=BEAT_S)
+    # (the busy test's lease: the next beat finds the cancel, never the lease clock first)
+    @app.task(queue="work", lease_s=BUSY_LEASE_S, heartbeat_every_s=BEAT_S)
     def long_report(job: leaseq.Job) -> str:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not job.lease_lost:

@@ -71,7 +71,7 @@ def test_a_prefetched_job_that_waits_too_long_goes_back_free(app: leaseq.App) ->
     assert not thread.is_alive()
 
 
-def test_two_workers_start_8_long_jobs_within_a_second(
+def test_two_workers_start_8_long_jobs_none_waiting_behind_another(
     proc_app: leaseq.App, url: str, tmp_path: Path  # noqa: F811 (fixture)
 ) -> None:
     # Given two worker processes with 4 slots each, warmed up by quick jobs so that both have
@@ -85,10 +85,12 @@ def test_two_workers_start_8_long_jobs_within_a_second(
         proc_app.enqueue_many([*(tasks["quick"].spec(n=i, job_id=f"a{i:03}") for i in range(64)),
                         *(tasks["long_job"].spec(starts=str(starts), n=i, seconds=5.0,
                                                  job_id=f"b{i}") for i in range(8))])
-        # Then all 8 start within 1 s of each other: none waits behind another's 5 s
+        # Then all 8 start before the first of them could have ended: none waits behind
+        # another's 5 s (a prefetched job goes back after prefetch_wait_s, 0.5 s; the rest of
+        # the bound is for a busy machine's process wake-ups)
         wait_until(lambda: _started(starts) == 8, timeout_s=20, what="8 long jobs started")
         times = sorted(float(line.split()[1]) for line in starts.read_text().splitlines())
-        assert times[-1] - times[0] < 1.0, times
+        assert times[-1] - times[0] < 4.0, times
         # And a job given back from a prefetch was free: every long job is on attempt 1
         assert all(q.get(f"b{i}").attempts == 1 for i in range(8))  # type: ignore[union-attr]
 

@@ -64,7 +64,7 @@ def test_sigkill_mid_job_is_reclaimed_and_done_on_attempt_2(
         # When the process is killed outright
         process.send_signal(signal.SIGKILL)
         assert process.wait(10) == -signal.SIGKILL
-    # Then another worker takes the job once its 1 s lease has run out, and finishes it
+    # Then another worker takes the job once its lease has run out, and finishes it
     q = proc_app.queue("work")
     assert q.get("k").status == "processing"  # type: ignore[union-attr]
     with running(proc_app, sweep_every_s=0.2, idle_max_s=0.1):

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import leaseq
 
-LEASE_S = 1.0
+#: Short, so a killed worker's job comes back soon, and long enough that a busy machine's
+#: stalled heartbeat thread (beats every 0.2 s) never runs the lease clock out (at lease - 1 s
+#: margin): a job leaves only the way a test means it to.
+LEASE_S = 3.0
 
 app = leaseq.App(queues={"work": {"lease_s": LEASE_S, "heartbeat_every_s": 0.2,
                                   "backoff_base_s": 0.0, "backoff_cap_s": 0.0}})
