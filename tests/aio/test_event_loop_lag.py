@@ -18,9 +18,10 @@ A store call made on the loop (a blocking ``aenqueue``) holds it for the whole b
 
 Real-time scheduling needs root or ``CAP_SYS_NICE``. Without it a wall clock cannot tell the
 kernel's lag from leaseq's on a loaded machine, so the bound becomes relative: 20 ms plus the
-worst lag of the same ticker running alone just after, for as long; and a run over it is tried
-again, at most three times (a blocking ``aenqueue`` fails every run, a scheduling spike does
-not repeat three times in a row). The test says which bound it asserted.
+worst lag of the same ticker running alone just after, for as long. Either way a run over its
+bound is tried again, at most three times: a blocking ``aenqueue`` fails every run, a
+scheduling spike (under real time, the virtual machine's host stalling it) does not repeat
+three times in a row. The test says which bound it asserted.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ JOBS = 1_000
 PRODUCERS = 10
 TICK_S = 0.001
 ALLOWANCE_S = 0.020
-TRIES_WITHOUT_REAL_TIME = 3
+#: Runs before a lag over the bound fails the test: a blocking ``aenqueue`` lags every run, a
+#: scheduling spike (the kernel's, or under real time the virtual machine's host) not three
+#: in a row.
+TRIES = 3
 
 
 async def _ticker(stop: asyncio.Event, lags: list[float]) -> None:
@@ -118,16 +122,21 @@ def _no_collection() -> Iterator[None]:
 
 
 def _assert_flat(q: Queue, store: Store) -> None:
-    async def scenario() -> float:
-        with _no_collection():
-            worst = await _worst_lag_while(asyncio.ensure_future(_produce(q, 0)))
+    async def scenario() -> list[float]:
+        seen = []
+        for run in range(TRIES):  # a virtual machine's host can still stall us: not 3 times
+            with _no_collection():
+                seen.append(await _worst_lag_while(asyncio.ensure_future(_produce(q, run))))
+            if seen[-1] <= ALLOWANCE_S:
+                break
         await store.aclose()
-        return worst
+        return seen
 
-    worst = asyncio.run(scenario())
-    assert worst <= ALLOWANCE_S, (
-        f"worst ticker lag {worst * 1000:.1f} ms next to {JOBS} aenqueue calls (real-time "
-        f"scheduling, no garbage collection: the lag is the async API's)")
+    seen = asyncio.run(scenario())
+    assert seen[-1] <= ALLOWANCE_S, (
+        f"worst ticker lag {seen[-1] * 1000:.1f} ms next to {JOBS} aenqueue calls (real-time "
+        f"scheduling, no garbage collection: the lag is the async API's; every run: "
+        f"{[round(w * 1000, 1) for w in seen]} ms)")
 
 
 def _assert_relative(q: Queue, store: Store) -> None:
@@ -140,7 +149,7 @@ def _assert_relative(q: Queue, store: Store) -> None:
 
     async def scenario() -> list[tuple[float, float]]:
         seen = []
-        for run in range(TRIES_WITHOUT_REAL_TIME):
+        for run in range(TRIES):
             seen.append(await attempt(run))
             if seen[-1][0] <= ALLOWANCE_S + seen[-1][1]:
                 break

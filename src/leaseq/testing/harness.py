@@ -28,8 +28,11 @@ W1 = "host-a:101:aaaa0001"
 W2 = "host-b:202:bbbb0002"
 #: Long enough that no lease lapses by itself during a test; expiry is always made on purpose.
 LONG_LEASE_S = 600.0
-#: Slack for comparing two readings of the store's clock taken around a call.
+#: Slack for comparing two readings of the store's clock taken around a call, on the side a
+#: slow machine cannot move (the readings only move apart: see ``within_readings``).
 CLOCK_SLACK_S = 0.5
+#: How far a store may round the times it keeps (MongoDB keeps milliseconds).
+TIME_ROUNDING_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,16 @@ def seconds_until(store: Store, moment: datetime | None) -> float:
     passes only where the job has one)."""
     assert moment is not None, "the job has no lease_until here"
     return (moment - store.server_now()).total_seconds()
+
+
+def within_readings(low: float, high: float, *, shortest: float, longest: float) -> bool:
+    """Whether a duration the store set, known to lie in ``[low, high]``, fits two readings
+    of it taken around the call that set it: ``shortest`` measured from the store's clock
+    read after the call, ``longest`` from the one read before (so the true value lies
+    between them). The only claim a slow machine cannot break: a stall between the readings
+    widens them, never moves them past the truth; in an ordinary run they are milliseconds
+    apart, so a wrong duration still shows."""
+    return shortest - TIME_ROUNDING_S <= high and low <= longest + TIME_ROUNDING_S
 
 
 def advance(store: Store, seconds: float) -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 from leaseq.stores import connect
 from leaseq.testing.harness import (
-    CLOCK_SLACK_S,
     LONG_LEASE_S,
     W1,
     W2,
@@ -18,6 +17,7 @@ from leaseq.testing.harness import (
     given_jobs,
     must_get,
     run_processes,
+    within_readings,
 )
 
 RACE_JOBS = 1000
@@ -74,7 +74,8 @@ class ClaimSuite:
         assert job.lease_until is not None
         lease_from = (job.lease_until - before).total_seconds()
         lease_to = (job.lease_until - after).total_seconds()
-        assert 120 - CLOCK_SLACK_S <= lease_to <= lease_from <= 120 + CLOCK_SLACK_S
+        assert within_readings(120, 120, shortest=lease_to, longest=lease_from), (
+            lease_to, lease_from)
         assert must_get(q, "j1") == job
 
     def test_claim_respects_limit_and_not_before_order(self, leaseq_store: FreshStore) -> None:

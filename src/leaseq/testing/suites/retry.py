@@ -13,7 +13,6 @@ from leaseq.errors import InvalidInput
 from leaseq.job import Job
 from leaseq.queue import Queue
 from leaseq.testing.harness import (
-    CLOCK_SLACK_S,
     W1,
     W2,
     FreshStore,
@@ -22,6 +21,7 @@ from leaseq.testing.harness import (
     given_claimed,
     must_get,
     set_clock_before,
+    within_readings,
 )
 from leaseq.validate import MAX_ERROR_CHARS
 
@@ -67,7 +67,7 @@ class RetrySuite:
                 leaseq_store.store, job, functools.partial(q.retry_later, job, "try again"))
             # Then not-before lands in the band, it is not claimable just before, and is after
             assert back.status == "pending"
-            assert low - CLOCK_SLACK_S <= shortest <= longest <= 1.5 * low + CLOCK_SLACK_S
+            assert within_readings(low, 1.5 * low, shortest=shortest, longest=longest)
             set_clock_before(leaseq_store.store, back.lease_until)
             assert q.claim(W2) == [] and q.ready() == 0
             advance_past(leaseq_store.store, back.lease_until)
@@ -77,7 +77,7 @@ class RetrySuite:
         job = given_claimed(q)
         back, shortest, longest = _not_before_delay(
             leaseq_store.store, job, lambda: q.retry_later(job, "later", delay_s=42))
-        assert 42 - CLOCK_SLACK_S <= shortest <= longest <= 42 + CLOCK_SLACK_S
+        assert within_readings(42, 42, shortest=shortest, longest=longest)
         assert (back.attempts, back.error) == (1, "later")
         assert events(q.journal(job.id))[-1] == "retry_scheduled"
 
@@ -124,7 +124,7 @@ class RetrySuite:
         job = given_claimed(q)
         back, shortest, longest = _not_before_delay(
             leaseq_store.store, job, lambda: q.snooze(job, 30))
-        assert 30 - CLOCK_SLACK_S <= shortest <= longest <= 30 + CLOCK_SLACK_S
+        assert within_readings(30, 30, shortest=shortest, longest=longest)
         set_clock_before(leaseq_store.store, back.lease_until)
         assert q.claim(W1) == []
         advance_past(leaseq_store.store, back.lease_until)
@@ -138,7 +138,7 @@ class RetrySuite:
         job = given_claimed(q)
         # When the job is snoozed without a delay, Then it waits those 30 s, not 0
         back, shortest, longest = _not_before_delay(leaseq_store.store, job, lambda: q.snooze(job))
-        assert 30 - CLOCK_SLACK_S <= shortest <= longest <= 30 + CLOCK_SLACK_S
+        assert within_readings(30, 30, shortest=shortest, longest=longest)
         assert (back.status, back.snoozes) == ("pending", 1)
         assert q.claim(W1) == [] and q.ready() == 0
         assert leaseq_store.queue().policy.snooze_s == 5.0  # the default: a few seconds
