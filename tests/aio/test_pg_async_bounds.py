@@ -27,8 +27,8 @@ psycopg = pytest.importorskip("psycopg", reason="leaseq[postgres] is not install
 pytestmark = pytest.mark.timeout(60)
 
 #: Far under the 30 s a call that was never cut would wait here, well over 0.3 s plus the
-#: scheduling slack of a busy machine.
-BOUND_S = 2.0
+#: scheduling slack of a busy machine (whose threads can wake half a second late, twice).
+BOUND_S = 5.0
 
 
 def _with(url: str, **options: object) -> str:

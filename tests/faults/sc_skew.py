@@ -18,8 +18,10 @@ import time
 from leaseq.testing.chaos import Run, all_terminal, settle, wait_until
 
 SKEW_S = 3600.0
-LEASE_S = 2.0
-WORK_S = 1.5  # several heartbeats, most of a lease
+#: Beats every lease / 3 = 1 s; the lease clock (1 s margin) runs out 2 s after the last beat
+#: confirmed: a busy machine's stalled heartbeat thread has a second to spare.
+LEASE_S = 3.0
+WORK_S = 2.25  # two heartbeats, most of a lease
 
 
 def libfaketime() -> str | None:

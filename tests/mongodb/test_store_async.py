@@ -39,7 +39,7 @@ def test_async_reads_use_the_async_client_once_per_event_loop(db: FakeDB) -> Non
         job = await q.aget("j1")
         counts = await q.acounts()
         events = [e.event for e in await q.ajournal("j1")]
-        finished = await q.await_result("j1", timeout_s=1)
+        finished = await q.await_result("j1", timeout_s=30)  # one 0.1 s poll: never that long
         await store.aclose()
         await store.aclose()  # nothing left to close on this loop
         return job.result, counts, events, finished.status  # type: ignore[union-attr]

