@@ -144,8 +144,10 @@ def warmed_worker(url: str, limits: dict[str, int]) -> Iterator[Warmed]:
                               for i in range(8)])
             wait_until(lambda: q.counts().get("done") == 8, what="the quick jobs")
             assert worker._prefetch.allowance() == 8
-            yield Warmed(app, q, worker, blocked, gate)
-            gate.set()
+            try:
+                yield Warmed(app, q, worker, blocked, gate)
+            finally:
+                gate.set()  # a failed test's worker drains at once, before its store closes
             wait_until(lambda: q.counts().get("pending", 0) + q.counts().get("processing", 0)
                        == 0, what="every job done")
     finally:
@@ -162,6 +164,9 @@ def test_a_key_limited_queue_is_claimed_ahead_within_its_keys_free_slots(url: st
         # Then it claims 12 (its 4 slots and 8 ahead): each key's 2 slots, no more
         wait_until(lambda: w.q.counts().get("processing") == 12, what="12 jobs claimed")
         assert _processing_by_key(w.q) == {f"k{i}": 2 for i in range(6)}
+        # (once its 4 slots have started theirs: the loop takes them off the waiting list in
+        # turn, so a look before then finds more than the 8 claimed ahead)
+        wait_until(lambda: w.worker._running == 4, what="the 4 slots' jobs started")
         assert len(w.worker._ready) == 8
 
 
@@ -173,8 +178,10 @@ def test_a_rate_limited_queue_is_never_claimed_ahead(url: str) -> None:
         w.app.enqueue_many([w.blocked.spec(job_id=f"b{i}") for i in range(12)])
         # Then it claims its 4 free slots only, its earned allowance unused
         wait_until(lambda: w.q.counts().get("processing") == 4, what="4 jobs claimed")
+        # (all 4 started: the loop takes each claimed job from its waiting list in turn, so a
+        # look before then can find the last one still there without any claimed ahead)
+        wait_until(lambda: w.worker._running == 4, what="the 4 jobs started")
         w.worker._wake.set()  # another claim round: still nothing beyond the free slots
-        wait_until(lambda: w.worker._room(prefetch=False) == 0, what="4 slots busy")
         assert w.q.counts().get("processing") == 4 and not w.worker._ready
 
 

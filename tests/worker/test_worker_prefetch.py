@@ -52,6 +52,9 @@ def test_a_prefetched_job_that_waits_too_long_goes_back_free(app: leaseq.App) ->
         claims = {e.worker_id for i in range(8) for e in q.journal(f"b{i}")
                   if e.event == "claimed"}
         assert claims == {worker.worker_id}
+        # (and its 4 slots have started theirs: until then the loop is still taking them off
+        # the waiting list, and a clock moved now would give one of those back too)
+        wait_until(lambda: worker._running == 4, what="4 jobs started")
         # When the waiting ones have waited longer than prefetch_wait_s
         clock.now += 0.3
         # Then they go back at once, free (attempt refunded, not a counted give-back) ...
