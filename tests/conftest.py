@@ -7,6 +7,11 @@ import signal
 
 import pytest
 
+# The conformance suites' and the chaos scenarios' asserts live in the library: rewrite them so
+# a failure shows its values. Here, before any test folder imports them (registered later,
+# pytest can only warn that the module was imported already).
+pytest.register_assert_rewrite("leaseq.testing")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False,

@@ -17,12 +17,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-# The suite's asserts live in the library; rewrite them so a failure shows its values.
-pytest.register_assert_rewrite("leaseq.testing")
-
-from leaseq.stores import connect  # noqa: E402
-from leaseq.testing import FreshStore, fresh_store  # noqa: E402
-from leaseq.validate import redact_url  # noqa: E402
+from leaseq.stores import connect
+from leaseq.testing import FreshStore, fresh_store  # its asserts rewritten: see tests/conftest.py
+from leaseq.validate import redact_url
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
