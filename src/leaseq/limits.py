@@ -22,8 +22,11 @@ window could carry a stamp just outside ``T``'s; admissions therefore count
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+Ref = TypeVar("Ref", bound=Hashable)
 
 #: The sliding window of ``rate_per_s``, in seconds.
 WINDOW_S = 1.0
@@ -38,6 +41,11 @@ COUNTED_S = WINDOW_S + CLOCK_RESOLUTION_S
 #: claim of a key-limited queue reads these entries, so it stays small: give a large stream
 #: of jobs without a key a queue of its own.
 UNKEYED_SCAN = 20
+#: A key-limited claim of ``limit`` jobs first reads the front of the claimable jobs, in claim
+#: order: ``KEYED_WINDOW × limit + UNKEYED_SCAN`` of them (``window_size``). When the limits
+#: let ``limit`` of those run, or the queue has no more ready jobs, that is the claim
+#: (``first_within_key_limits``); only otherwise does it walk every key.
+KEYED_WINDOW = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,39 @@ def record(recent: Sequence[float], at: float, taken: int, rate_per_s: int) -> l
 
 def free_slots(key_limit: int, running: int) -> int:
     return max(0, key_limit - running)
+
+
+def window_size(limit: int) -> int:
+    """How many claimable jobs a key-limited claim of ``limit`` reads first (``KEYED_WINDOW``)."""
+    return KEYED_WINDOW * limit + UNKEYED_SCAN
+
+
+def first_within_key_limits(window: Sequence[tuple[Ref, str | None]], running: Mapping[str, int],
+                            limit: int, key_limit: int, size: int) -> list[Ref] | None:
+    """The claim a key-limited queue's front decides, or None when it cannot.
+
+    ``window``: the first claimable jobs in claim order, as ``(ref, concurrency_key)``, at most
+    ``size`` of them (fewer: the queue has no more); ``running``: each of their keys' jobs that
+    are ``processing`` (a key left out runs none). Walking in claim order, a job without a key
+    may always run, and a job with one may while its key's running jobs and those taken
+    before it here stay under ``key_limit``: each key's first free-slots ready jobs, the set
+    the walk of every key takes its best ``limit`` from. So the first ``limit`` jobs that may
+    run are that walk's claim (or a better one: the walk looks for jobs without a key only
+    ``UNKEYED_SCAN`` past ``limit``, the window further). When the window yields fewer
+    and was full, jobs past it might still run (a key whose backlog sits behind a full
+    key's): None, walk every key."""
+    taken: dict[str, int] = {}
+    chosen: list[Ref] = []
+    for ref, key in window:
+        if key is not None:
+            held = running.get(key, 0) + taken.get(key, 0)
+            if held >= key_limit:
+                continue
+            taken[key] = taken.get(key, 0) + 1
+        chosen.append(ref)
+        if len(chosen) == limit:
+            return chosen
+    return chosen if len(window) < size else None
 
 
 def key_backlog(ready_and_running: Sequence[tuple[int, int]], key_limit: int) -> int:

@@ -92,3 +92,15 @@ def test_a_drain_whose_workers_all_exited_short_of_its_goal_fails_at_once() -> N
         drain(GivesUp(None), goal=10, processes=1, plan=Plan.tiny())  # type: ignore[arg-type]  # opens nothing
     # Then it fails as soon as the worker has gone, not at its timeout
     assert time.monotonic() - started < 30
+
+
+def test_keyed_round_runs_on_sqlite(tmp_path, capsys) -> None:
+    # Given a fresh SQLite folder
+    from bench.keyed_round import LOOPS, main
+
+    # When two rounds of each loop run
+    code = main(["--store", f"sqlite:///{tmp_path}/round.db", "--rounds", "2", "--repeats", "1"])
+    # Then every loop printed its row
+    out = capsys.readouterr().out
+    assert code == 0
+    assert all(label.split(",")[0] in out for label, _ in LOOPS), out

@@ -15,10 +15,12 @@ from leaseq.limits import (
     ClaimLimits,
     HeldBack,
     admit,
+    first_within_key_limits,
     held_back,
     key_backlog,
     record,
     stamp,
+    window_size,
 )
 
 #: A claim: how long after the previous one it reads the clock (clock readings may go back a
@@ -149,3 +151,56 @@ def test_held_back_splits_the_ready_jobs_between_keys_and_rate() -> None:
                                           (ClaimLimits(rate_per_s=3), True)])
 def test_claim_limits_say_whether_there_are_any(limits: ClaimLimits, any_: bool) -> None:
     assert limits.any is any_
+
+
+# --- the key-limited claim's front (first_within_key_limits) ----------------------------------
+
+#: A queue's ready jobs in claim order, each with its key (None: no key), over a few keys.
+ready_keys = st.lists(st.sampled_from([None, "a", "b", "c", "d"]), max_size=60)
+running_counts = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 4))
+
+
+def claim_by_key_walk(keys: list[str | None], running: dict[str, int], limit: int,
+                      key_limit: int) -> list[int]:
+    """What the walk of every key claims (``claim_keyed``): each key's first free-slots ready
+    jobs and the jobs without a key, the best ``limit`` of them (here looking for jobs without
+    a key through the whole queue; the statement stops ``UNKEYED_SCAN`` past ``limit``)."""
+    free = {key: max(0, key_limit - running.get(key, 0)) for key in set(keys) - {None}}
+    seen: dict[str, int] = {}
+    candidates = []
+    for position, key in enumerate(keys):
+        if key is None:
+            candidates.append(position)
+        else:
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] <= free[key]:
+                candidates.append(position)
+    return candidates[:limit]
+
+
+@settings(max_examples=400, deadline=None)
+@given(ready_keys, running_counts, st.integers(1, 12), st.integers(1, 4), st.integers(1, 40))
+def test_the_front_decides_the_claim_the_key_walk_would_make(
+        keys: list[str | None], running: dict[str, int], limit: int, key_limit: int,
+        size: int) -> None:
+    # Given a queue's ready jobs in claim order and the front a claim reads (`size` of them)
+    window = [(position, key) for position, key in enumerate(keys)][:size]
+    # When the claim decides from that front
+    chosen = first_within_key_limits(window, running, limit, key_limit, size)
+    # Then it takes what the walk of every key takes, or it leaves the claim to that walk
+    # only when the front was full and the limits let fewer than `limit` of it run
+    if chosen is None:
+        assert len(window) == size
+    else:
+        assert chosen == claim_by_key_walk(keys, running, limit, key_limit)
+
+
+def test_a_full_key_at_the_front_leaves_the_claim_to_the_key_walk() -> None:
+    # Given a front of jobs of one key that is at its limit, and jobs of another behind it
+    keys: list[str | None] = ["hot"] * 30 + ["cold"] * 3
+    window = list(enumerate(keys))[:window_size(5)]
+    # When a claim of 5 decides from that front, then it cannot: the key walk must look
+    assert window_size(5) == 30
+    assert first_within_key_limits(window, {"hot": 2}, 5, 2, window_size(5)) is None
+    # And a front that holds the whole queue decides however few run
+    assert first_within_key_limits(list(enumerate(keys)), {"hot": 2}, 5, 2, 40) == [30, 31]

@@ -158,6 +158,64 @@ def test_the_key_limited_claim_seeks_each_key_not_its_backlog(
     assert len(jobs) == 80 and set(per_key.values()) == {2}, per_key
 
 
+def _statements_of_a_claim(store: SQLiteStore, key_limit: int, limit: int
+                           ) -> tuple[list[str], int, list[str | None]]:
+    """Claim from q2 under ``key_limit``: the named statements the store ran, the virtual
+    machine's steps they took (in units of ``STEP``), and the claimed jobs' keys."""
+    names: list[str] = []
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    rows = store._rows
+
+    def recorded(conn: sqlite3.Connection, name: str, **params: object) -> list[dict[str, object]]:
+        names.append(name)
+        return rows(conn, name, **params)
+
+    store._rows = recorded  # type: ignore[method-assign]
+    store._conn.set_progress_handler(count, STEP)
+    try:
+        jobs = store.queue("q2", key_limit=key_limit).claim("w1", limit=limit)
+    finally:
+        store._conn.set_progress_handler(None, 0)
+        del store._rows
+    return names, steps, [job.concurrency_key for job in jobs]
+
+
+def test_the_key_limited_claim_takes_the_queues_front_when_the_limits_let_it_run(
+        keyed: tuple[SQLiteStore, sqlite3.Connection]) -> None:
+    # Given 3,300 pending jobs of q2 over 40 keys, none running
+    store, _ = keyed
+    # When a key-limited claim of 10 runs
+    names, steps, keys = _statements_of_a_claim(store, key_limit=2, limit=10)
+    # Then it reads the front of the queue and those jobs' keys, and claims from them: work
+    # for its jobs and their keys, as the plain claim does, not a seek for each of 40 keys
+    assert "claim_keyed" not in names and "claim_rowids" in names, names
+    assert steps * STEP < 6_000, (steps * STEP, names)
+    # And the limit holds
+    assert len(keys) == 10 and max(keys.count(key) for key in keys) <= 2, keys
+
+
+def test_the_key_limited_claim_walks_every_key_when_full_keys_fill_the_front(
+        keyed: tuple[SQLiteStore, sqlite3.Connection]) -> None:
+    # Given q2's jobs of its top priority all of one key, with two of that key running
+    store, conn = keyed
+    conn.execute("UPDATE leaseq_jobs SET priority = 9, concurrency_key = 'hot' "
+                 "WHERE queue = 'q2' AND rowid IN (SELECT rowid FROM leaseq_jobs "
+                 "WHERE queue = 'q2' AND status = 'pending' LIMIT 100)")
+    conn.commit()
+    assert len(store.queue("q2", key_limit=2).claim("w0", limit=2)) == 2
+    # When a claim of 5 finds its front (30 jobs) all of that full key
+    names, _, keys = _statements_of_a_claim(store, key_limit=2, limit=5)
+    # Then it walks every key and claims jobs of the others
+    assert "claim_keyed" in names, names
+    assert len(keys) == 5 and "hot" not in keys, keys
+
+
 # The hourly counts (journal_hourly) over a journal of 20,000 enqueues and claims and five
 # quarantines, all in the hour now running.
 JOURNAL = """

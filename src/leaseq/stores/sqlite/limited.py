@@ -17,9 +17,11 @@ from leaseq.limits import (
     HeldBack,
     LimitsState,
     admit,
+    first_within_key_limits,
     held_back,
     key_backlog,
     record,
+    window_size,
 )
 
 
@@ -62,11 +64,27 @@ class LimitedClaims:
 
     def _claim_keyed(self, conn: sqlite3.Connection, limit: int, key_limit: int,
                      params: dict[str, Any]) -> list[dict[str, Any]]:
-        """A key-limited claim without a rate: no rate log to read or write, so two statements
-        (record the limits when they changed, claim), not the read-decide-write of a rate."""
+        """A key-limited claim without a rate: no rate log to read or write. It records the
+        limits (when they changed), reads the queue's front and its keys' running counts,
+        and claims what they decide (``first_within_key_limits``); when they cannot, it
+        walks every key (``claim_keyed``). The front decides whenever the limits let
+        ``limit`` of it run: then it costs what a plain claim's walk does, however many keys
+        have live jobs, where the key walk seeks each of them."""
         self._rows(conn, "record_key_limit", queue=params["queue"], key_limit=key_limit)
-        return self._rows(conn, "claim_keyed", limit=limit, key_limit=key_limit,
-                          scan=limit + UNKEYED_SCAN, **params)
+        size = window_size(limit)
+        window = [(r["rid"], r["concurrency_key"]) for r in self._rows(
+            conn, "keyed_window", queue=params["queue"], window=size)]
+        keys = sorted({key for _, key in window if key is not None})
+        running = {r["concurrency_key"]: r["running"] for r in self._rows(
+            conn, "keys_running", queue=params["queue"], keys=json.dumps(keys),
+            key_limit=key_limit)} if keys else {}
+        chosen = first_within_key_limits(window, running, limit, key_limit, size)
+        if chosen is None:
+            return self._rows(conn, "claim_keyed", limit=limit, key_limit=key_limit,
+                              scan=limit + UNKEYED_SCAN, **params)
+        if not chosen:
+            return []
+        return self._rows(conn, "claim_rowids", rids=json.dumps(chosen), **params)
 
     def _limits_state(self, conn: sqlite3.Connection, queue: str) -> LimitsState:
         rows = self._rows(conn, "limits_row", queue=queue)

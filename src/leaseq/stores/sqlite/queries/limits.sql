@@ -3,7 +3,8 @@
 -- --- limits in the claim (docs/limits.md) ---------------------------------------------------
 -- Every query below runs under BEGIN IMMEDIATE, which serialises the claims of every queue.
 
--- The key-limited claim, in one statement. A loose scan of leaseq_jobs_keyed gives each key
+-- The key-limited claim by the whole key walk, in one statement (when the queue's front does
+-- not decide the claim: see keyed_window). A loose scan of leaseq_jobs_keyed gives each key
 -- with live jobs (one seek per key) and its count in leaseq_jobs_keyed_running, read no
 -- further than :key_limit (the key is full then, however many run): its free slots. Per key
 -- with free slots, its first :key_limit ready jobs (a seek and a short walk of
@@ -60,6 +61,40 @@ SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     updated_at = {now}
 WHERE rowid IN (
     SELECT rid FROM cand ORDER BY priority DESC, lease_until, id LIMIT :limit)
+  AND queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+RETURNING *;
+
+-- The front of a key-limited queue: its first :window claimable jobs in claim order, with
+-- their keys (limits.first_within_key_limits decides the claim from these when it can). The
+-- same walk of leaseq_jobs_claimable as the plain claim's.
+-- name: keyed_window
+SELECT rowid AS rid, concurrency_key FROM leaseq_jobs
+WHERE queue = :queue
+  AND status IN ('pending', 'processing') AND attempts < max_attempts
+  AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
+ORDER BY priority DESC, lease_until, id
+LIMIT :window;
+
+-- The running jobs of each key in :keys (a JSON array), counted in leaseq_jobs_keyed_running
+-- no further than :key_limit (the key is full then, however many run).
+-- name: keys_running
+SELECT k.value AS concurrency_key, (SELECT count(*) FROM (
+        SELECT 1 FROM leaseq_jobs r INDEXED BY leaseq_jobs_keyed_running
+        WHERE r.queue = :queue AND r.concurrency_key = k.value
+          AND r.concurrency_key IS NOT NULL AND r.status = 'processing'
+        LIMIT :key_limit)) AS running
+FROM json_each(:keys) k;
+
+-- The jobs a key-limited claim chose from the queue's front (:rids, a JSON array of rowids),
+-- each still claimable (nothing else wrote since: the same BEGIN IMMEDIATE).
+-- name: claim_rowids
+UPDATE leaseq_jobs NOT INDEXED  -- by rowid (else the planner walks leaseq_jobs_status)
+SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+    lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
+    updated_at = {now}
+WHERE rowid IN (SELECT value FROM json_each(:rids))
   AND queue = :queue
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
