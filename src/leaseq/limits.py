@@ -46,6 +46,9 @@ UNKEYED_SCAN = 20
 #: let ``limit`` of those run, or the queue has no more ready jobs, that is the claim
 #: (``first_within_key_limits``); only otherwise does it walk every key.
 KEYED_WINDOW = 2
+#: After a front that could not decide its claim, how many claims of that queue walk every key
+#: straight away (``FrontFirst``).
+FRONT_SKIPS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,29 @@ def first_within_key_limits(window: Sequence[tuple[Ref, str | None]], running: M
         if len(chosen) == limit:
             return chosen
     return chosen if len(window) < size else None
+
+
+class FrontFirst:
+    """Whether a key-limited claim of a queue reads its front first. A front that could not
+    decide (keys at their limit fill it: the limit binds, as when a worker asks for more jobs
+    than its keys have slots) was read for nothing, and the next claims would most likely
+    find the same, so the next ``FRONT_SKIPS`` claims of that queue walk every key at once;
+    then the front is tried again. Only a cost: either way the claim takes the same jobs. A
+    store's threads share one; a lost update only moves when the front is next tried."""
+
+    def __init__(self) -> None:
+        self._skips: dict[str, int] = {}
+
+    def worth_reading(self, queue: str) -> bool:
+        left = self._skips.get(queue, 0)
+        if left:
+            self._skips[queue] = left - 1
+            return False
+        return True
+
+    def undecided(self, queue: str) -> None:
+        """The queue's front could not decide a claim."""
+        self._skips[queue] = FRONT_SKIPS
 
 
 def key_backlog(ready_and_running: Sequence[tuple[int, int]], key_limit: int) -> int:

@@ -152,8 +152,9 @@ def _finish_late(q: object, job_id: str) -> None:
 def test_a_key_limited_claim_never_takes_a_job_that_left_the_ready_set_after_its_snapshot(
         store: PostgresStore, pg_url: str, change: object) -> None:
     # Given a key-limited queue whose one job is ready: pending, or processing under a lease
-    # that ran out (its holder may still finish it)
-    q = store.queue("keyed", key_limit=1)
+    # that ran out (its holder may still finish it; it counts as one of its key's two running
+    # jobs, so its key has a slot for it)
+    q = store.queue("keyed", key_limit=2)
     q.enqueue("a", {"n": 1}, concurrency_key="k")
     if change is _finish_late:
         q.claim("old-worker", lease_s=60)
@@ -171,7 +172,7 @@ def test_a_key_limited_claim_never_takes_a_job_that_left_the_ready_set_after_its
         # When the job leaves the ready set meanwhile (cancelled; finished by its old holder)
         other = PostgresStore.from_url(store.url)
         try:
-            change(other.queue("keyed", key_limit=1), "a")  # type: ignore[operator]
+            change(other.queue("keyed", key_limit=2), "a")  # type: ignore[operator]
         finally:
             other.close()
         holder.execute("SELECT pg_advisory_unlock(%s)", [_PAUSE])

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from leaseq.limits import (
     COUNTED_S,
+    FRONT_SKIPS,
     WINDOW_S,
     ClaimLimits,
+    FrontFirst,
     HeldBack,
     admit,
     first_within_key_limits,
@@ -204,3 +206,15 @@ def test_a_full_key_at_the_front_leaves_the_claim_to_the_key_walk() -> None:
     assert first_within_key_limits(window, {"hot": 2}, 5, 2, window_size(5)) is None
     # And a front that holds the whole queue decides however few run
     assert first_within_key_limits(list(enumerate(keys)), {"hot": 2}, 5, 2, 40) == [30, 31]
+
+
+def test_after_a_front_that_could_not_decide_the_next_claims_walk_every_key() -> None:
+    # Given a queue whose front could not decide a claim, and another queue
+    front = FrontFirst()
+    assert front.worth_reading("bound")
+    front.undecided("bound")
+    # Then the next FRONT_SKIPS claims of it skip the front, and then it is tried again
+    assert [front.worth_reading("bound") for _ in range(FRONT_SKIPS + 1)] == (
+        [False] * FRONT_SKIPS + [True])
+    # And the other queue reads its front all along
+    assert front.worth_reading("other")

@@ -14,6 +14,7 @@ from leaseq.limits import (
     NO_LIMITS,
     UNKEYED_SCAN,
     ClaimLimits,
+    FrontFirst,
     HeldBack,
     LimitsState,
     admit,
@@ -30,6 +31,7 @@ class LimitedClaims:
 
     _lock: Any
     _conn: sqlite3.Connection
+    _front_first: FrontFirst
     _rows: Callable[..., list[dict[str, Any]]]
 
     def _claim_limited(self, conn: sqlite3.Connection, queue: str, worker_id: str, limit: int,
@@ -71,20 +73,29 @@ class LimitedClaims:
         ``limit`` of it run: then it costs what a plain claim's walk does, however many keys
         have live jobs, where the key walk seeks each of them."""
         self._rows(conn, "record_key_limit", queue=params["queue"], key_limit=key_limit)
-        size = window_size(limit)
-        window = [(r["rid"], r["concurrency_key"]) for r in self._rows(
-            conn, "keyed_window", queue=params["queue"], window=size)]
-        keys = sorted({key for _, key in window if key is not None})
-        running = {r["concurrency_key"]: r["running"] for r in self._rows(
-            conn, "keys_running", queue=params["queue"], keys=json.dumps(keys),
-            key_limit=key_limit)} if keys else {}
-        chosen = first_within_key_limits(window, running, limit, key_limit, size)
+        chosen = (self._decide_from_front(conn, limit, key_limit, params["queue"])
+                  if self._front_first.worth_reading(params["queue"]) else None)
         if chosen is None:
             return self._rows(conn, "claim_keyed", limit=limit, key_limit=key_limit,
                               scan=limit + UNKEYED_SCAN, **params)
         if not chosen:
             return []
         return self._rows(conn, "claim_rowids", rids=json.dumps(chosen), **params)
+
+    def _decide_from_front(self, conn: sqlite3.Connection, limit: int, key_limit: int,
+                           queue: str) -> list[int] | None:
+        """The rowids the queue's front decides to claim, or None (``FrontFirst`` told)."""
+        size = window_size(limit)
+        window = [(r["rid"], r["concurrency_key"]) for r in self._rows(
+            conn, "keyed_window", queue=queue, window=size)]
+        keys = sorted({key for _, key in window if key is not None})
+        running = {r["concurrency_key"]: r["running"] for r in self._rows(
+            conn, "keys_running", queue=queue, keys=json.dumps(keys),
+            key_limit=key_limit)} if keys else {}
+        chosen = first_within_key_limits(window, running, limit, key_limit, size)
+        if chosen is None:
+            self._front_first.undecided(queue)
+        return chosen
 
     def _limits_state(self, conn: sqlite3.Connection, queue: str) -> LimitsState:
         rows = self._rows(conn, "limits_row", queue=queue)

@@ -42,7 +42,7 @@ from leaseq.journal import (
     JournalEvent,
     quarantine_reason,
 )
-from leaseq.limits import NO_LIMITS, ClaimLimits
+from leaseq.limits import NO_LIMITS, ClaimLimits, FrontFirst
 from leaseq.stores.base import Store
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
@@ -70,6 +70,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         self.url = f"sqlite:///{path}"
         self.time_offset_s = time_offset_s
         self._lock = threading.RLock()
+        self._front_first = FrontFirst()
         try:
             self._conn = self._open(path, busy_timeout_ms)
         except sqlite3.Error as exc:
