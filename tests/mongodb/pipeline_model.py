@@ -152,7 +152,7 @@ def _field_matches(value: Any, condition: Any) -> bool:
 
 
 _FIELD_OPS: dict[str, Any] = {
-    "$type": lambda v, t: {"date": isinstance(v, datetime)}[t],
+    "$type": lambda v, t: {"date": isinstance(v, datetime), "string": isinstance(v, str)}[t],
     "$in": lambda v, arg: any(_field_matches(v, a) for a in arg),
     "$nin": lambda v, arg: not any(_field_matches(v, a) for a in arg),
     "$ne": lambda v, arg: not _field_matches(v, arg),

@@ -108,6 +108,7 @@ QUERIES = {
     "claim_one": (documents.claimable_id("j", 0), []),
     "claim of one key": (documents.claimable_keyed("k", 0), documents.CLAIM_SORT),
     "key counts": (documents.key_counts(0)[0]["$match"], []),
+    "keys running": (documents.keys_running(["a", "b"])[0]["$match"], []),
     "ready": (documents.ready(0)[0]["$match"], []),
     "in_flight": (documents.in_flight(0), []),
     "outbox_due": (documents.outbox_due(0), documents.OUTBOX_SORT),

@@ -12,7 +12,7 @@ from mongo_fakes import REPLICA_SET, FakeDB
 from pipeline_model import evaluate, matches, truthy
 
 from leaseq.errors import InvalidQueueName, UnsupportedOperation
-from leaseq.limits import ClaimLimits, HeldBack
+from leaseq.limits import UNKEYED_SCAN, ClaimLimits, HeldBack
 from leaseq.stores.mongodb import MongoStore, documents
 from leaseq.stores.mongodb.limited import _claim_order, _seconds
 
@@ -45,29 +45,57 @@ def claimed_ids(db: FakeDB) -> list[str]:
             for a, k in db.of(Q, "find_one_and_update")]
 
 
-def test_a_key_limited_claim_takes_free_slots_in_claim_order_in_one_transaction(db, store):
-    # Given jobs without a key and two keys, one of them full
+def test_a_key_limited_claim_takes_the_queues_front_when_the_limits_let_it_run(db, store):
+    # Given a queue's front (fewer jobs than a window: all it has ready) in claim order: jobs
+    # of key a (one running), of key b (full), without a key, and with a key that is no string
     db[LIMITS].answer("find_one_and_update", gate())
-    db[Q].answer("find", [{"_id": "u1", "priority": 0, "lease_until": T0},
-                          {"_id": "k1", "priority": 9, "lease_until": T0,
-                           "concurrency_key": "a"}],
-                 [{"_id": "a1", "priority": 5, "lease_until": T0, "concurrency_key": "a"}])
-    db[Q].answer("aggregate", [{"_id": "a", "running": 1, "ready": 3},
-                               {"_id": "b", "running": 2, "ready": 4},
-                               {"_id": "c", "running": 0, "ready": 0}])
-    db[Q].answer("find_one_and_update", job("a1"), job("u1"))
+    db[Q].answer("find", [{"_id": "k1", "priority": 9, "lease_until": T0, "concurrency_key": "a"},
+                          {"_id": "b1", "priority": 9, "lease_until": T0, "concurrency_key": "b"},
+                          {"_id": "k2", "priority": 5, "lease_until": T0, "concurrency_key": "a"},
+                          {"_id": "x1", "priority": 1, "lease_until": T0, "concurrency_key": 7},
+                          {"_id": "u1", "priority": 0, "lease_until": T0}])
+    db[Q].answer("aggregate", [{"_id": "a", "running": 1}, {"_id": "b", "running": 2}])
+    db[Q].answer("find_one_and_update", job("k1"), job("u1"))
     # When it claims up to 3
     jobs = store.claim("q", "w", 3, 60, KEYS)
-    # Then key a's one free slot and the unkeyed job are taken, best priority first
-    assert [j.id for j in jobs] == ["a1", "u1"]
-    assert claimed_ids(db) == ["a1", "u1"]
+    # Then key a's one free slot and the job without a key are taken, in claim order
+    assert [j.id for j in jobs] == ["k1", "u1"]
+    assert claimed_ids(db) == ["k1", "u1"]
+    # From one read of the front and one count of its keys' running jobs, no key walk
+    (front,) = db.of(Q, "find")
+    assert front[0][0] == documents.claimable(0) and front[1]["limit"] == 2 * 3 + UNKEYED_SCAN
+    (count,) = db.of(Q, "aggregate")
+    assert count[0][0] == documents.keys_running(["a", "b"])
     # The limits document was written first, inside the one transaction
     sent = [(c, m) for c, m, _, _ in db.calls if m != "create_index"]
     assert sent[0] == (LIMITS, "find_one_and_update")
     assert db.client.transactions == ["start", "commit", "end_session"]
-    # Only the free key was walked: one find for unkeyed, one for key "a"
+
+
+def test_a_key_limited_claim_walks_the_keys_when_full_keys_fill_the_front(db, store):
+    # Given a front (a whole window) of one full key, and behind it jobs without a key and of
+    # two more keys, one of them full
+    db[LIMITS].answer("find_one_and_update", gate())
+    full_front = [{"_id": f"b{i}", "priority": 9, "lease_until": T0, "concurrency_key": "b"}
+                  for i in range(2 * 3 + UNKEYED_SCAN)]
+    db[Q].answer("find", full_front,
+                 [{"_id": "u1", "priority": 0, "lease_until": T0},
+                  {"_id": "k1", "priority": 9, "lease_until": T0, "concurrency_key": "a"}],
+                 [{"_id": "a1", "priority": 5, "lease_until": T0, "concurrency_key": "a"}])
+    db[Q].answer("aggregate", [{"_id": "b", "running": 2}],
+                 [{"_id": "a", "running": 1, "ready": 3}, {"_id": "b", "running": 2, "ready": 4},
+                  {"_id": "c", "running": 0, "ready": 0}])
+    db[Q].answer("find_one_and_update", job("a1"), job("u1"))
+    # When it claims up to 3
+    jobs = store.claim("q", "w", 3, 60, KEYS)
+    # Then it walks the keys: key a's one free slot and the unkeyed job, best priority first
+    assert [j.id for j in jobs] == ["a1", "u1"]
+    assert claimed_ids(db) == ["a1", "u1"]
+    # Only the free key was walked: after the front, one find for unkeyed, one for key "a"
     finds = db.of(Q, "find")
-    assert len(finds) == 2 and finds[1][0][0] == documents.claimable_keyed("a", 0)
+    assert len(finds) == 3 and finds[2][0][0] == documents.claimable_keyed("a", 0)
+    # And the next claims of the queue walk the keys at once, without reading the front
+    assert not store._front_first.worth_reading(Q)
 
 
 def test_a_rate_limited_claim_takes_the_room_left_and_logs_its_stamps(db, store):
@@ -166,6 +194,19 @@ def test_key_counts_ready_is_the_claimable_filter(sample):
     doc = {"_id": "j", "concurrency_key": "a", **sample}
     assert truthy(evaluate(ready, doc, T0)) == matches(documents.claimable(0), doc, T0)
     assert truthy(evaluate(running, doc, T0)) == (sample["status"] == "processing")
+
+
+@pytest.mark.parametrize("sample, counted", [
+    ({"status": "processing", "concurrency_key": "a"}, True),
+    ({"status": "processing", "concurrency_key": "b"}, True),
+    ({"status": "pending", "concurrency_key": "a"}, False),
+    ({"status": "done", "concurrency_key": "a"}, False),
+    ({"status": "processing", "concurrency_key": "c"}, False),
+    ({"status": "processing"}, False),
+])
+def test_keys_running_counts_the_processing_jobs_of_the_keys_asked(sample, counted):
+    match = documents.keys_running(["a", "b"])[0]["$match"]
+    assert matches(match, {"_id": "j", **sample}, T0) is counted
 
 
 def test_held_back_without_limits_reads_those_the_claims_recorded(db, store):

@@ -157,6 +157,15 @@ def live_keyed() -> Doc:
     return {"status": {"$in": [PENDING, PROCESSING]}, **HAS_KEY}
 
 
+def keys_running(keys: list[str]) -> list[Doc]:
+    """Per key of ``keys``: how many of its jobs are processing (a key-limited claim's front,
+    ``limited._front_ids``). Served by ``KEYED_INDEX`` (its ``status`` and key prefix)."""
+    return [
+        {"$match": {"status": PROCESSING, "concurrency_key": {"$in": keys}, "$and": [HAS_KEY]}},
+        {"$group": {"_id": "$concurrency_key", "running": {"$sum": 1}}},
+    ]
+
+
 def key_counts(offset_s: float) -> list[Doc]:
     """Per key with live jobs: how many are processing and how many are claimable."""
     ready = {"$or": [branch_expr(b, offset_s) for b in claimable(offset_s)["$or"]]}

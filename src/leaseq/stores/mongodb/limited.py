@@ -9,9 +9,12 @@ between. The counts it reads (processing jobs per key, the rate log) stay true u
 commits; a finish committed meanwhile only makes them too high, never too low.
 
 What it costs: one transaction per claim instead of one per job, the limits document written
-on every claim (all of a queue's limited claims take turns on it, retried on conflict), and
-the key walk reads each live keyed job's index entry (a ``$group`` over ``KEYED_INDEX``), where
-the SQL stores seek once per key. Without transactions (a standalone server) the limits cannot
+on every claim (all of a queue's limited claims take turns on it, retried on conflict). A
+key-limited claim reads the queue's front first (``_front_ids``: one ``find`` of its first
+``window_size`` claimable jobs, one ``aggregate`` of their keys' running jobs), which decides
+the claim whenever the limits let enough of it run; otherwise the key walk reads each live
+keyed job's index entry (a ``$group`` over ``KEYED_INDEX``), where the SQL stores seek once
+per key. Without transactions (a standalone server) the limits cannot
 be enforced: ``claim`` raises ``UnsupportedOperation``.
 
 Mixed into ``MongoStore`` (see store.py), after ``WorkerWrites``.
@@ -31,13 +34,16 @@ from leaseq.journal import JournalEvent
 from leaseq.limits import (
     UNKEYED_SCAN,
     ClaimLimits,
+    FrontFirst,
     HeldBack,
     admit,
+    first_within_key_limits,
     free_slots,
     held_back,
     key_backlog,
     record,
     stamp,
+    window_size,
 )
 from leaseq.stores.mongodb import documents, records
 from leaseq.stores.mongodb.connection import guarded
@@ -60,6 +66,7 @@ class LimitedClaims:
     _transaction: Callable[[Callable[[Any], Any]], Any]
     _ready: Callable[[str], dict[str, Any]]
     _db: Any
+    _front_first: FrontFirst
 
     #: Limits need transactions: set with ``supports_transactions`` (store.py).
     supports_claim_limits: bool
@@ -113,6 +120,10 @@ class LimitedClaims:
         if limits.key_limit is None:
             return [d["_id"] for d in coll.find(claimable, {"_id": 1}, sort=order, limit=room,
                                                 session=session)]
+        if self._front_first.worth_reading(coll.name):
+            chosen = self._front_ids(coll, room, limits.key_limit, session)
+            if chosen is not None:
+                return chosen
         found = [d for d in coll.find(claimable, CANDIDATE, sort=order,
                                       limit=room + UNKEYED_SCAN, session=session)
                  if d.get("concurrency_key") is None][:room]
@@ -123,6 +134,26 @@ class LimitedClaims:
                                    sort=order, limit=free, session=session)
         found.sort(key=_claim_order)
         return [d["_id"] for d in found[:room]]
+
+    def _front_ids(self, coll: Any, room: int, key_limit: int, session: Any) -> list[str] | None:
+        """The ids the queue's front decides to claim (``first_within_key_limits``): its
+        first ``window_size(room)`` claimable jobs and the running counts of their keys. None
+        when keys at their limit fill it (the key walk decides then; ``FrontFirst`` told)."""
+        size = window_size(room)
+        front = list(coll.find(documents.claimable(self._off), CANDIDATE,
+                               sort=documents.CLAIM_SORT, limit=size, session=session))
+        # A key that is not a string (an adopted collection's) is left out, as the key walk
+        # leaves it out; the window still read it, so it counts against the window's size.
+        window = [(d["_id"], d.get("concurrency_key")) for d in front
+                  if d.get("concurrency_key") is None or isinstance(d["concurrency_key"], str)]
+        keys = sorted({key for _, key in window if key is not None})
+        running = {r["_id"]: int(r["running"]) for r in coll.aggregate(
+            documents.keys_running(keys), session=session)} if keys else {}
+        chosen = first_within_key_limits(window, running, room, key_limit,
+                                         size - (len(front) - len(window)))
+        if chosen is None:
+            self._front_first.undecided(coll.name)
+        return chosen
 
     def _key_has_room(self, coll: Any, job_id: str, limits: ClaimLimits, session: Any) -> bool:
         if limits.key_limit is None:

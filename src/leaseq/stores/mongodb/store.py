@@ -40,6 +40,7 @@ from leaseq.job import (
     OnConflict,
 )
 from leaseq.journal import EXPIRED, OPERATOR, SPENT_WHILE_PENDING, JournalEvent
+from leaseq.limits import FrontFirst
 from leaseq.stores.base import Store
 from leaseq.stores.mongodb import documents, records, upserts
 from leaseq.stores.mongodb.aio import AsyncMongo, AsyncOpener
@@ -90,6 +91,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         self._collections: dict[str, Any] = {}  # those whose indexes this store has made
         self._journal = self._primary(self._prefix + "journal")
         self._limits = self._primary(self._prefix + LIMITS)  # limited.py
+        self._front_first = FrontFirst()  # limited.py
         #: Native async reads when an opener is given (``from_url`` gives one).
         self._async = AsyncMongo(self, async_database) if async_database else None
         self.supports_transactions = self._probe_transactions()
