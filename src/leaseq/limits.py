@@ -172,9 +172,15 @@ class FrontFirst:
             return False
         return True
 
-    def undecided(self, queue: str) -> None:
-        """The queue's front could not decide a claim."""
-        self._skips[queue] = FRONT_SKIPS
+    def decide(self, queue: str, window: Sequence[tuple[Ref, str | None]],
+               running: Mapping[str, int], limit: int, key_limit: int,
+               size: int) -> list[Ref] | None:
+        """``first_within_key_limits`` of the queue's front; when it cannot decide, the next
+        ``FRONT_SKIPS`` claims of the queue skip the front."""
+        chosen = first_within_key_limits(window, running, limit, key_limit, size)
+        if chosen is None:
+            self._skips[queue] = FRONT_SKIPS
+        return chosen
 
 
 def key_backlog(ready_and_running: Sequence[tuple[int, int]], key_limit: int) -> int:

@@ -212,7 +212,7 @@ def test_after_a_front_that_could_not_decide_the_next_claims_walk_every_key() ->
     # Given a queue whose front could not decide a claim, and another queue
     front = FrontFirst()
     assert front.worth_reading("bound")
-    front.undecided("bound")
+    assert front.decide("bound", [(0, "k"), (1, "k")], {"k": 2}, 2, 2, 2) is None
     # Then the next FRONT_SKIPS claims of it skip the front, and then it is tried again
     assert [front.worth_reading("bound") for _ in range(FRONT_SKIPS + 1)] == (
         [False] * FRONT_SKIPS + [True])

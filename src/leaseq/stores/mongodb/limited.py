@@ -14,8 +14,8 @@ key-limited claim reads the queue's front first (``_front_ids``: one ``find`` of
 ``window_size`` claimable jobs, one ``aggregate`` of their keys' running jobs), which decides
 the claim whenever the limits let enough of it run; otherwise the key walk reads each live
 keyed job's index entry (a ``$group`` over ``KEYED_INDEX``), where the SQL stores seek once
-per key. Without transactions (a standalone server) the limits cannot
-be enforced: ``claim`` raises ``UnsupportedOperation``.
+per key. Without transactions (a standalone server) the limits cannot be enforced: ``claim``
+raises ``UnsupportedOperation``.
 
 Mixed into ``MongoStore`` (see store.py), after ``WorkerWrites``.
 """
@@ -37,7 +37,6 @@ from leaseq.limits import (
     FrontFirst,
     HeldBack,
     admit,
-    first_within_key_limits,
     free_slots,
     held_back,
     key_backlog,
@@ -149,11 +148,8 @@ class LimitedClaims:
         keys = sorted({key for _, key in window if key is not None})
         running = {r["_id"]: int(r["running"]) for r in coll.aggregate(
             documents.keys_running(keys), session=session)} if keys else {}
-        chosen = first_within_key_limits(window, running, room, key_limit,
-                                         size - (len(front) - len(window)))
-        if chosen is None:
-            self._front_first.undecided(coll.name)
-        return chosen
+        return self._front_first.decide(coll.name, window, running, room, key_limit,
+                                        size - (len(front) - len(window)))
 
     def _key_has_room(self, coll: Any, job_id: str, limits: ClaimLimits, session: Any) -> bool:
         if limits.key_limit is None:

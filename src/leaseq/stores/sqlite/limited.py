@@ -18,7 +18,6 @@ from leaseq.limits import (
     HeldBack,
     LimitsState,
     admit,
-    first_within_key_limits,
     held_back,
     key_backlog,
     record,
@@ -92,10 +91,7 @@ class LimitedClaims:
         running = {r["concurrency_key"]: r["running"] for r in self._rows(
             conn, "keys_running", queue=queue, keys=json.dumps(keys),
             key_limit=key_limit)} if keys else {}
-        chosen = first_within_key_limits(window, running, limit, key_limit, size)
-        if chosen is None:
-            self._front_first.undecided(queue)
-        return chosen
+        return self._front_first.decide(queue, window, running, limit, key_limit, size)
 
     def _limits_state(self, conn: sqlite3.Connection, queue: str) -> LimitsState:
         rows = self._rows(conn, "limits_row", queue=queue)
