@@ -104,3 +104,60 @@ def test_keyed_round_runs_on_sqlite(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0
     assert all(label.split(",")[0] in out for label, _ in LOOPS), out
+
+
+def test_keyed_round_runs_its_key_loop_in_lanes_on_sqlite(tmp_path, capsys) -> None:
+    # Given a fresh SQLite folder
+    from bench.keyed_round import main
+
+    # When the 10-key loop also runs in 2 and 4 lanes at once
+    code = main(["--store", f"sqlite:///{tmp_path}/lanes.db", "--rounds", "2", "--repeats", "1",
+                 "--lanes", "2", "--lanes", "4"])
+    # Then each lane split printed its row (every lane's claim was whole, or it would raise)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "2 lanes of 20" in out and "4 lanes of 10" in out, out
+
+
+def test_a_failed_lane_is_reported_by_its_own_error_not_the_barrier_it_broke() -> None:
+    # Given one lane that failed and one that met the barrier the failure broke
+    import threading
+    from concurrent.futures import Future
+
+    from bench.keyed_round import _gather
+
+    failed: Future = Future()
+    failed.set_exception(RuntimeError("claimed 3 of 20 jobs in round 7"))
+    broken: Future = Future()
+    broken.set_exception(threading.BrokenBarrierError())
+    # When their times are gathered (the broken one first)
+    # Then the lane's own error is raised
+    with pytest.raises(RuntimeError, match="claimed 3 of 20"):
+        _gather([broken, failed])
+
+
+def test_worker_round_splits_the_real_workers_rounds_on_sqlite(tmp_path, capsys) -> None:
+    # Given a fresh SQLite folder
+    from bench.worker_round import PARTS, main
+
+    # When the worker drains 400 jobs over 10 keys once
+    code = main(["--store", f"sqlite:///{tmp_path}/worker.db", "--jobs", "400",
+                 "--repeats", "1"])
+    # Then every part of the round has its row
+    out = capsys.readouterr().out
+    assert code == 0
+    assert all(part in out for part in PARTS), out
+
+
+def test_worker_round_counts_only_a_claim_one_write_and_the_next_claim() -> None:
+    # Given a claim, its write, a second write, then a claim, its write and the next claim
+    from bench.worker_round import Call, _lockstep_rounds
+
+    calls = [Call("claim", 0.0, 1.0), Call("write", 3.0, 4.0), Call("write", 4.5, 5.0),
+             Call("claim", 6.0, 7.0), Call("write", 9.0, 10.0), Call("claim", 10.5, 11.0)]
+    starts = [1.5, 2.0, 7.25, 8.0, 11.5]
+    # When they are split into rounds
+    rounds = _lockstep_rounds(calls, starts)
+    # Then only the second claim made one: claim 1, to first start 0.25, run 1.75, write 1,
+    # to next claim 0.5
+    assert rounds == [(1.0, 0.25, 1.75, 1.0, 0.5)]
