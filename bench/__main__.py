@@ -99,6 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if run.errors else 0
 
 
+def tool_parser(tool: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of ``python -m bench.<tool>``: its module docstring as the help, ``--store``
+    as ``python -m bench`` takes it (``default_stores`` when none is given)."""
+    p = argparse.ArgumentParser(prog=f"python -m bench.{tool}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", action="append", metavar="URL",
+                   help="store URL (repeatable); default: as python -m bench")
+    return p
+
+
 def default_stores(console: Console) -> list[str]:
     stores = ["sqlite://"]
     why = postgres_reachable(DEFAULT_POSTGRES_URL)

@@ -33,7 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 import leaseq
-from bench.__main__ import default_stores
+from bench.__main__ import default_stores, tool_parser
+from bench.stats import Summary
 from bench.targets import fresh, kind_of
 from bench.tasks import KEY_LIMIT, KEYS, QUEUE, TASK, WIDE_KEYS
 
@@ -142,10 +143,7 @@ def _no_op(job: leaseq.Job) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.keyed_round", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", action="append", metavar="URL",
-                   help="store URL (repeatable); default: as python -m bench")
+    p = tool_parser("keyed_round", __doc__)
     p.add_argument("--rounds", type=int, default=200, help="timed rounds per loop")
     p.add_argument("--repeats", type=int, default=3, help="loops per row (median shown)")
     p.add_argument("--lanes", type=int, action="append", default=[], metavar="N",
@@ -180,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _median(runs: list[Round], field: Callable[[Round], float], form: str) -> str:
-    values = sorted(field(r) for r in runs)
-    return (f"{form.format(statistics.median(values))} "
-            f"[{form.format(values[0])}–{form.format(values[-1])}]")
+    return Summary.of([field(r) for r in runs]).text(form)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ class Summary:
             raise ValueError("no measurements to summarise")
         return cls(statistics.median(values), min(values), max(values), tuple(values))
 
+    def text(self, form: str = "{}") -> str:
+        """``median [low–high]``, each number written with ``form`` (a ``str.format``)."""
+        return f"{form.format(self.median)} [{form.format(self.low)}–{form.format(self.high)}]"
+
     def to_dict(self) -> dict[str, object]:
         return {"median": self.median, "min": self.low, "max": self.high, "runs": list(self.runs)}
 

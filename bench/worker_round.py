@@ -34,7 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 import leaseq
-from bench.__main__ import default_stores
+from bench.__main__ import default_stores, tool_parser
+from bench.stats import Summary
 from bench.targets import fresh, kind_of
 from bench.tasks import KEY_LIMIT, KEYS, QUEUE, TASK
 from leaseq.app import App
@@ -116,10 +117,7 @@ def _lockstep_rounds(calls: list[Call], starts: list[float]) -> list[tuple[float
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.worker_round", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", action="append", metavar="URL",
-                   help="store URL (repeatable); default: as python -m bench")
+    p = tool_parser("worker_round", __doc__)
     p.add_argument("--jobs", type=int, default=10_000, help="jobs per drain")
     p.add_argument("--repeats", type=int, default=3, help="drains per store (median shown)")
     return p.parse_args(argv)
@@ -147,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _median(values: list[float], form: str) -> str:
-    values = sorted(values)
-    return (f"{form.format(statistics.median(values))} "
-            f"[{form.format(values[0])}–{form.format(values[-1])}]")
+    return Summary.of(values).text(form)
 
 
 if __name__ == "__main__":
