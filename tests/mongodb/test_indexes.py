@@ -109,6 +109,10 @@ QUERIES = {
     "claim of one key": (documents.claimable_keyed("k", 0), documents.CLAIM_SORT),
     "key counts": (documents.key_counts(0)[0]["$match"], []),
     "keys running": (documents.keys_running(["a", "b"])[0]["$match"], []),
+    # The key walk's keys: KEYED_INDEX must hold them in key order right after the status
+    # (what lets the server answer the $group with one seek per key).
+    "pending keys": (documents.pending_keys()[0]["$match"], [("concurrency_key", 1)]),
+    "processing key counts": (documents.key_counts(0, processing_only=True)[0]["$match"], []),
     "ready": (documents.ready(0)[0]["$match"], []),
     "in_flight": (documents.in_flight(0), []),
     "outbox_due": (documents.outbox_due(0), documents.OUTBOX_SORT),
@@ -131,6 +135,25 @@ QUERIES = {
 def test_every_query_builder_is_served_by_a_job_index(name):
     query, sort = QUERIES[name]
     assert indexes.unserved(query, sort, JOBS) == []
+
+
+#: The queries no job index but the partial KEYED_INDEX serves.
+KEYED_ONLY = sorted(name for name, (query, sort) in QUERIES.items() if indexes.unserved(
+    query, sort, [keys for keys in JOBS if keys != indexes.KEYED_INDEX]))
+
+
+def test_the_key_walk_and_the_key_counts_are_the_queries_only_the_keyed_index_serves():
+    assert KEYED_ONLY == ["claim of one key", "key counts", "keys running", "pending keys",
+                          "processing key counts"]
+
+
+@pytest.mark.parametrize("name", KEYED_ONLY)
+def test_a_query_that_only_the_partial_keyed_index_serves_carries_its_filter(name):
+    # MongoDB uses a partial index only for a query that implies its partialFilterExpression:
+    # without it the server would read every job for the key walk.
+    query, _ = QUERIES[name]
+    for branch in indexes.branches(query):
+        assert ("concurrency_key", documents.HAS_KEY["concurrency_key"]) in branch, branch
 
 
 def test_the_journal_query_is_served_by_the_journal_index():

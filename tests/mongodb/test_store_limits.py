@@ -74,7 +74,7 @@ def test_a_key_limited_claim_takes_the_queues_front_when_the_limits_let_it_run(d
 
 def test_a_key_limited_claim_walks_the_keys_when_full_keys_fill_the_front(db, store):
     # Given a front (a whole window) of one full key, and behind it jobs without a key and of
-    # two more keys, one of them full
+    # two more keys: a (one running) and c (full, none pending)
     db[LIMITS].answer("find_one_and_update", gate())
     full_front = [{"_id": f"b{i}", "priority": 9, "lease_until": T0, "concurrency_key": "b"}
                   for i in range(2 * 3 + UNKEYED_SCAN)]
@@ -82,20 +82,44 @@ def test_a_key_limited_claim_walks_the_keys_when_full_keys_fill_the_front(db, st
                  [{"_id": "u1", "priority": 0, "lease_until": T0},
                   {"_id": "k1", "priority": 9, "lease_until": T0, "concurrency_key": "a"}],
                  [{"_id": "a1", "priority": 5, "lease_until": T0, "concurrency_key": "a"}])
-    db[Q].answer("aggregate", [{"_id": "b", "running": 2}],
-                 [{"_id": "a", "running": 1, "ready": 3}, {"_id": "b", "running": 2, "ready": 4},
-                  {"_id": "c", "running": 0, "ready": 0}])
+    db[Q].answer("aggregate", [{"_id": "b", "running": 2}],  # the front's keys
+                 [{"_id": "b"}, {"_id": "a"}],  # keys with pending jobs
+                 [{"_id": "a", "running": 1, "ready": 0}, {"_id": "c", "running": 2, "ready": 1},
+                  {"_id": "b", "running": 2, "ready": 0}])  # keys with processing jobs
     db[Q].answer("find_one_and_update", job("a1"), job("u1"))
     # When it claims up to 3
     jobs = store.claim("q", "w", 3, 60, KEYS)
     # Then it walks the keys: key a's one free slot and the unkeyed job, best priority first
     assert [j.id for j in jobs] == ["a1", "u1"]
     assert claimed_ids(db) == ["a1", "u1"]
-    # Only the free key was walked: after the front, one find for unkeyed, one for key "a"
+    # The keys came from the pending jobs' keys and the processing jobs' counts
+    walk = [a[0] for a, _ in db.of(Q, "aggregate")[1:]]
+    assert walk == [documents.pending_keys(), documents.key_counts(0, processing_only=True)]
+    # Only the key with a free slot was walked (c has a lapsed lease, but no slot): after the
+    # front, one find for jobs without a key, one for key "a"
     finds = db.of(Q, "find")
     assert len(finds) == 3 and finds[2][0][0] == documents.claimable_keyed("a", 0)
+    assert finds[2][1]["limit"] == 1
     # And the next claims of the queue walk the keys at once, without reading the front
     assert not store._front_first.worth_reading(Q)
+
+
+def test_a_key_walk_takes_a_lapsed_job_of_a_key_with_nothing_pending(db, store):
+    # Given a front full of one full key, and a key "d" with no pending job but one processing
+    # job whose lease ran out (claimable again), below its limit
+    db[LIMITS].answer("find_one_and_update", gate())
+    full_front = [{"_id": f"b{i}", "priority": 9, "lease_until": T0, "concurrency_key": "b"}
+                  for i in range(2 * 1 + UNKEYED_SCAN)]
+    db[Q].answer("find", full_front, [],
+                 [{"_id": "d1", "priority": 0, "lease_until": T0, "concurrency_key": "d"}])
+    db[Q].answer("aggregate", [{"_id": "b", "running": 2}], [{"_id": "b"}],
+                 [{"_id": "b", "running": 2, "ready": 0}, {"_id": "d", "running": 1, "ready": 1}])
+    db[Q].answer("find_one_and_update", job("d1", lease_epoch=2))
+    # When it claims one
+    jobs = store.claim("q", "w", 1, 60, KEYS)
+    # Then the walk found key d through its processing count and took its lapsed job
+    assert [j.id for j in jobs] == ["d1"]
+    assert db.of(Q, "find")[2][0][0] == documents.claimable_keyed("d", 0)
 
 
 def test_a_rate_limited_claim_takes_the_room_left_and_logs_its_stamps(db, store):
@@ -194,6 +218,34 @@ def test_key_counts_ready_is_the_claimable_filter(sample):
     doc = {"_id": "j", "concurrency_key": "a", **sample}
     assert truthy(evaluate(ready, doc, T0)) == matches(documents.claimable(0), doc, T0)
     assert truthy(evaluate(running, doc, T0)) == (sample["status"] == "processing")
+
+
+@pytest.mark.parametrize("sample, listed", [
+    ({"status": "pending", "concurrency_key": "a"}, True),
+    ({"status": "processing", "concurrency_key": "a"}, False),
+    ({"status": "pending", "concurrency_key": 7}, False),
+    ({"status": "pending", "concurrency_key": None}, False),
+    ({"status": "pending"}, False),
+    ({"status": "done", "concurrency_key": "a"}, False),
+])
+def test_pending_keys_lists_the_string_keys_of_pending_jobs(sample, listed):
+    match, group = documents.pending_keys()
+    assert matches(match["$match"], {"_id": "j", **sample}, T0) is listed
+    # Each key once, and nothing else: the group holds the key alone (a distinct scan's shape)
+    assert group == {"$group": {"_id": "$concurrency_key"}}
+
+
+@pytest.mark.parametrize("sample, counted", [
+    ({"status": "processing", "concurrency_key": "a"}, True),
+    ({"status": "pending", "concurrency_key": "a"}, False),
+    ({"status": "processing", "concurrency_key": 7}, False),
+    ({"status": "processing"}, False),
+])
+def test_the_key_walks_counts_read_only_processing_keyed_jobs(sample, counted):
+    match = documents.key_counts(0, processing_only=True)[0]["$match"]
+    assert matches(match, {"_id": "j", **sample}, T0) is counted
+    # And they count as key_counts does
+    assert documents.key_counts(0, processing_only=True)[1] == documents.key_counts(0)[1]
 
 
 @pytest.mark.parametrize("sample, counted", [

@@ -157,6 +157,15 @@ def live_keyed() -> Doc:
     return {"status": {"$in": [PENDING, PROCESSING]}, **HAS_KEY}
 
 
+def pending_keys() -> list[Doc]:
+    """The keys of pending jobs, each once (the key walk of a key-limited claim). A ``$group``
+    on the key alone after an equality on ``status``: ``KEYED_INDEX`` holds the keys in order
+    right after ``status``, so the server can answer it with one seek per key (a distinct
+    scan) rather than a read of every pending job's index entry: a backlog's size is not its
+    cost."""
+    return [{"$match": {"status": PENDING, **HAS_KEY}}, {"$group": {"_id": "$concurrency_key"}}]
+
+
 def keys_running(keys: list[str]) -> list[Doc]:
     """Per key of ``keys``: how many of its jobs are processing (a key-limited claim's front,
     ``limited._front_ids``). Served by ``KEYED_INDEX`` (its ``status`` and key prefix)."""
@@ -166,11 +175,14 @@ def keys_running(keys: list[str]) -> list[Doc]:
     ]
 
 
-def key_counts(offset_s: float) -> list[Doc]:
-    """Per key with live jobs: how many are processing and how many are claimable."""
+def key_counts(offset_s: float, processing_only: bool = False) -> list[Doc]:
+    """Per key with live jobs: how many are processing and how many are claimable. It reads
+    every live keyed job's index entry (``held_back``); ``processing_only``: every processing
+    keyed job's, as many as run at once whatever the backlog (the key walk of a key-limited
+    claim: the keys of its jobs whose lease ran out, and every key's running count)."""
     ready = {"$or": [branch_expr(b, offset_s) for b in claimable(offset_s)["$or"]]}
     return [
-        {"$match": live_keyed()},
+        {"$match": {"status": PROCESSING, **HAS_KEY} if processing_only else live_keyed()},
         {"$group": {"_id": "$concurrency_key",
                     "running": {"$sum": {"$cond": [{"$eq": ["$status", PROCESSING]}, 1, 0]}},
                     "ready": {"$sum": {"$cond": [ready, 1, 0]}}}},

@@ -12,10 +12,13 @@ What it costs: one transaction per claim instead of one per job, the limits docu
 on every claim (all of a queue's limited claims take turns on it, retried on conflict). A
 key-limited claim reads the queue's front first (``_front_ids``: one ``find`` of its first
 ``window_size`` claimable jobs, one ``aggregate`` of their keys' running jobs), which decides
-the claim whenever the limits let enough of it run; otherwise the key walk reads each live
-keyed job's index entry (a ``$group`` over ``KEYED_INDEX``), where the SQL stores seek once
-per key. Without transactions (a standalone server) the limits cannot be enforced: ``claim``
-raises ``UnsupportedOperation``.
+the claim whenever the limits let enough of it run; otherwise it walks the keys: the keys of
+pending jobs (``documents.pending_keys``, a ``$group`` on the key after an equality on
+``status``, which ``KEYED_INDEX`` can answer with one seek per key, as the SQL stores' walk
+seeks), the running counts read from the processing jobs (as many as run at once, whatever
+the backlog), and each key's first claimable jobs up to its free slots. Without
+transactions (a standalone server) the limits cannot be enforced: ``claim`` raises
+``UnsupportedOperation``.
 
 Mixed into ``MongoStore`` (see store.py), after ``WorkerWrites``.
 """
@@ -126,10 +129,15 @@ class LimitedClaims:
         found = [d for d in coll.find(claimable, CANDIDATE, sort=order,
                                       limit=room + UNKEYED_SCAN, session=session)
                  if d.get("concurrency_key") is None][:room]
-        for slot in coll.aggregate(documents.key_counts(self._off), session=session):
-            free = min(free_slots(limits.key_limit, slot["running"]), room)
-            if free and slot["ready"]:
-                found += coll.find(documents.claimable_keyed(slot["_id"], self._off), CANDIDATE,
+        pending = {k["_id"] for k in coll.aggregate(documents.pending_keys(), session=session)}
+        counts = {c["_id"]: c for c in coll.aggregate(
+            documents.key_counts(self._off, processing_only=True), session=session)}
+        # The keys with pending jobs, and those with a processing job whose lease ran out
+        for key in sorted(pending | {key for key, c in counts.items() if c["ready"]}):
+            running = counts[key]["running"] if key in counts else 0
+            free = min(free_slots(limits.key_limit, running), room)
+            if free:
+                found += coll.find(documents.claimable_keyed(key, self._off), CANDIDATE,
                                    sort=order, limit=free, session=session)
         found.sort(key=_claim_order)
         return [d["_id"] for d in found[:room]]
