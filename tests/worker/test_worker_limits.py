@@ -249,9 +249,11 @@ def test_a_worker_whose_key_limited_claim_came_back_short_waits_for_its_own_fini
     app, blocked, gate = gated_app(url, {"key_limit": 1})
     q = app.queue("limited")
     worker, clock, claims = still_worker(app, monkeypatch)
+    # (Enqueued before the worker starts, so that its first claim takes it: a first claim
+    # that ran before the enqueue would count an empty claim first.)
+    blocked.enqueue(job_id="first", concurrency_key="k")
     try:
         with worker_thread(worker):
-            blocked.enqueue(job_id="first", concurrency_key="k")
             wait_until(lambda: q.counts().get("processing") == 1, what="the first job")
             wait_until(lambda: claims and claims[-1] == 1, what="its claim")
             # When more jobs of the key arrive (each wakes the worker) while it runs
@@ -298,9 +300,11 @@ def test_a_worker_rechecks_a_full_key_only_once_its_own_job_being_finished_has_s
     monkeypatch.setattr(store, "complete_many", held)
     q = app.queue("limited")
     worker, clock, claims = still_worker(app, monkeypatch, idle_max_s=1.0)
+    # (Enqueued before the worker starts, so that its first claim takes it: a first claim
+    # that ran before the enqueue would count an empty claim first.)
+    quick.enqueue(job_id="first", concurrency_key="k")
     try:
         with worker_thread(worker):
-            quick.enqueue(job_id="first", concurrency_key="k")
             wait_until(writing.is_set, what="the first job's completion")
             assert claims == [1]  # short of its 4 slots
             # When more jobs of the key arrive (each wakes the worker), and idle_min_s passes
