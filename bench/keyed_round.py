@@ -66,7 +66,7 @@ def one_loop(url: str, keys: int, rounds: int, pool: ThreadPoolExecutor,
         with leaseq.connect(target.url) as store:
             # Lanes need not take their keys in turn, as one lockstep claim does: half as many
             # jobs again, so that no key runs dry before the last round.
-            _fill(_queue(store, keys), keys, needed if lanes == 1 else needed * 3 // 2)
+            fill(_queue(store, keys), keys, needed if lanes == 1 else needed * 3 // 2)
         warm = threading.Barrier(lanes + 1)
         with ThreadPoolExecutor(lanes) as runs:
             times = [runs.submit(_lane, target.url, keys, BATCH // lanes, rounds, warm, pool)
@@ -84,7 +84,8 @@ def _queue(store: leaseq.Store, keys: int) -> leaseq.Queue:
     return store.queue(QUEUE, **({"key_limit": KEY_LIMIT} if keys else {}))
 
 
-def _fill(queue: leaseq.Queue, keys: int, total: int) -> None:
+def fill(queue: leaseq.Queue, keys: int, total: int) -> None:
+    """Enqueue ``total`` no-op jobs ``j0``… spread over ``keys`` keys in turn (0: no key)."""
     for start in range(0, total, 1000):
         queue.enqueue_many([
             queue.spec(f"j{i}", {"i": i}, task=TASK,

@@ -35,6 +35,7 @@ from rich.table import Table
 
 import leaseq
 from bench.__main__ import default_stores, tool_parser
+from bench.keyed_round import fill
 from bench.stats import Summary
 from bench.targets import fresh, kind_of
 from bench.tasks import KEY_LIMIT, KEYS, QUEUE, TASK
@@ -70,11 +71,7 @@ def one_drain(url: str, jobs: int) -> Drain:
         def noop(i: int) -> None:
             starts.append(time.perf_counter())  # list.append: safe from the slots' threads
 
-        queue = app.queue(QUEUE)
-        for first in range(0, jobs, 1000):
-            queue.enqueue_many([queue.spec(f"j{i}", {"i": i}, task=TASK,
-                                           concurrency_key=f"key-{i % KEYS}")
-                                for i in range(first, min(first + 1000, jobs))])
+        fill(app.queue(QUEUE), KEYS, jobs)
         calls: list[Call] = []
         # On this store object only: the worker's claims and its completer's writes.
         store.claim = _timed(store.claim, "claim", calls)  # type: ignore[method-assign]
