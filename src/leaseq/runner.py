@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -361,25 +361,61 @@ class Runner:
 
 class LoopThread:
     """One event loop for every ``async def`` handler, in its own daemon thread, started on
-    first use (a worker with only sync tasks never starts it)."""
+    first use (a worker with only sync tasks never starts it).
+
+    ``submit`` and ``stop`` take turns under one lock, so a coroutine is either handed to the
+    loop before its stop is queued, or to a new loop after it: never left in the queue of a
+    loop that stopped. The stop cancels every task still on the loop, waits for them to end,
+    then closes the loop: nothing it was given is dropped unstarted."""
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def get(self) -> asyncio.AbstractEventLoop:
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        """Run ``coro`` on the loop (``asyncio.run_coroutine_threadsafe``)."""
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="leaseq-async",
-                                 daemon=True).start()
-            return self._loop
+                self._thread = threading.Thread(target=_serve, args=(self._loop,),
+                                                name="leaseq-async", daemon=True)
+                self._thread.start()
+            return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def stop(self) -> None:
+        """Cancel what runs on the loop, then stop and close it (in its thread; this call
+        does not wait: ``join`` does)."""
         with self._lock:
             loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            if loop is not None:
+                loop.call_soon_threadsafe(loop.create_task, _cancel_all_then_stop())
+
+    def join(self, timeout_s: float | None = None) -> None:
+        """Wait for the last loop's thread to end (after ``stop``)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+async def _cancel_all_then_stop() -> None:
+    """The loop's last task: cancel every other one (a task whose coroutine never started is
+    closed by it), wait for them all, then stop the loop."""
+    this = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not this]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    asyncio.get_running_loop().stop()
 
 
 class _Invalid(Exception):

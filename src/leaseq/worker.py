@@ -393,7 +393,7 @@ class Worker(LeaseClock, Lifecycle):
         task = item.task
         if task is not None and task.is_async:
             coro = self._runner.run_async(item, self._finish_off_loop)
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
+            future = self._loop.submit(coro)
             item.future = future
             future.add_done_callback(functools.partial(self._landed, item))
         else:
@@ -436,6 +436,9 @@ class Worker(LeaseClock, Lifecycle):
             if not item.abandoned:  # an abandoned job's slot was freed already
                 self._running -= 1
         self._prefetch.finished(self.clock() - item.slot_taken_at)
+        if future.cancelled():
+            # by a give-back, or by the stop of the handlers' loop: then it goes back now
+            self._give_back(item, SHUTDOWN_REASON)
         error = None if future.cancelled() else future.exception()
         if future.cancelled() or error is not None or future.result() != COMPLETING:
             if error is not None:

@@ -3,6 +3,7 @@ stop gives in-flight jobs back."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -227,3 +228,25 @@ def test_a_job_whose_handler_never_started_is_given_back_free(app: leaseq.App) -
     assert waited is not None and (waited.status, waited.attempts, waited.givebacks) == (
         "pending", 0, 0)
     assert events(q, waited.id)[-1] == "given_back"
+
+
+def test_an_async_job_cut_off_by_the_stop_of_its_loop_is_given_back(app: leaseq.App) -> None:
+    # Given an async handler that awaits for longer than the test runs
+    started = threading.Event()
+
+    @app.task(queue="work")
+    async def waits(job: leaseq.Job) -> None:
+        if job.attempt == 1 and job.givebacks == 0:
+            started.set()
+            await asyncio.sleep(60)
+
+    waits.enqueue(job_id="w")
+    q = app.queue("work")
+    with running(app) as worker:
+        assert started.wait(10)
+        # When the handlers' loop stops under it (the worker's shutdown stops it last)
+        worker._loop.stop()
+        # Then the job is given back at once, not left to its lease, and runs again
+        wait_until(lambda: q.get("w").status == "done",  # type: ignore[union-attr]
+                   what="the job to be given back and run again", timeout_s=10)
+    assert events(q, "w").count("given_back") == 1

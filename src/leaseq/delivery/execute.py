@@ -119,7 +119,7 @@ class AppExecutor:
         if item.task is None or not item.task.is_async:
             return self._runner.run_sync(item)
         coro = self._runner.run_async(item, _in_thread)
-        item.future = asyncio.run_coroutine_threadsafe(coro, self._loop.get())
+        item.future = self._loop.submit(coro)
         try:
             return str(item.future.result())
         except CancelledError:
