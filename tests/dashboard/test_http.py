@@ -119,6 +119,31 @@ def test_per_action_permissions(client: TestClient, store: Store) -> None:
     assert store.journal("mail", "f-1")[-1].reason == "by canceller"
 
 
+def test_a_form_asks_only_for_its_own_routes_actions(client: TestClient, store: Store) -> None:
+    # Given a user allowed only to cancel, and a failed job and a paused schedule
+    who = basic("canceller", "pw")
+    token = csrf(client, who)
+    assert store.pause_schedule("nightly-digest", True)
+    # When they name their own action on another route's form
+    edit = client.post("/edit", headers=who, data={
+        "csrf_token": token, "action": "cancel", "queue": "mail", "job_id": "f-1",
+        "payload": '{"to": "attacker@example.com"}'})
+    resume = client.post("/schedule", headers=who, data={
+        "csrf_token": token, "action": "cancel", "name": "nightly-digest"})
+    # Then neither form takes it: the edit needs "edit", the schedule "pause"
+    assert (edit.status_code, resume.status_code) == (400, 400)
+    job = store.get("mail", "f-1")
+    assert job is not None and job.status == "failed"
+    assert "attacker@example.com" not in str(job.payload)
+    assert store.schedule_state("nightly-digest").paused  # type: ignore[union-attr]
+    # And an action no form has is refused on the bulk forms too, for every user
+    admin = csrf(client, ADMIN)
+    for path in ("/action", "/bulk"):
+        odd = client.post(path, headers=ADMIN, data={
+            "csrf_token": admin, "action": "pause", "queue": "mail", "job_id": "f-1"})
+        assert odd.status_code == 400, path
+
+
 def test_a_post_without_the_csrf_token_or_from_another_site_is_refused(
     client: TestClient, store: Store
 ) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -36,7 +36,9 @@ from starlette.staticfiles import StaticFiles
 from leaseq import validate
 from leaseq.browse import SNAPSHOT_MAX, BulkAction, JobFilter
 from leaseq.dashboard.security import (
-    NEEDS,
+    BULK_ASKS,
+    EDIT_ASKS,
+    SCHEDULE_ASKS,
     SESSION_COOKIE,
     Access,
     Auth,
@@ -71,8 +73,8 @@ def create_app(store: Store, auth: Auth | None = None, permissions: Permissions 
     ``user → one of those``."""
     ui = Dashboard(store, auth, permissions, redactor, sse_every_s)
     static = resources.files("leaseq.dashboard").joinpath("static")
-    routes = [Route(path, ui.handle(handler), methods=methods)
-              for path, handler, methods in ui.routes()]
+    routes = [Route(path, ui.handle(handler, asks), methods=["POST" if asks else "GET"])
+              for path, handler, asks in ui.routes()]
     app = Starlette(routes=routes)
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     app.state.dashboard = ui
@@ -94,21 +96,24 @@ class Dashboard:
                                autoescape=select_autoescape(default=True))
         self.env.filters["duration"] = format_duration
 
-    def routes(self) -> list[tuple[str, Callable[..., Any], list[str]]]:
+    def routes(self) -> list[tuple[str, Callable[..., Any], Mapping[str, str] | None]]:
+        """Each page: its path, its handler, and for a POST form what it may ask (``*_ASKS``);
+        None for a GET page."""
         return [
-            ("/", self.overview, ["GET"]), ("/jobs", self.jobs, ["GET"]),
-            ("/job/{queue}/{job_id:path}", self.job, ["GET"]),
-            ("/quarantine", self.quarantine, ["GET"]), ("/workers", self.workers, ["GET"]),
-            ("/health", self.health, ["GET"]), ("/api/stats", self.api_stats, ["GET"]),
-            ("/events", self.events, ["GET"]), ("/action", self.action, ["POST"]),
-            ("/bulk", self.bulk_count, ["POST"]), ("/bulk/confirm", self.bulk_confirm, ["POST"]),
-            ("/edit", self.edit, ["POST"]), ("/login", self.no_login, ["GET"]),
-            ("/schedules", self.schedules, ["GET"]), ("/schedule", self.pause, ["POST"]),
+            ("/", self.overview, None), ("/jobs", self.jobs, None),
+            ("/job/{queue}/{job_id:path}", self.job, None),
+            ("/quarantine", self.quarantine, None), ("/workers", self.workers, None),
+            ("/health", self.health, None), ("/api/stats", self.api_stats, None),
+            ("/events", self.events, None), ("/action", self.action, BULK_ASKS),
+            ("/bulk", self.bulk_count, BULK_ASKS), ("/bulk/confirm", self.bulk_confirm, BULK_ASKS),
+            ("/edit", self.edit, EDIT_ASKS), ("/login", self.no_login, None),
+            ("/schedules", self.schedules, None), ("/schedule", self.pause, SCHEDULE_ASKS),
         ]
 
     # --- the guard --------------------------------------------------------------------------
 
-    def handle(self, handler: Callable[..., Any]) -> Callable[[Request], Any]:
+    def handle(self, handler: Callable[..., Any],
+               asks: Mapping[str, str] | None) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             if request.scope["path"] == _root(request) + "/login" and \
                     isinstance(self.auth, LoginToken):
@@ -119,8 +124,8 @@ class Dashboard:
             access = resolve(self.permissions, user)
             if access is None:
                 return PlainTextResponse("forbidden", 403, headers=_headers())
-            if request.method == "POST":
-                refused = await self._check_post(request, access)
+            if asks is not None:
+                refused = await self._check_post(request, access, asks)
                 if refused is not None:
                     return refused
             try:
@@ -149,15 +154,20 @@ class Dashboard:
                             path=_root(request) or "/")
         return response
 
-    async def _check_post(self, request: Request, access: Access) -> Response | None:
+    async def _check_post(self, request: Request, access: Access,
+                          asks: Mapping[str, str]) -> Response | None:
+        """The CSRF check, then the permission the form's action needs on this route."""
         form = await request.form()
         request.state.form = form
         token = str(form.get("csrf_token", ""))
         if not same_origin_post(request) or not secrets.compare_digest(
                 token.encode(), csrf_token(self.secret, access.user).encode()):
             return PlainTextResponse("refused: CSRF check failed", 403, headers=_headers())
-        wanted = str(form.get("action", "edit" if request.url.path.endswith("/edit") else ""))
-        if not access.may(NEEDS.get(wanted, wanted)):
+        needed = asks.get(str(form.get("action", "")))
+        if needed is None:
+            return PlainTextResponse("refused: this form has no such action", 400,
+                                     headers=_headers())
+        if not access.may(needed):
             return PlainTextResponse("refused: not permitted", 403, headers=_headers())
         return None
 

@@ -18,8 +18,12 @@ from starlette.requests import Request
 #: The actions a permission can grant ("pause" covers pausing and resuming a schedule).
 #: Reading is granted by being let in at all.
 ACTIONS = frozenset({"requeue", "cancel", "delete", "edit", "pause"})
-#: A form's action → the permission it needs, where the two differ.
-NEEDS = {"resume": "pause"}
+#: What each kind of POST form may ask: its ``action`` field (absent: "") → the permission that
+#: needs. A route honours only its own kind's actions: a form that names another route's
+#: action is refused, never checked against that action's permission.
+BULK_ASKS = {"requeue": "requeue", "cancel": "cancel", "delete": "delete"}
+EDIT_ASKS = {"": "edit"}
+SCHEDULE_ASKS = {"pause": "pause", "resume": "pause"}
 SESSION_COOKIE = "leaseq_session"
 
 #: ``auth(request)`` → the user's name, or None when the request is not signed in.
