@@ -9,6 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
+from leaseq import validate
 from leaseq.deprecated import module_getattr
 
 # LeaseLost lives with the other errors; it is imported from here too, where it always was.
@@ -222,7 +223,7 @@ class Retry(Exception):
 
     def __init__(self, reason: str = "retry requested", *, delay_s: float | None = None):
         super().__init__(reason)
-        self.delay_s = delay_s
+        self.delay_s = _delay_or_none(delay_s)
 
 
 class Permanent(Exception):
@@ -243,7 +244,14 @@ class Snooze(Exception):
 
     def __init__(self, delay_s: float | None = None, reason: str = "snoozed"):
         super().__init__(reason)
-        self.delay_s = delay_s
+        self.delay_s = _delay_or_none(delay_s)
+
+
+def _delay_or_none(delay_s: float | None) -> float | None:
+    """A ``Retry``'s or ``Snooze``'s delay, checked where the handler raises it: a bad one is
+    an ``InvalidInput`` from the handler (a failed attempt, retried with the backoff), not a
+    write the store refuses after the handler is gone."""
+    return None if delay_s is None else validate.delay_s(delay_s)
 
 
 def snoozed_too_often(snoozes: int) -> str:

@@ -125,7 +125,7 @@ class Runner:
             try:
                 # a job with no task never gets here: ``_prepare`` made it invalid
                 value = item.task.func(**kwargs)  # type: ignore[union-attr]
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: a failed attempt, written as such
                 ran = Ran(error=exc, duration_s=self.clock() - started)
             else:
                 ran = Ran(value=value, duration_s=self.clock() - started)
@@ -144,7 +144,7 @@ class Runner:
                 value = await item.task.func(**kwargs)  # type: ignore[union-attr]
             except asyncio.CancelledError:
                 raise  # the worker gave the job back (drain); nothing to write
-            except Exception as exc:
+            except BaseException as exc:  # as in run_sync
                 ran = Ran(error=exc, duration_s=self.clock() - started)
             else:
                 ran = Ran(value=value, duration_s=self.clock() - started)

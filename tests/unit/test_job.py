@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaseq.errors import JobConflict, JobNotFound, LeaseqError
+from leaseq.errors import InvalidInput, JobConflict, JobNotFound, LeaseqError
 from leaseq.job import (
     EnqueueOutcome,
     Failure,
@@ -98,7 +98,7 @@ def test_to_dict_is_json_ready() -> None:
     assert json.loads(json.dumps(out))["payload"] == {"path": "a.png"}
 
 
-def test_outcome_exceptions_carry_their_values() -> None:
+def test_outcome_exceptions_carry_their_values_and_refuse_a_bad_delay() -> None:
     assert Retry().delay_s is None
     assert Retry("later", delay_s=5).delay_s == 5
     assert Permanent("bad file").reason == "bad file"
@@ -106,6 +106,11 @@ def test_outcome_exceptions_carry_their_values() -> None:
     assert (snooze.delay_s, str(snooze)) == (30, "snoozed")
     assert Snooze().delay_s is None  # the policy's snooze_s
     assert Snooze(0).delay_s == 0  # an explicit 0 stays allowed
+    for bad in (-1, float("nan"), float("inf"), "5", True):
+        with pytest.raises(InvalidInput, match="delay_s"):
+            Retry(delay_s=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match="delay_s"):
+            Snooze(bad)  # type: ignore[arg-type]
 
 
 def test_safe_reason_is_type_and_last_500_characters() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from worker_helpers import events, running, wait_until
@@ -113,6 +114,27 @@ def test_unexpected_exception_until_attempts_are_spent_ends_exhausted(app: lease
     assert job.error == "RuntimeError: decoder crashed"
     assert _counter(worker, "leaseq_processed_total", queue="work", outcome="retried") == 2
     assert _counter(worker, "leaseq_processed_total", queue="work", outcome="exhausted") == 1
+
+
+@pytest.mark.parametrize("outcome", [
+    lambda: leaseq.Retry("soon", delay_s=-1), lambda: leaseq.Snooze(float("nan")),
+    lambda: SystemExit(3)])
+def test_a_handler_that_raises_a_bad_outcome_or_exits_fails_its_attempt(
+    app: leaseq.App, outcome: Callable[[], BaseException]
+) -> None:
+    # Given a handler that raises a retry or snooze with a delay no store takes, or exits
+    @app.task(queue="work", max_attempts=1)
+    def bad(job: leaseq.Job) -> None:
+        raise outcome()
+
+    bad.enqueue(job_id="b")
+    # When a burst worker runs it
+    burst(app)
+    # Then its attempt is written as failed at once, with the reason; it is not left
+    # processing for its lease to run out
+    job = app.queue("work").get("b")
+    assert job is not None and (job.status, job.failure) == ("failed", "exhausted")
+    assert ("delay_s must be" in (job.error or "")) or ("SystemExit" in (job.error or ""))
 
 
 @pytest.mark.parametrize("raised", [leaseq.Permanent("bad input"), ValueError("bad input")])
