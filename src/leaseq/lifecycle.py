@@ -20,7 +20,7 @@ from leaseq.heartbeat import Heartbeat
 from leaseq.job import LeaseLost
 from leaseq.logfields import job_fields, queue_fields
 from leaseq.queue import Queue
-from leaseq.runner import InFlight, LoopThread, Runner
+from leaseq.runner import InFlight, LoopThread, Runner, in_new_thread
 from leaseq.signals import DrainThenExit
 from leaseq.stores.base import Store
 
@@ -63,9 +63,18 @@ class Lifecycle:
                                         thread_name_prefix="leaseq-job")
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="leaseq-finish")
         self._completer = self._runner.completer = Completer()
-        finisher = self._finisher
-        self._runner.fallback = lambda fn: finisher.submit(fn)
+        self._runner.fallback = self._write_again
         self._heartbeat.start()
+
+    def _write_again(self, write: Callable[[], None]) -> None:
+        """A write the completer could not make, tried again off its thread: on the finisher,
+        or on a thread of its own once the finisher is shut down (a handler that outlived
+        the worker)."""
+        try:
+            assert self._finisher is not None  # made with the completer, in _start
+            self._finisher.submit(write)
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            in_new_thread(write)
 
     def _start_scheduler(self) -> Callable[[], None]:
         """The scheduler in a thread of its own when the app has schedules; returns its stop."""
@@ -141,15 +150,22 @@ class Lifecycle:
                                    len(self._snapshot()))
 
     def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._loop.stop()
+        self._finish_writes()
         self._heartbeat.stop()
         with contextlib.suppress(LeaseqError):  # a killed worker is pruned by the sweeper
             self.store.unregister_worker(self.worker_id)
-        for pool in (self._pool, self._finisher):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
-        self._loop.stop()
+
+    def _finish_writes(self) -> None:
+        """The completer's last batch, then what it handed on to the finisher (a write the
+        store refused, tried again within the runner's bounded retries), under heartbeat: a
+        completion is never dropped because its thread was shut down first."""
         if self._completer is not None:
             self._completer.close()
+        if self._finisher is not None:
+            self._finisher.shutdown(wait=True)
 
     def _install_signals(self) -> Callable[[], None]:
         """SIGTERM / SIGINT drain the worker, a second one ends it at once

@@ -43,7 +43,7 @@ FINISH_EVENTS = frozenset({JournalEvent.RESULT_SAVED, JournalEvent.QUARANTINED,
                            JournalEvent.GIVEN_BACK})
 
 
-def _in_new_thread(fn: Callable[[], None]) -> None:
+def in_new_thread(fn: Callable[[], None]) -> None:
     threading.Thread(target=fn, name="leaseq-finish-again", daemon=True).start()
 
 
@@ -100,7 +100,7 @@ class Ran:
 class Runner:
     def __init__(self, app: App, metrics: Metrics, *, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, completer: Completer | None = None,
-                 fallback: Callable[[Callable[[], None]], object] = _in_new_thread,
+                 fallback: Callable[[Callable[[], None]], object] = in_new_thread,
                  on_settled: Callable[[InFlight], None] = _nothing):
         self.completer = completer
         """Batches plain completions into one statement; None writes each on its own."""

@@ -71,3 +71,47 @@ def test_a_job_is_in_flight_until_its_batch_committed(app: leaseq.App) -> None:
         gate.set()
         wait_until(lambda: q.is_finished("j") and not worker.in_flight(), what="j settled")
     assert q.get("j").status == "done"  # type: ignore[union-attr]
+
+
+def test_a_batch_refused_as_the_worker_shuts_down_is_still_written(app: leaseq.App) -> None:
+    # Given a store whose first batch completion waits, then fails as if the database were away
+    store = app.store
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+    batch_write = store.complete_many
+
+    def late_failure(queue, items):  # type: ignore[no-untyped-def]
+        calls.append(len(items))
+        if len(calls) == 1:
+            entered.set()
+            release.wait(10)
+            raise leaseq.StoreUnavailable("database restarting")
+        return batch_write(queue, items)
+
+    store.complete_many = late_failure  # type: ignore[method-assign]
+
+    @app.task(queue="work")
+    def quick() -> str:
+        return "ok"
+
+    quick.enqueue(job_id="q")
+    worker = Worker(app, WorkerConfig(grace_s=0.1))
+    stop_loop = worker._loop.stop
+
+    def stop_loop_then_fail_the_batch() -> None:  # the shutdown is past its thread pools
+        stop_loop()
+        release.set()
+
+    worker._loop.stop = stop_loop_then_fail_the_batch  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    # When the worker stops while the batch holding the job's completion is being written
+    assert entered.wait(10), "the batch write started"
+    worker.request_stop()
+    thread.join(30)
+    assert not thread.is_alive()
+    # Then the refused completion was written again before the worker returned: the job is
+    # done, not left processing for its lease to run out
+    job = app.queue("work").get("q")
+    assert job is not None and (job.status, job.result) == ("done", "ok")
+    assert calls == [1]  # the second write was the job's own, not a batch
