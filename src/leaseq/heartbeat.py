@@ -134,8 +134,19 @@ class Heartbeat:
         busy = False
         for item in items:
             if _beaten(item) and item.trusted_until <= now:
-                busy = not self.on_untrusted(item) or busy
+                busy = not self._hand_untrusted(item) or busy
         return busy
+
+    def _hand_untrusted(self, item: InFlight) -> bool:
+        """``on_untrusted(item)``; False (offered again shortly) when it raised: this thread
+        must outlive any one job's trouble, or every other lease would lapse with it."""
+        try:
+            return self.on_untrusted(item)
+        except Exception as exc:
+            log.error("job %s: abandoning it failed; trying again\n%s", item.job.id,
+                      traceback_text(exc, self.redact),
+                      extra=job_fields("abandon_failed", item.job))
+            return False
 
     def _tick(self, trust_at: float = float("inf")) -> None:
         """Call ``on_tick`` when due, bounded so that it never holds up the next lease-clock

@@ -176,6 +176,7 @@ class Worker(LeaseClock, Lifecycle):
         self._ready: deque[tuple[float, InFlight]] = deque()
         """Claimed jobs waiting for a slot, oldest first, with the time they must start by."""
         self._running = 0
+        self._threads_in_handlers = 0  # pool threads running a handler, abandoned ones too
         """Slots taken: handlers started or about to start (sync and async together)."""
         self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
                                   self.config.concurrency)
@@ -208,9 +209,12 @@ class Worker(LeaseClock, Lifecycle):
         return [item.job for item in self._snapshot()]
 
     def has_stragglers(self) -> bool:
-        """Whether a handler given back at shutdown is still running in a pool thread (a
-        process that wants to exit now must then use ``os._exit``)."""
-        return any(i.future is not None and not i.future.done() for i in self._snapshot())
+        """Whether a sync handler is still running in a pool thread: one given back at
+        shutdown, or abandoned by the lease clock earlier (it has left the jobs in flight).
+        A process that wants to exit now must then use ``os._exit``: a normal exit waits for
+        every pool thread."""
+        with self._lock:
+            return self._threads_in_handlers > 0
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -218,8 +222,12 @@ class Worker(LeaseClock, Lifecycle):
             handle_signals: bool = False) -> None:
         """Work until stopped (or, with ``burst``, until there is nothing left)."""
         restore = self._install_signals() if handle_signals else _nothing
-        stop_server = (self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
-                       if self.config.metrics_port is not None else _nothing)
+        try:
+            stop_server = (self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
+                           if self.config.metrics_port is not None else _nothing)
+        except BaseException:  # the port is taken, say: the process's handlers go back
+            restore()
+            raise
         self._start()
         stop_scheduler = self._start_scheduler()
         log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues),
@@ -404,6 +412,15 @@ class Worker(LeaseClock, Lifecycle):
     def _run_slot(self, item: InFlight | None) -> None:
         """A pool thread's turn with one slot: run the sync handler, land it, and go on with the
         next waiting job itself while there is one (no hand-over to another thread per job)."""
+        with self._lock:
+            self._threads_in_handlers += 1
+        try:
+            self._run_slot_jobs(item)
+        finally:
+            with self._lock:
+                self._threads_in_handlers -= 1
+
+    def _run_slot_jobs(self, item: InFlight | None) -> None:
         while item is not None:
             future = item.future
             assert future is not None

@@ -327,3 +327,67 @@ def test_a_consumer_whose_claim_answered_too_late_never_starts_the_job(url: str)
         assert runs == [] and q.get(job_id).status == "processing"
     finally:
         executor.close()
+
+
+def _stubborn_app(url: str) -> tuple[leaseq.App, Any, threading.Event, threading.Event]:
+    """``_app`` with a sync task that never looks at its lease: it runs until ``release``
+    is set. Returns the app, the task, ``started`` and ``release``."""
+    app = _app(url)
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(queue="work")
+    def stubborn() -> str:
+        started.set()
+        release.wait(30)  # deaf to its lease on purpose
+        return "late"
+
+    return app, stubborn, started, release
+
+
+def test_a_handler_its_lease_clock_abandoned_still_holds_up_a_normal_exit(url: str) -> None:
+    # Given a worker whose lease clock abandoned a handler that runs on regardless
+    app, stubborn, started, release = _stubborn_app(url)
+    partition = Partition(app.store)
+    stubborn.enqueue()
+    try:
+        with running(app, concurrency=1, lease_margin_s=0.5, grace_s=0.1) as worker:
+            assert started.wait(10)
+            partition.cut.set()
+            wait_until(lambda: worker.abandoned_pending() == 1, "the job abandoned",
+                       timeout_s=5)
+            assert worker.in_flight() == []  # it left the jobs in flight
+        # When the worker has returned
+        # Then its pool thread still runs the handler: a straggler (the process must use
+        # os._exit, or a normal exit waits for it)
+        assert worker.has_stragglers()
+    finally:
+        release.set()
+    wait_until(lambda: not worker.has_stragglers(), "the handler to return", timeout_s=10)
+
+
+def test_an_abandon_that_raises_does_not_stop_the_heartbeat(url: str) -> None:
+    # Given a worker whose first abandon fails (the lease clock's hook raises once)
+    app, stubborn, started, release = _stubborn_app(url)
+    partition = Partition(app.store)
+    stubborn.enqueue()
+    raised: list[str] = []
+    try:
+        with running(app, concurrency=1, lease_margin_s=0.5, grace_s=0.1) as worker:
+            abandon = worker._heartbeat.on_untrusted
+
+            def fails_once(item: Any) -> bool:
+                if not raised:
+                    raised.append(item.job.id)
+                    raise RuntimeError("the event loop's thread could not start")
+                return abandon(item)
+
+            worker._heartbeat.on_untrusted = fails_once
+            assert started.wait(10)
+            # When its lease clock runs out
+            partition.cut.set()
+            # Then the heartbeat thread lives on and abandons the job on its next look
+            wait_until(lambda: worker.abandoned_pending() == 1, "the job abandoned",
+                       timeout_s=5)
+            assert raised and worker._heartbeat._thread.is_alive()
+    finally:
+        release.set()

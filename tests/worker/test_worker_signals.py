@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 
 import pytest
@@ -39,3 +40,19 @@ def test_a_first_stop_signal_drains_the_worker_and_run_returns(app: leaseq.App) 
     assert job is not None and job.status == "done"
     # And the handler it replaced is back
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_handlers_go_back_when_the_metrics_port_is_taken(app: leaseq.App) -> None:
+    # Given a metrics port another socket holds
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        worker = Worker(app, WorkerConfig(queues=("work",), metrics_port=port,
+                                          metrics_addr="127.0.0.1"))
+        # When the worker cannot serve its metrics
+        with pytest.raises(OSError):
+            worker.run(handle_signals=True)
+    # Then the signal handlers it installed were put back
+    assert {s: signal.getsignal(s) for s in before} == before
