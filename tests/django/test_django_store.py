@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from djangotest_helpers import aliases
 
-from leaseq import App, JobConflict
+from leaseq import App, JobConflict, StoreUnavailable
 from leaseq.stores import connect
 from leaseq.stores.watch import NotifyWatch
 
@@ -133,6 +133,19 @@ def test_worker_operations_and_wait_run_on_djangos_connection(
     finisher.join()
     assert done.result == {"ok": True}
     assert [e.event for e in q.journal("j1")] == ["enqueued", "claimed", "result_saved"]
+
+
+def test_an_async_call_that_cannot_connect_raises_store_unavailable(app: App,
+                                                                    alias: str) -> None:
+    # Given a django:// PostgreSQL store whose own async connections cannot reach the server
+    if alias != "pg":
+        pytest.skip("the async connections of their own are PostgreSQL's")
+    store = app.store
+    store._async._conninfo = "host=127.0.0.1 port=1 connect_timeout=2"  # type: ignore[attr-defined]
+    # When an async call needs one
+    # Then it says the store is unavailable, as every store does (not an AttributeError)
+    with pytest.raises(StoreUnavailable, match="unavailable"):
+        asyncio.run(store.aget("mail", "any"))
 
 
 def test_django_urls_are_checked() -> None:

@@ -20,6 +20,7 @@ from leaseq.contrib.django.store import (
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
+from leaseq.stores.postgres.session import error_line
 
 T = TypeVar("T")
 
@@ -56,6 +57,11 @@ class DjangoSession:
         except psycopg.OperationalError as exc:
             self._drop_if_broken()
             raise unavailable(self.alias, exc) from None
+
+    def error_line(self, exc: BaseException) -> str:
+        """``Session.error_line``: the first line of a driver error, the alias's password
+        masked (the async calls and the outbox index report errors with it)."""
+        return error_line(exc, connections[self.alias].settings_dict.get("PASSWORD"))
 
     def _drop_if_broken(self) -> None:
         wrapper = connections[self.alias]

@@ -245,10 +245,16 @@ class Session:
 
     def error_line(self, exc: BaseException) -> str:
         """The first line of a driver error, with the password masked should it appear."""
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if self._password:
-            text = text.replace(self._password, "***")
-        return text[:300]
+        return error_line(exc, self._password)
+
+
+def error_line(exc: BaseException, password: str | None) -> str:
+    """The first line of a driver error (at most 300 characters), with ``password`` masked
+    should it appear."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if password:
+        text = text.replace(password, "***")
+    return text[:300]
 
 
 def _configure(conn: psycopg.Connection, options: PostgresOptions) -> None:
