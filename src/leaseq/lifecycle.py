@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from leaseq.app import App
 from leaseq.completer import Completer
+from leaseq.deadline import within
 from leaseq.errors import LeaseqError
 from leaseq.heartbeat import Heartbeat
 from leaseq.job import LeaseLost
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leaseq.worker")  # the worker's records, whichever module writes them
 
+#: Longest the give-backs of one stop may wait for the store, all together: a store that does
+#: not answer must not hold the stop up for a reconnect per job (the jobs it could not take
+#: come back when their leases expire).
+GIVE_BACK_BOUND_S = 10.0
 SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
 PREFETCH_REASON = "prefetched but not started in time: given back to be taken at once"
 
@@ -103,19 +108,21 @@ class Lifecycle:
         with self._lock:  # jobs that never got a slot go back at once, free
             waiting = [item for _, item in self._ready]
             self._ready.clear()
-        for item in waiting:
-            self._give_back(item, PREFETCH_REASON)
-            self._settle(item)
+        with within(GIVE_BACK_BOUND_S):
+            for item in waiting:
+                self._give_back(item, PREFETCH_REASON)
+                self._settle(item)
         if waiting:
             log.info("stopping: %d prefetched job(s) given back", len(waiting),
                      extra=queue_fields("stopping"))
         while self._snapshot() and self.clock() < deadline:
             self._wake.wait(min(deadline - self.clock(), 0.1))
             self._wake.clear()
-        for item in self._snapshot():
-            self._give_back(item, SHUTDOWN_REASON)
-            if item.future is None:
-                self._settle(item)
+        with within(GIVE_BACK_BOUND_S):
+            for item in self._snapshot():
+                self._give_back(item, SHUTDOWN_REASON)
+                if item.future is None:
+                    self._settle(item)
 
     def _give_back(self, item: InFlight, reason: str) -> None:
         """Give the job back. Free when its handler never started (under the same lock the

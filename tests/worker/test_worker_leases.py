@@ -7,9 +7,12 @@ import asyncio
 import threading
 import time
 
+import pytest
 from worker_helpers import events, running, wait_until
 
 import leaseq
+from leaseq import deadline, lifecycle
+from leaseq.errors import StoreUnavailable
 from leaseq.stores import connect
 
 LEASE_S = 1.0
@@ -250,3 +253,37 @@ def test_an_async_job_cut_off_by_the_stop_of_its_loop_is_given_back(app: leaseq.
         wait_until(lambda: q.get("w").status == "done",  # type: ignore[union-attr]
                    what="the job to be given back and run again", timeout_s=10)
     assert events(q, "w").count("given_back") == 1
+
+
+def test_the_give_backs_of_a_stop_share_one_bound_when_the_store_does_not_answer(
+    app: leaseq.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three running jobs, and a store that does not answer give-backs (each call waits
+    # as long as its deadline lets it)
+    monkeypatch.setattr(lifecycle, "GIVE_BACK_BOUND_S", 0.5)
+    release = threading.Event()
+
+    @app.task(queue="work")
+    def long(n: int) -> None:
+        release.wait(30)
+
+    for n in range(3):
+        long.enqueue(n=n, job_id=f"l{n}")
+    bounds: list[float | None] = []
+
+    def unanswered(*args: object, **kwargs: object) -> None:
+        bound = deadline.remaining_s()
+        bounds.append(bound)
+        time.sleep(60 if bound is None else bound)
+        raise StoreUnavailable("database away")
+
+    try:
+        with running(app, grace_s=0.1, concurrency=3) as worker:
+            wait_until(lambda: len(worker.in_flight()) == 3)
+            monkeypatch.setattr(app.store, "give_back", unanswered)
+            # When the worker stops (the block's end; `running` fails if it does not return)
+    finally:
+        release.set()
+    # Then every give-back had a deadline, all within the one bound
+    assert len(bounds) == 3
+    assert all(bound is not None and bound <= 0.5 for bound in bounds), bounds
