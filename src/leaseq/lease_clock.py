@@ -17,7 +17,7 @@ from leaseq.deadline import within
 from leaseq.errors import LeaseqError
 from leaseq.journal import JournalEvent
 from leaseq.logfields import job_fields
-from leaseq.runner import InFlight, Runner
+from leaseq.runner import InFlight, Runner, holds_a_thread
 from leaseq.stores.base import Store
 
 log = logging.getLogger("leaseq.worker")  # the worker's records, whichever module writes them
@@ -38,6 +38,7 @@ class LeaseClock:
     _lock: threading.Lock
     _ready: deque[tuple[float, InFlight]]
     _running: int
+    _abandoned_threads: int
     _abandoned: AbandonedJournal
     _settle: Callable[[InFlight], None]
     _start_ready: Callable[[], None]
@@ -65,6 +66,8 @@ class LeaseClock:
             if item.future is not None and not item.landed:
                 item.abandoned = True
                 self._running -= 1
+                if holds_a_thread(item):  # a sync handler keeps its pool thread (Worker._slots)
+                    self._abandoned_threads += 1
 
     def _journal_abandoned(self) -> None:
         """Journal the jobs the lease clock abandoned, once the store answers again."""

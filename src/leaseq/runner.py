@@ -359,6 +359,11 @@ class Runner:
             self.metrics.lease_lost(item.queue.name)
 
 
+def holds_a_thread(item: InFlight) -> bool:
+    """Whether the job's handler runs in a pool thread (sync), not on the event loop."""
+    return item.task is None or not item.task.is_async
+
+
 class LoopThread:
     """One event loop for every ``async def`` handler, in its own daemon thread, started on
     first use (a worker with only sync tasks never starts it).

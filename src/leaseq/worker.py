@@ -49,7 +49,7 @@ from leaseq.metrics import Metrics
 from leaseq.prefetch import FullKeys, Prefetch
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
-from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner
+from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner, holds_a_thread
 from leaseq.signals import EXIT_SECOND_SIGNAL as EXIT_SECOND_SIGNAL
 from leaseq.signals import DrainThenExit
 
@@ -176,7 +176,8 @@ class Worker(LeaseClock, Lifecycle):
         self._ready: deque[tuple[float, InFlight]] = deque()
         """Claimed jobs waiting for a slot, oldest first, with the time they must start by."""
         self._running = 0
-        self._threads_in_handlers = 0  # pool threads running a handler, abandoned ones too
+        self._pool_tasks = 0  # handler runs handed to the pool and not ended yet
+        self._abandoned_threads = 0  # pool threads still in a handler the lease clock abandoned
         """Slots taken: handlers started or about to start (sync and async together)."""
         self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
                                   self.config.concurrency)
@@ -214,7 +215,7 @@ class Worker(LeaseClock, Lifecycle):
         A process that wants to exit now must then use ``os._exit``: a normal exit waits for
         every pool thread."""
         with self._lock:
-            return self._threads_in_handlers > 0
+            return self._pool_tasks > 0
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -370,8 +371,7 @@ class Worker(LeaseClock, Lifecycle):
     def _take_ready(self) -> InFlight | None:
         """The oldest waiting job, its slot taken; None when none waits or no slot is free."""
         with self._lock:
-            if (self._stop.is_set() or not self._ready
-                    or self._running >= self.config.concurrency):
+            if self._stop.is_set() or not self._ready or self._running >= self._slots():
                 return None
             _, item = self._ready.popleft()
             self._running += 1
@@ -398,8 +398,7 @@ class Worker(LeaseClock, Lifecycle):
 
     def _launch(self, item: InFlight) -> None:
         item.slot_taken_at = self.clock()
-        task = item.task
-        if task is not None and task.is_async:
+        if not holds_a_thread(item):
             coro = self._runner.run_async(item, self._finish_off_loop)
             future = self._loop.submit(coro)
             item.future = future
@@ -407,20 +406,26 @@ class Worker(LeaseClock, Lifecycle):
         else:
             item.future = Future()
             assert self._pool is not None  # made by _start, before the first claim
-            self._pool.submit(self._run_slot, item)
+            with self._lock:
+                self._pool_tasks += 1
+            self._pool.submit(self._run_slot, item).add_done_callback(self._pool_task_ended)
+
+    def _pool_task_ended(self, _: Future[None]) -> None:
+        with self._lock:
+            self._pool_tasks -= 1
+
+    def _slots(self) -> int:
+        """How many jobs may hold a slot now (under ``_lock``): ``concurrency``, less the pool
+        threads that sync handlers abandoned by the lease clock still hold beyond the pool's
+        spare half. Those handlers freed their slots but not their threads; without this, a
+        job started in such a slot would wait in the pool's queue, under lease and heartbeat,
+        for as long as they run."""
+        concurrency = self.config.concurrency
+        return min(concurrency, 2 * concurrency - self._abandoned_threads)
 
     def _run_slot(self, item: InFlight | None) -> None:
         """A pool thread's turn with one slot: run the sync handler, land it, and go on with the
         next waiting job itself while there is one (no hand-over to another thread per job)."""
-        with self._lock:
-            self._threads_in_handlers += 1
-        try:
-            self._run_slot_jobs(item)
-        finally:
-            with self._lock:
-                self._threads_in_handlers -= 1
-
-    def _run_slot_jobs(self, item: InFlight | None) -> None:
         while item is not None:
             future = item.future
             assert future is not None
@@ -433,7 +438,7 @@ class Worker(LeaseClock, Lifecycle):
             item = self._take_ready()
             if item is not None:
                 item.slot_taken_at = self.clock()
-                if item.task is not None and item.task.is_async:
+                if not holds_a_thread(item):
                     self._launch(item)  # an async handler runs on the loop, not here
                     item = None
                 else:
@@ -452,6 +457,8 @@ class Worker(LeaseClock, Lifecycle):
             item.landed = True
             if not item.abandoned:  # an abandoned job's slot was freed already
                 self._running -= 1
+            elif holds_a_thread(item):
+                self._abandoned_threads -= 1  # ...but not its thread, until now
         self._prefetch.finished(self.clock() - item.slot_taken_at)
         if future.cancelled():
             # by a give-back, or by the stop of the handlers' loop: then it goes back now
@@ -517,7 +524,7 @@ class Worker(LeaseClock, Lifecycle):
         allowance = self._prefetch.allowance() if prefetch else 0
         concurrency = self.config.concurrency
         with self._lock:
-            room = concurrency + allowance - self._running - len(self._ready)
+            room = self._slots() + allowance - self._running - len(self._ready)
             leases = 2 * (concurrency + self._prefetch.limit) - len(self._in_flight)
         return min(room, leases)
 

@@ -391,3 +391,36 @@ def test_an_abandon_that_raises_does_not_stop_the_heartbeat(url: str) -> None:
             assert raised and worker._heartbeat._thread.is_alive()
     finally:
         release.set()
+
+
+def test_a_slot_whose_thread_an_abandoned_handler_holds_takes_no_job(url: str) -> None:
+    # Given one slot (two pool threads), two handlers deaf to their lease and a quick job
+    app, stubborn, started, release = _stubborn_app(url)
+
+    @app.task(queue="work")
+    def quick() -> str:
+        return "ok"
+
+    partition = Partition(app.store)
+    first, second = stubborn.enqueue().job_id, stubborn.enqueue().job_id
+    q = app.queue("work")
+    try:
+        with running(app, concurrency=1, lease_margin_s=0.5, idle_max_s=0.05) as worker:
+            assert started.wait(10)
+            # When the store is cut off long enough for the lease clock to abandon both, one
+            # after the other: each keeps its pool thread
+            partition.cut.set()
+            wait_until(lambda: worker.abandoned_pending() == 2, "both abandoned", timeout_s=10)
+            assert {q.get(first).attempts, q.get(second).attempts} == {1}  # type: ignore[union-attr]
+            partition.cut.clear()
+            job_id = quick.enqueue().job_id
+            # Then the worker has no slot to offer: a job claimed now would wait in the pool's
+            # queue, under lease and heartbeat, for as long as those handlers run
+            assert worker._room() == 0
+            assert q.get(job_id).status == "pending"  # type: ignore[union-attr]
+            # And once one of them returns, its thread runs the job
+            release.set()
+            wait_until(lambda: q.get(job_id).status == "done", "the quick job ran",  # type: ignore[union-attr]
+                       timeout_s=10)
+    finally:
+        release.set()
