@@ -152,3 +152,56 @@ def test_dispatchers_starting_together_build_it_once_without_deadlock(
         writer.close()
         for s in others:
             s.close()
+
+
+def test_a_stopping_dispatcher_waits_neither_for_another_builder_nor_for_its_build(
+        store: PostgresStore, schema_url: str, pg_url: str) -> None:
+    # Given another process holding the builders' lock
+    lock_key = f"leaseq.outbox_index.{store.options.schema}"
+    holder = psycopg.connect(pg_url, autocommit=True)
+    holder.execute(store.queries["try_lock_outbox_index"], {"key": lock_key})
+    stop = threading.Event()
+    try:
+        # When the outbox is prepared with its dispatcher's stop set
+        stop.set()
+        store.prepare_outbox(stop)
+        # Then it returns without waiting for the lock, and without an index
+        assert outbox_index(store, pg_url) is None
+    finally:
+        holder.close()
+    # Given a transaction writing to the jobs table, so that a build waits on it
+    writer = psycopg.connect(pg_url)
+    writer.execute(f'LOCK TABLE "{store.options.schema}".jobs IN ROW EXCLUSIVE MODE')
+    stop.clear()
+    done = threading.Event()
+
+    def prepare() -> None:
+        store.prepare_outbox(stop)
+        done.set()
+
+    def building() -> bool:
+        with psycopg.connect(pg_url) as conn:
+            return bool(conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'CREATE INDEX CONCURRENTLY%%' AND query LIKE %s",
+                [f'%"{store.options.schema}".jobs%']).fetchall())
+
+    thread = threading.Thread(target=prepare, daemon=True)
+    try:
+        thread.start()
+        wait_until(building, "the build to wait on the writer")
+        # When the dispatcher is asked to stop while its build waits
+        stop.set()
+        # Then the build is cut short and the call returns while the writer still holds its
+        # transaction open (the INVALID index it left waits for the next start: its drop
+        # would wait for the writer too)
+        assert done.wait(10), "prepare_outbox still waits on the build"
+        index = outbox_index(store, pg_url)
+        assert index is None or not index[1], index
+    finally:
+        writer.close()
+        thread.join(10)
+    # And the next start drops what was left and builds it
+    store.prepare_outbox()
+    index = outbox_index(store, pg_url)
+    assert index is not None and index[1], index

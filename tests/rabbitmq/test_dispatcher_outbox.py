@@ -37,11 +37,11 @@ class Recording:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def prepare_outbox(self) -> None:
+    def prepare_outbox(self, stop: threading.Event | None = None) -> None:
         self.calls.append("prepare_outbox")
         if self._failures:
             raise self._failures.pop(0)
-        self._store.prepare_outbox()
+        self._store.prepare_outbox(stop)
 
     def outbox_due(self, queue: str, limit: int) -> list[leaseq.Job]:
         self.calls.append("outbox_due")

@@ -112,7 +112,7 @@ class Dispatcher:
                      self.config.max_backoff_s, self.redact)
 
     def _session(self, stop: threading.Event) -> None:
-        self._prepare_outboxes()
+        self._prepare_outboxes(stop)
         with session(self.amqp_url, "leaseq-dispatcher") as conn:
             self._ensure_topology(conn)
             channel = conn.channel()
@@ -132,7 +132,7 @@ class Dispatcher:
                 elif not any(r.published == self.config.batch_size for r in rounds):
                     self._idle(conn, stop)
 
-    def _prepare_outboxes(self) -> None:
+    def _prepare_outboxes(self, stop: threading.Event) -> None:
         """``prepare_outbox`` on each store, once, before the first ``outbox_due`` (on
         PostgreSQL it builds the outbox's index, which only a dispatcher needs). Before the
         broker's connection opens: nothing would answer its heartbeats during a long build.
@@ -141,7 +141,9 @@ class Dispatcher:
         while self._unprepared:
             store = self._unprepared[0]
             try:
-                store.prepare_outbox()
+                store.prepare_outbox(stop)
+                if stop.is_set():
+                    return  # prepared or not: the next start prepares what is left
             except StoreUnavailable:
                 raise
             except Exception as exc:  # the traceback says where; redacted like the reason

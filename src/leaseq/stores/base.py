@@ -361,13 +361,14 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         never marks a later pending state that has no message behind it. Returns the ids
         marked (``[]`` when none). Journal: ``published``."""
 
-    def prepare_outbox(self) -> None:
+    def prepare_outbox(self, stop: threading.Event | None = None) -> None:
         """Make sure what keeps ``outbox_due`` fast is in place, before a dispatcher's first
         ``outbox_due``: on return, ``outbox_due`` reads about as many index entries as it
         returns, however many published jobs wait for a consumer. Idempotent and safe to
         race (several dispatchers start together); a no-op when it is in place already.
         Raises ``StoreUnavailable`` when the store cannot be reached; another failure leaves
-        ``outbox_due`` correct, only slower.
+        ``outbox_due`` correct, only slower. ``stop`` set: returns at once, prepared or not
+        (the dispatcher is stopping; the next start prepares it).
 
         The default does nothing: the store's schema holds that index from the start (SQLite's
         ``leaseq_jobs_outbox``, MongoDB's outbox index). PostgreSQL builds ``jobs_outbox`` here,

@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
+from threading import Event
 from typing import Any, TypeVar
 
 import psycopg
@@ -57,6 +58,7 @@ from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.postgres.operators import PostgresOperatorTools
 from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
+from leaseq.stores.postgres.outbox_index import Stopped as OutboxIndexStopped
 from leaseq.stores.postgres.outbox_index import ensure_outbox_index
 from leaseq.stores.postgres.session import Session, tuple_cursor
 from leaseq.stores.sql import load_queries, migrations
@@ -370,7 +372,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
 
     # --- broker outbox --------------------------------------------------------------------
 
-    def prepare_outbox(self) -> None:
+    def prepare_outbox(self, stop: Event | None = None) -> None:
         """Build ``jobs_outbox`` when it is missing or INVALID (see ``outbox_index``).
 
         On a connection of its own, outside the session: the build (seconds per million jobs,
@@ -379,7 +381,9 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         lock_key = f"leaseq.outbox_index.{self.options.schema}"
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                ensure_outbox_index(conn, self.queries, lock_key)
+                ensure_outbox_index(conn, self.queries, lock_key, stop)
+        except OutboxIndexStopped:
+            pass  # logged where it stopped; the next start builds it
         except psycopg.OperationalError as exc:
             if not _connection_lost(exc):
                 raise
