@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from leaseq.errors import InvalidInput
+from leaseq.errors import InvalidInput, InvalidURL
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,23 @@ SECRET_WORDS = (
     "authorization", "cookie", "session", "credential", "signature",
 )  # fmt: skip
 
+#: What an error about a URL that does not parse tells the user to check (a parser's own
+#: message is never shown: it may quote a piece of the password).
+ENCODE_HINT = ("check the host, the port and the query, and percent-encode any '/', '?', '#', "
+               "'@' or ':' in the user name or password")
+
 #: How much of a text's end is redacted when only its end is kept: well over what anything
 #: keeps (2,000 characters), so a secret cut in two at the window's edge is cut away with it,
 #: and a megabyte of exception text is not scanned for the few lines kept.
 WINDOW_CHARS = 8_000
 
-_URL_CREDENTIALS = re.compile(
-    r"(?<![\w+.-])(?P<head>[a-z][a-z0-9+.-]*://[^\s/?#@:]*+:)(?P<password>[^\s/?#]*)@",
-    re.IGNORECASE)
+# A URL up to its password: the password runs to the last "@" before a space
+# (``_masked_url_passwords``), so one holding an unencoded "/", "?", "#" or "@" is masked whole;
+# a path holding an "@" only costs some text masked too.
+_URL_HEAD = re.compile(r"(?<![\w+.-])[a-z][a-z0-9+.-]*://[^\s/?#@:]*+:", re.IGNORECASE)
+_SPACE = re.compile(r"\s")
+# The end of a URL's authority, as a parser reads it.
+_AUTHORITY_END = re.compile(r"[/?#]")
 _HEADER = re.compile(
     r"(?<![\w-])(?P<head>(?:proxy-)?authorization|(?:set-)?cookie)(?P<sep>[ \t]*:[ \t]*)"
     r"(?P<value>[^\r\n'\"]+)", re.IGNORECASE)
@@ -115,7 +124,7 @@ class Redactor:
     def __call__(self, text: str) -> str:
         # Each rule masks values and never a key or a scheme a later rule looks for: pairs
         # run before Bearer, whose token could be the key of a pair (``Bearer token=…``).
-        text = _URL_CREDENTIALS.sub(lambda m: f"{m['head']}{self.mask}@", text)
+        text = _masked_url_passwords(text, self.mask)
         text = _HEADER.sub(lambda m: f"{m['head']}{m['sep']}{self.mask}", text)
         text = self.pairs(text)
         text = _AUTH_SCHEME.sub(lambda m: f"{m['head'] or m['basic']}{self.mask}", text)
@@ -150,6 +159,24 @@ class Redactor:
 
     def _run(self, m: re.Match[str]) -> str:
         return self.mask if _looks_random(m[0]) else m[0]
+
+
+def _masked_url_passwords(text: str, mask: str) -> str:
+    """``text`` with each URL's password, up to the last "@" before a space, masked. A URL
+    head with no "@" after it skips the rest of its word: a later head there has none either,
+    which keeps the scan linear."""
+    out: list[str] = []
+    done = scan = 0  # text before done is copied or masked; heads are looked for from scan
+    while (head := _URL_HEAD.search(text, scan)) is not None:
+        space = _SPACE.search(text, head.end())
+        word_end = space.start() if space else len(text)
+        at = text.rfind("@", head.end(), word_end)
+        if at < 0:
+            scan = word_end
+            continue
+        out += [text[done:head.end()], mask]
+        done = scan = at
+    return "".join(out) + text[done:]
 
 
 def _is_quoted(value: str) -> bool:
@@ -226,7 +253,15 @@ def traceback_text(error: BaseException, redact: Redact = redact) -> str:
 
 def redact_url(url: str) -> str:
     """The URL with its password and any secret-named query value (``password=``,
-    ``token=``, …) masked; the rest as it was, for an error message to say which URL."""
+    ``token=``, …) masked; the rest as it was, for an error message to say which URL.
+
+    A user name or password holding an unencoded ``/``, ``?``, ``#`` or ``@`` moves the
+    authority's end for a URL parser, which then sees the password's first part as a port and
+    the rest as the path. So when an ``@`` follows the first ``/``, ``?`` or ``#`` of the
+    authority, everything up to the last ``@`` counts as userinfo and is masked whole."""
+    last_at = _ambiguous_userinfo_end(url)
+    if last_at is not None:
+        return _masked_up_to(url, last_at)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -236,10 +271,53 @@ def redact_url(url: str) -> str:
         userinfo, _, hostinfo = netloc.rpartition("@")
         user = userinfo.split(":", 1)[0]
         netloc = f"{user}:***@{hostinfo}" if ":" in userinfo else f"{user}@{hostinfo}"
-    query = "&".join(_masked_parameter(p) for p in parts.query.split("&"))
+    query = _masked_query(parts.query)
     if netloc == parts.netloc and query == parts.query:
         return url  # nothing secret; urlunsplit would also drop an empty host ("sqlite:///")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _ambiguous_userinfo_end(url: str) -> int | None:
+    """The index of the URL's last ``@`` when it lies past the authority's first ``/``, ``?``
+    or ``#`` (so a parser would cut the userinfo short); None when the URL reads one way."""
+    start = url.find("://") + 3
+    if start < 3:
+        return None
+    authority_end = _AUTHORITY_END.search(url, start)
+    last_at = url.rfind("@", start)
+    if authority_end is None or authority_end.start() == start or last_at < authority_end.start():
+        return None  # no "@" after the authority, or no authority at all ("sqlite:///a@b")
+    return last_at
+
+
+def has_ambiguous_userinfo(url: str) -> bool:
+    """Whether parsers may read the URL's user name and password differently: an ``@`` past
+    the authority's first ``/``, ``?`` or ``#``, or two in the authority (libpq stops at the
+    first ``@`` or ``/``, Python's parser at the first ``/`` and then the last ``@``). A driver
+    given such a URL may name a piece of the password as the host or port in its errors."""
+    if _ambiguous_userinfo_end(url) is not None:
+        return True
+    start = url.find("://") + 3
+    authority_end = _AUTHORITY_END.search(url, start)
+    return start >= 3 and url.count("@", start, authority_end and authority_end.start()) > 1
+
+
+def refuse_ambiguous_userinfo(url: str, what: str) -> None:
+    """Raise ``InvalidURL`` (the URL masked) when ``has_ambiguous_userinfo(url)``."""
+    if has_ambiguous_userinfo(url):
+        raise InvalidURL(f"cannot read the user name and password of {what} URL "
+                         f"{redact_url(url)}; {ENCODE_HINT}")
+
+
+def _masked_up_to(url: str, last_at: int) -> str:
+    """``scheme://***@`` and the rest of the URL after ``last_at``, its query masked."""
+    head = url[:url.find("://") + 3]
+    rest, sep, query = url[last_at + 1:].partition("?")
+    return f"{head}***@{rest}{sep}{_masked_query(query)}"
+
+
+def _masked_query(query: str) -> str:
+    return "&".join(_masked_parameter(p) for p in query.split("&"))
 
 
 def _masked_parameter(parameter: str) -> str:

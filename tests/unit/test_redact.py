@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import string
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from leaseq import App, Permanent
 from leaseq.errors import InvalidInput
 from leaseq.job import safe_reason
-from leaseq.redact import Redactor, combined, redact, redact_tail, traceback_text
+from leaseq.redact import Redactor, combined, redact, redact_tail, redact_url, traceback_text
 from leaseq.worker import Worker, WorkerConfig
 
 SECRET = "Zq9hunter2canary"
@@ -265,3 +266,57 @@ def test_combined_redactors_apply_each_distinct_one_once() -> None:
     assert len(calls) == 1
     # And one redactor is itself, none is the built-in one
     assert combined([hides_host]) is hides_host and combined([]) is redact
+
+
+#: Passwords holding, unencoded, a character that moves where a parser ends the userinfo.
+#: Each piece between those characters is distinctive, so a piece echoed anywhere is found.
+UNENCODED_PASSWORDS = ["Qxz/Vwk9", "Qxz#Vwk9", "Qxz?Vwk9", "Qxz@Vwk9", "Qxz:Vwk9",
+                       "Qxz/Vwk9@Mnb?Tyu#Plo:Kji"]
+URL_FORMS = ["amqp://guest:{}@rabbit:5672/%2f", "postgresql://app:{}@db.example:5432/jobs",
+             "mongodb://app:{}@mongo.example:27017/jobs", "sqlite://app:{}@host/jobs.db",
+             "redis://app:{}@cache:6379/0?token=Zq9k"]
+
+
+def pieces(password: str) -> list[str]:
+    return [p for p in re.split(r"[/#?@:]", password) if p]
+
+
+def url_openers() -> list[object]:
+    from leaseq import connect
+    from leaseq.delivery.connection import connection_parameters
+    from leaseq.stores.postgres.options import parse_url as parse_pg_url
+    openers: list[object] = [connect, connection_parameters, parse_pg_url]
+    try:
+        from leaseq.stores.mongodb.connection import parse_url as parse_mongo_url
+    except ImportError:  # the mongo extra is not installed
+        return openers
+    return [*openers, parse_mongo_url]
+
+
+@pytest.mark.parametrize("password", UNENCODED_PASSWORDS)
+@pytest.mark.parametrize("form", URL_FORMS)
+def test_redact_url_masks_a_password_holding_unencoded_delimiters(form: str, password: str) -> None:
+    # Given a URL whose password is not percent-encoded
+    url = form.format(password)
+    # When it is shown, on its own or inside an error text
+    shown = [redact_url(url), redact(f"could not reach {url} in time")]
+    # Then no piece of the password is left
+    assert [p for p in pieces(password) for text in shown if p in text] == []
+    assert "Zq9k" not in shown[0]
+
+
+@pytest.mark.parametrize("password", [p for p in UNENCODED_PASSWORDS if p != "Qxz:Vwk9"])
+@pytest.mark.parametrize("form", URL_FORMS)
+@pytest.mark.parametrize("opener", url_openers(), ids=lambda f: getattr(f, "__module__", "?"))
+def test_a_url_parsers_cannot_agree_on_is_refused_without_any_piece_of_its_password(
+    opener: Callable[[str], object], form: str, password: str
+) -> None:
+    # Given a URL whose userinfo parsers read differently (libpq stops at the first "@" or
+    # "/", Python's parser at the first "/" and then the last "@")
+    url = form.format(password)
+    # When any of leaseq's URL readers is given it, Then it is refused, and neither the error
+    # nor anything it was raised from quotes a piece of the password
+    with pytest.raises(InvalidInput) as raised:
+        opener(url)
+    told = f"{raised.value} {raised.value.__cause__} {raised.value.__context__}"
+    assert [p for p in pieces(password) if p in told] == []

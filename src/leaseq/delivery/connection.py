@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from leaseq.errors import InvalidURL, LeaseqError, StoreUnavailable
 from leaseq.job import safe_reason
-from leaseq.redact import Redact, redact, traceback_text
+from leaseq.redact import ENCODE_HINT, Redact, redact, refuse_ambiguous_userinfo, traceback_text
 from leaseq.validate import redact_url
 
 if TYPE_CHECKING:
@@ -70,10 +70,12 @@ def connection_parameters(amqp_url: str, *, name: str = "leaseq") -> Any:
     ``InvalidURL`` (password masked) when the URL is unusable."""
     import pika
 
+    refuse_ambiguous_userinfo(amqp_url, "AMQP")
     try:
         params = pika.URLParameters(amqp_url)
-    except Exception as exc:
-        raise InvalidURL(f"cannot use AMQP URL {redact_url(amqp_url)}: {exc}") from None
+    except Exception as exc:  # its message may quote a piece of the password: not shown
+        raise InvalidURL(f"cannot use AMQP URL {redact_url(amqp_url)} ({type(exc).__name__}); "
+                         f"{ENCODE_HINT}") from None
     given = {key.lower() for key, _ in parse_qsl(urlsplit(amqp_url).query)}
     for option, value in CONNECTION_DEFAULTS.items():
         if option not in given:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from leaseq.errors import InvalidURL
+from leaseq.redact import ENCODE_HINT
 from leaseq.stores.base import Store
 from leaseq.validate import redact_url
 
@@ -60,8 +61,8 @@ def connect(url: str | None = None, **options: Any) -> Store:
         raise InvalidURL(f"a store URL must be a string, got {type(url).__name__}")
     try:
         scheme = urlsplit(url).scheme.lower()
-    except ValueError as exc:
-        raise InvalidURL(f"cannot parse store URL {redact_url(url)}: {exc}") from None
+    except ValueError:  # its message may quote the netloc, password included: not shown
+        raise InvalidURL(f"cannot parse store URL {redact_url(url)}; {ENCODE_HINT}") from None
     return store_class(scheme, url).from_url(url, **options)
 
 

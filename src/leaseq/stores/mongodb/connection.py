@@ -15,6 +15,7 @@ from pymongo.errors import ConfigurationError, ConnectionFailure, OperationFailu
 
 from leaseq import deadline, validate
 from leaseq.errors import InvalidURL, StoreUnavailable, UnsupportedOperation
+from leaseq.redact import ENCODE_HINT, refuse_ambiguous_userinfo
 
 #: MongoDB's error code for a transaction on a standalone server ("Transaction numbers are
 #: only allowed on a replica set member or mongos").
@@ -53,11 +54,13 @@ class MongoOptions:
 
 
 def parse_url(url: str) -> MongoOptions:
+    refuse_ambiguous_userinfo(url, "MongoDB")
     try:
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError as exc:
-        raise InvalidURL(f"cannot parse MongoDB URL {validate.redact_url(url)}: {exc}") from None
+    except ValueError:  # its message may quote a piece of the password: not shown
+        raise InvalidURL(f"cannot parse MongoDB URL {validate.redact_url(url)}; "
+                         f"{ENCODE_HINT}") from None
     ours = {k: v for k, v in query if k in _OURS}
     rest = [(k, v) for k, v in query if k not in _OURS]
     database = unquote(parts.path.lstrip("/")) or "leaseq"

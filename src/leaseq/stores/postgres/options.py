@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from leaseq.errors import InvalidInput, InvalidURL
+from leaseq.redact import ENCODE_HINT, refuse_ambiguous_userinfo
 from leaseq.validate import redact_url
 
 # A lower-case identifier short enough that the NOTIFY channel "leaseq_<schema>" stays within
@@ -91,11 +92,12 @@ def parse_url(url: str, **overrides: Any) -> tuple[str, PostgresOptions]:
     Raises ``InvalidURL`` (password masked) for a malformed URL or a bad leaseq option.
     """
     shown = redact_url(url)
+    refuse_ambiguous_userinfo(url, "PostgreSQL")
     try:
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as exc:
-        raise InvalidURL(f"cannot parse PostgreSQL URL {shown}: {exc}") from None
+    except ValueError:  # its message may quote a piece of the password: not shown
+        raise InvalidURL(f"cannot parse PostgreSQL URL {shown}; {ENCODE_HINT}") from None
     if parts.scheme.lower() not in ("postgresql", "postgres"):
         raise InvalidURL(f"a PostgreSQL URL starts with postgresql://; got {shown}")
     known = {f.name for f in fields(PostgresOptions)} - {"time_offset_s"}
