@@ -153,6 +153,17 @@ class Redactor:
         """Whether ``key`` (a field, header or parameter name) names a secret."""
         return self._secret_key.search(key) is not None
 
+    def masked_fields(self, value: object) -> object:
+        """A copy of ``value`` (JSON: dicts, lists, scalars) whose every key that names a
+        secret, at any depth, has its whole value masked, whatever its type: the text rules
+        cannot see a list or an object as a secret's value once it is dumped."""
+        if isinstance(value, dict):
+            return {key: self.mask if self.names_secret(str(key)) else self.masked_fields(item)
+                    for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.masked_fields(item) for item in value]
+        return value
+
     def _masked(self, value: str) -> str:
         quote = value[0] if value[0] in "'\"" else ""
         return f"{quote}{self.mask}"
@@ -198,6 +209,13 @@ def redact(text: str) -> str:
     """``text`` with URL passwords, secret-named pairs, auth headers and long random runs
     masked (see the module's doc)."""
     return _BUILT_IN(text)
+
+
+def fields_masker(redact: Redact) -> Callable[[object], object]:
+    """What masks the secret-named fields of a structure for ``redact``: its own
+    ``Redactor.masked_fields`` when it is one (its extra ``secret_keys`` count), else the
+    built-in one's."""
+    return (redact if isinstance(redact, Redactor) else _BUILT_IN).masked_fields
 
 
 def guarded(custom: Redact) -> Redact:

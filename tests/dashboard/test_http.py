@@ -316,3 +316,22 @@ def test_workers_show_who_is_live_and_who_fell_silent(client: TestClient, store:
     page = client.get("/workers", headers=ADMIN).text
     rows = re.findall(r"<tr><td>(host:[^<]+)</td>.*?class=\"(live|silent)\"", page, re.S)
     assert rows == [("host:1:aaaa0001", "silent"), ("host:2:bbbb0002", "live")]
+
+
+@pytest.mark.parametrize("payload", [
+    {"password": ["Zq9list"]},
+    {"api_key": {"v": "Zq9nested"}},
+    {"outer": [{"client_secret": {"parts": ["Zq9deep", 7]}}]},
+])
+def test_a_read_only_user_sees_no_secret_held_in_a_list_or_an_object(
+    client: TestClient, store: Store, payload: dict[str, object]
+) -> None:
+    # Given a failed job whose secret-named field holds a list or an object
+    q = store.queue("mail")
+    q.enqueue("nested", payload, task="send")
+    q.fail(q.claim_one("nested", "host:1:aaaa0001", lease_s=600), "boom")  # type: ignore[arg-type]
+    # When a read-only user opens its page
+    page = client.get("/job/mail/nested", headers=VIEWER).text
+    # Then no secret string is on it, and the field's key still is
+    assert "Zq9" not in page
+    assert next(iter(payload)) in page

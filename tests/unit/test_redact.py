@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 from leaseq import App, Permanent
 from leaseq.errors import InvalidInput
 from leaseq.job import safe_reason
-from leaseq.redact import Redactor, combined, redact, redact_tail, redact_url, traceback_text
+from leaseq.redact import (
+    Redactor,
+    combined,
+    fields_masker,
+    redact,
+    redact_tail,
+    redact_url,
+    traceback_text,
+)
 from leaseq.worker import Worker, WorkerConfig
 
 SECRET = "Zq9hunter2canary"
@@ -320,3 +328,21 @@ def test_a_url_parsers_cannot_agree_on_is_refused_without_any_piece_of_its_passw
         opener(url)
     told = f"{raised.value} {raised.value.__cause__} {raised.value.__context__}"
     assert [p for p in pieces(password) if p in told] == []
+
+
+def test_masked_fields_masks_a_secret_keys_whole_value_at_any_depth() -> None:
+    # Given a payload with secrets held in lists and objects, beside plain fields
+    payload = {"password": ["Zq9a"], "api_key": {"v": "Zq9b"}, "to": "a@example.com",
+               "items": [{"Refresh_Token": 12}, {"n": [1, {"x-api-key": None}]}]}
+    # When its fields are masked by key
+    masked = Redactor().masked_fields(payload)
+    # Then each secret-named key keeps its name and loses its whole value; the rest is as it
+    # was, and the payload itself is untouched
+    assert masked == {"password": "***", "api_key": "***", "to": "a@example.com",
+                      "items": [{"Refresh_Token": "***"}, {"n": [1, {"x-api-key": "***"}]}]}
+    assert payload["password"] == ["Zq9a"]
+
+
+def test_fields_masker_uses_the_redactors_own_secret_keys() -> None:
+    assert fields_masker(Redactor(secret_keys=("iban",)))({"IBAN": ["x"]}) == {"IBAN": "***"}
+    assert fields_masker(lambda text: text)({"token": {"a": 1}}) == {"token": "***"}

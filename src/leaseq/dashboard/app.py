@@ -3,8 +3,8 @@
 Every request passes ``_guard``: signed in (else 401), not forbidden (else 403), and for a
 POST the CSRF token and ``Sec-Fetch-Site`` checked and the action permitted (else 403), all on
 the server. Job data reaches the page only through Jinja2's autoescaping; payloads are shown
-through the redactor (display only: the editor starts from the real values, shown only to a
-user allowed to edit, and nothing redacted is ever written back).
+through the redactor, by key then as text (display only: the editor starts from the real
+values, shown only to a user allowed to edit, and nothing redacted is ever written back).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
 from leaseq.errors import LeaseqError
 from leaseq.journal import JournalEvent
 from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
-from leaseq.redact import redact
+from leaseq.redact import fields_masker, redact
 from leaseq.scheduler.spec import Schedule
 from leaseq.stores.base import Store
 from leaseq.timeline import format_duration, read_timeline
@@ -88,6 +88,7 @@ class Dashboard:
         self.auth = auth
         self.permissions = permissions
         self.redactor = redactor
+        self.masked_fields = fields_masker(redactor)
         self.sse_every_s = sse_every_s
         self.secret = secrets.token_bytes(32)
         self.stats = StatsSnapshot(store)
@@ -193,7 +194,9 @@ class Dashboard:
         job = self.store.get(queue, job_id)
         if job is None:
             return PlainTextResponse("no such job", 404)
-        shown = self.redactor(json.dumps(job.payload, indent=2, sort_keys=True))
+        # By key first (a secret's value may be a list or an object), then as text.
+        shown = self.redactor(json.dumps(self.masked_fields(job.payload), indent=2,
+                                         sort_keys=True))
         real = json.dumps(job.payload, indent=2, sort_keys=True) if access.may("edit") else None
         journal = self.store.journal(queue, job_id)
         now = self.store.server_now()
