@@ -296,28 +296,39 @@ def redact_url(url: str) -> str:
 
 
 def _ambiguous_userinfo_end(url: str) -> int | None:
-    """The index of the URL's last ``@`` when it lies past the authority's first ``/``, ``?``
-    or ``#`` (so a parser would cut the userinfo short); None when the URL reads one way."""
+    """The index of the URL's last ``@`` when the userinfo holds an unencoded ``/``, ``?`` or
+    ``#``: the authority a parser sees then ends before that ``@``, holds none itself, and has
+    a ``:`` followed by no port (the password's first part). None when the URL reads one way:
+    an ``@`` after a plain ``host[:port]`` is its path's or its query's own."""
+    start, end = _authority_span(url)
+    if start is None:
+        return None
+    authority = url[start:end]
+    last_at = url.rfind("@", end)
+    if "@" in authority or last_at < 0 or authority.endswith("]") or ":" not in authority:
+        return None
+    return None if authority.rpartition(":")[2].isdigit() else last_at
+
+
+def _authority_span(url: str) -> tuple[int | None, int]:
+    """Where the authority starts and ends as a parser reads it (up to the first ``/``,
+    ``?`` or ``#``); ``(None, 0)`` for a URL without ``://``."""
     start = url.find("://") + 3
     if start < 3:
-        return None
-    authority_end = _AUTHORITY_END.search(url, start)
-    last_at = url.rfind("@", start)
-    if authority_end is None or authority_end.start() == start or last_at < authority_end.start():
-        return None  # no "@" after the authority, or no authority at all ("sqlite:///a@b")
-    return last_at
+        return None, 0
+    found = _AUTHORITY_END.search(url, start)
+    return start, found.start() if found else len(url)
 
 
 def has_ambiguous_userinfo(url: str) -> bool:
-    """Whether parsers may read the URL's user name and password differently: an ``@`` past
-    the authority's first ``/``, ``?`` or ``#``, or two in the authority (libpq stops at the
-    first ``@`` or ``/``, Python's parser at the first ``/`` and then the last ``@``). A driver
-    given such a URL may name a piece of the password as the host or port in its errors."""
+    """Whether parsers may read the URL's user name and password differently: its userinfo
+    holds an unencoded ``/``, ``?`` or ``#`` (``_ambiguous_userinfo_end``), or its authority
+    two ``@`` (libpq stops at the first, Python's parser at the last). A driver given such a
+    URL may name a piece of the password as the host or port in its errors."""
     if _ambiguous_userinfo_end(url) is not None:
         return True
-    start = url.find("://") + 3
-    authority_end = _AUTHORITY_END.search(url, start)
-    return start >= 3 and url.count("@", start, authority_end and authority_end.start()) > 1
+    start, end = _authority_span(url)
+    return start is not None and url.count("@", start, end) > 1
 
 
 def refuse_ambiguous_userinfo(url: str, what: str) -> None:

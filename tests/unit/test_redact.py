@@ -20,6 +20,7 @@ from leaseq.redact import (
     Redactor,
     combined,
     fields_masker,
+    has_ambiguous_userinfo,
     redact,
     redact_tail,
     redact_url,
@@ -328,6 +329,19 @@ def test_a_url_parsers_cannot_agree_on_is_refused_without_any_piece_of_its_passw
         opener(url)
     told = f"{raised.value} {raised.value.__cause__} {raised.value.__context__}"
     assert [p for p in pieces(password) if p in told] == []
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://db.example/jobs?application_name=ops@example.com",
+    "postgresql://app:Zq9k@db.example:5432/jobs?application_name=ops@example.com",
+    "postgresql://[::1]/jobs?application_name=a@b", "amqp://rabbit/vhost@eu",
+    "mongodb://mongo.example:27017/jobs?appName=a@b"])
+def test_an_at_sign_after_a_plain_host_is_the_urls_own(url: str) -> None:
+    # Given URLs whose "@" after the authority belongs to their path or query
+    # Then they read one way: no reader refuses them, and the host stays in sight
+    assert not has_ambiguous_userinfo(url)
+    assert "example" in redact_url(url) or "[::1]" in redact_url(url) or "rabbit" in redact_url(url)
+    assert "Zq9k" not in redact_url(url)
 
 
 def test_masked_fields_masks_a_secret_keys_whole_value_at_any_depth() -> None:
