@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
@@ -128,13 +128,14 @@ class Schedule:
     def ticks_after(self, cursor: datetime) -> Iterator[datetime]:
         """The ticks strictly after ``cursor``, in order, as UTC instants (endless)."""
         if self.every_s is not None:
-            step_ms = round(self.every_s * 1000)
-            n = _epoch_ms(cursor) // step_ms + 1
-            while True:
-                yield _at_ms(n * step_ms)
-                n += 1
+            return _every_ticks_after(round(self.every_s * 1000), cursor)
+        return _strictly_increasing(self._cron_ticks(cursor), after=cursor)
+
+    def _cron_ticks(self, start: datetime) -> Iterator[datetime]:
+        """cronsim's ticks from ``start`` as UTC instants, not yet filtered (see
+        ``_strictly_increasing``)."""
         assert self.cron is not None
-        for local in CronSim(self.cron, cursor.astimezone(self.zone)):
+        for local in CronSim(self.cron, start.astimezone(self.zone)):
             yield local.astimezone(UTC)
 
     def next_after(self, moment: datetime) -> datetime:
@@ -203,6 +204,31 @@ class Schedule:
         if self.cron is not None:
             return f"cron {self.cron}"
         return f"every {self.every_s:g} s"
+
+
+def _every_ticks_after(step_ms: int, cursor: datetime) -> Iterator[datetime]:
+    n = _epoch_ms(cursor) // step_ms + 1
+    while True:
+        yield _at_ms(n * step_ms)
+        n += 1
+
+
+def _strictly_increasing(ticks: Iterable[datetime], after: datetime) -> Iterator[datetime]:
+    """``ticks`` less any at or before ``after`` or at or before the tick yielded last.
+
+    For a fixed time (Debian cron's rule) cronsim walks naive local wall time, so its start
+    loses the fold: started inside the second pass of a repeated hour (01:10 EST on a
+    fall-back night), ``30 1 * * *`` gives that day's 01:30 of the first pass (01:30 EDT),
+    an instant *before* the start. Such a tick was decided before the cursor got there;
+    planned again, it would fire a tick from before a registration or resume, journal a
+    false miss, and give an advance that does not move the cursor, which the compare-and-set
+    refuses on every look. cronsim's wall time only goes forward, so at most the repeated
+    hour's ticks are skipped."""
+    last = after
+    for tick in ticks:
+        if tick > last:
+            yield tick
+            last = tick
 
 
 def _epoch_ms(moment: datetime) -> int:
