@@ -20,6 +20,15 @@ from leaseq.testing.harness import FreshStore, advance, events, seconds_until, s
 HOUR_S = 3600.0
 QUEUE = "periodic"
 
+#: A daily tick in a repeated hour (2024 fall-back nights), a registration in its second pass
+#: (01:10 EST, 02:10 CET), and the tick that comes next (the next day's, an hour more away).
+REPEATED_HOURS = [
+    ("America/New_York", "30 1 * * *", datetime(2024, 11, 3, 6, 10, tzinfo=UTC),
+     "2024-11-04T06:30:00Z"),
+    ("Europe/Berlin", "30 2 * * *", datetime(2024, 10, 27, 1, 10, tzinfo=UTC),
+     "2024-10-28T01:30:00Z"),
+]
+
 
 def _app(store: Store, name: str = "hourly", **schedule: Any) -> App:
     app = App(store=store)
@@ -209,6 +218,30 @@ class ScheduleSuite:
             scheduler.run_once()
         # Then it fired once, at 04:00+03 (01:00 UTC)
         assert _tick_ids(store, "nightly@") == ["nightly@2026-03-29T01:00:00Z"]
+
+    @pytest.mark.parametrize("catch_up", ["latest", "all"])
+    @pytest.mark.parametrize(("zone", "cron", "registered", "first_tick"), REPEATED_HOURS)
+    def test_a_daily_tick_registered_in_the_second_pass_of_a_repeated_hour_waits_a_day(
+        self, leaseq_store: FreshStore, zone: str, cron: str, registered: datetime,
+        first_tick: str, catch_up: str
+    ) -> None:
+        # Given a daily tick in the hour the clocks repeat, registered during its second
+        # pass: that day's tick already passed, in the first pass, before the registration
+        store = leaseq_store.store
+        advance(store, seconds_until(store, registered))
+        scheduler = _register(_app(store, "nightly", every_s=None, cron=cron, timezone=zone,
+                                   catch_up=catch_up))
+        # When schedulers look every half hour through the next day
+        waits = []
+        for _ in range(50):
+            waits.append(scheduler.run_once())
+            advance(store, HOUR_S / 2)
+        # Then every look waited (none spun on a refused advance), and only the next day's
+        # tick fired: no tick from before the registration, no miss journaled
+        assert min(waits) > 0
+        assert _tick_ids(store, "nightly@") == [f"nightly@{first_tick}"]
+        entries = store.journal(QUEUE, schedule_journal_id("nightly"))
+        assert events(entries) == [ScheduleEvent.REGISTERED]
 
     def test_the_tick_reaches_the_task_as_an_aware_datetime(
         self, leaseq_store: FreshStore
