@@ -3,6 +3,7 @@ that fails or a bug does not end it."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
 
@@ -10,7 +11,9 @@ import pytest
 
 import leaseq
 from leaseq.errors import InvalidInput, StoreUnavailable
-from leaseq.scheduler import Scheduler, SchedulerConfig
+from leaseq.ledger import TickAdvance
+from leaseq.scheduler import Scheduler, SchedulerConfig, service
+from leaseq.scheduler.plan import plan
 from leaseq.testing.harness import advance, seconds_until
 
 
@@ -78,6 +81,51 @@ def test_the_loop_sleeps_until_the_tick_and_survives_failures(app, monkeypatch) 
     # tick is an hour away): one look per sleep, never a polling storm
     assert stop.asked == [0.01, 0.01, 0.01, 0.5, 0.5]
     assert len(looks) == 5
+
+
+def _due_hourly(app: leaseq.App) -> Scheduler:
+    """The app's hourly schedule registered, with one tick due."""
+    _half_past(app)
+    scheduler = Scheduler(app, SchedulerConfig(jitter_s=0, max_sleep_s=60))
+    scheduler.register()
+    advance(app.store, 3600)
+    return scheduler
+
+
+def test_an_advance_lost_to_another_scheduler_is_looked_at_again_at_once(app, monkeypatch):
+    # Given a scheduler that plans the due tick, and another that advances the record
+    # between that plan and its compare-and-set
+    scheduler = _due_hourly(app)
+    other = Scheduler(app, SchedulerConfig(jitter_s=0))
+    raced: list[bool] = []
+
+    def planned_then_raced(*args, **kwargs):
+        advance_planned = plan(*args, **kwargs)
+        if not raced:  # the other scheduler's own look goes through here too
+            raced.append(True)
+            other.run_once()
+        return advance_planned
+
+    monkeypatch.setattr(service, "plan", planned_then_raced)
+    # When it looks, then: its compare-and-set lost to a record that moved, so it looks again
+    # at once (the next look plans from what the winner wrote)
+    assert scheduler.run_once() == 0.0
+
+
+def test_an_advance_the_ledger_refuses_by_itself_is_not_planned_again_at_once(
+    app, monkeypatch, caplog
+):
+    # Given a plan that does not move the cursor forward (a tick before it), which the
+    # ledger's compare-and-set refuses without anything else moving the record
+    scheduler = _due_hourly(app)
+    monkeypatch.setattr(service, "plan", lambda _schedule, state, *_: TickAdvance(
+        cursor=state.cursor - timedelta(minutes=40)))
+    # When it looks
+    with caplog.at_level(logging.ERROR, logger="leaseq.scheduler"):
+        wait = scheduler.run_once()
+    # Then it waits max_sleep_s, not 0: the next look would plan the same refused advance
+    assert wait == 60
+    assert [r.action for r in caplog.records] == ["schedule_advance_refused"]
 
 
 def test_bad_config_is_refused() -> None:

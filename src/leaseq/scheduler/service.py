@@ -144,10 +144,26 @@ class Scheduler:
         cursor = state.cursor
         if advance is not None:
             if not self.store.advance_schedule(schedule.name, state.version, advance):
-                return 0.0  # another scheduler advanced it first: read what it wrote
+                return self._after_refused(schedule, state, advance.cursor)
             cursor = advance.cursor
             self._logged(schedule, advance.jobs)
         return (schedule.next_after(max(cursor, now)) - now).total_seconds()
+
+    def _after_refused(self, schedule: Schedule, state: ScheduleState,
+                       cursor: datetime) -> float:
+        """The wait after the compare-and-set refused the advance to ``cursor``. Looking
+        again at once is right only when the record moved (another scheduler, a pause, a
+        change: each bumps the version): only then can the next look plan something else.
+        A record that did not move refused the advance itself (a cursor it does not pass);
+        the next look would plan the same advance, so looking at once would spin."""
+        current = self.store.schedule_state(schedule.name)
+        if current is None or current.version != state.version:
+            return 0.0
+        log.error("schedule %s: the ledger refused the advance from %s to %s; looking again "
+                  "in %.0f s", schedule.name, format_tick(state.cursor), format_tick(cursor),
+                  self.config.max_sleep_s,
+                  extra={"action": "schedule_advance_refused", "schedule": schedule.name})
+        return self.config.max_sleep_s
 
     def _running(self, schedule: Schedule, state: ScheduleState) -> str | None:
         if schedule.overlap == "allow" or state.last_job_id is None:
