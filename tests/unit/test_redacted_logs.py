@@ -185,14 +185,14 @@ def test_an_outbox_the_dispatcher_could_not_prepare_is_logged_redacted(
         app: leaseq.App, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a store that refuses to prepare its outbox, saying something secret
-    def prepare_outbox() -> None:
+    def prepare_outbox(stop: threading.Event | None = None) -> None:
         raise RuntimeError(MESSAGE)
 
     monkeypatch.setattr(app.store, "prepare_outbox", prepare_outbox)
     dispatcher = Dispatcher([app.queue("jobs")], "amqp://")
     # When the dispatcher prepares the outboxes
     with caplog.at_level(logging.WARNING, logger="leaseq.delivery"):
-        dispatcher._prepare_outboxes()
+        dispatcher._prepare_outboxes(threading.Event())
     # Then it says so, redacted by the queue's app, with its redacted traceback
     assert_redacted(caplog, "could not prepare the outbox of store", f"RuntimeError: {APPS}",
                     "Traceback (most recent call last)")
