@@ -27,6 +27,7 @@ CLOSED_IOLOOP = ValueError("Timeout closed before call")
 
 class FakeChannel:
     consumer_tags: list[str] = []
+    is_closed = False
 
     def basic_get(self, queue: str, auto_ack: bool = False) -> tuple[None, None, None]:
         return None, None, None
@@ -138,3 +139,40 @@ def test_a_refusal_of_leaseqs_own_is_raised_not_retried(
     with pytest.raises(type(refusal)):
         run(queue, session, stop, monkeypatch)
     assert len(session.opened) == 1
+
+
+class BrokerClosedChannel(FakeChannel):
+    is_closed = True  # as pika's channel reads once RabbitMQ closed it (consumer_timeout)
+
+
+def sessions_first_channel_closed(stop: threading.Event) -> Any:
+    """A ``session`` stand-in: the first session's channel is closed by the broker while its
+    event loop raises nothing (pika's does not); the next session stops the loop."""
+    opened: list[int] = []
+
+    @contextmanager
+    def session(amqp_url: str, name: str) -> Iterator[FakeConnection]:
+        opened.append(len(opened))
+        conn = FakeConnection(None, stop)
+        if len(opened) == 1:
+            conn.channel = BrokerClosedChannel  # type: ignore[method-assign]
+            conn.process_data_events = lambda time_limit=0: None  # type: ignore[method-assign]
+        yield conn
+
+    session.opened = opened  # type: ignore[attr-defined]
+    return session
+
+
+def test_a_channel_the_broker_closed_is_a_reconnect(
+        queue: leaseq.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a session whose channel RabbitMQ closes, its connection still open and quiet
+    stop = threading.Event()
+    session = sessions_first_channel_closed(stop)
+    # When the consumer runs (bounded: a consumer that never notices would run forever)
+    thread = threading.Thread(target=run_consumer, args=(queue, session, stop, monkeypatch),
+                              daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    stop.set()
+    # Then it opened a new session instead of waiting on the dead channel
+    assert len(session.opened) == 2

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from leaseq.errors import InvalidURL, LeaseqError, StoreUnavailable
+from leaseq import validate
+from leaseq.errors import InvalidJobId, InvalidURL, LeaseqError, StoreUnavailable
 from leaseq.job import safe_reason
 from leaseq.redact import ENCODE_HINT, Redact, redact, refuse_ambiguous_userinfo, traceback_text
 from leaseq.validate import redact_url
@@ -131,12 +132,14 @@ def encode(queue: str, job_id: str) -> bytes:
 
 
 def decode(body: bytes) -> tuple[str, str] | None:
-    """``(queue, job_id)`` from a message body, or None when it is not leaseq's."""
+    """``(queue, job_id)`` from a message body, or None when it is not leaseq's: not its JSON,
+    or a job id no store would take (NUL, a lone surrogate, too long), which every claim of it
+    would refuse again."""
     try:
         data: Any = json.loads(body)
-        queue, job_id = data["queue"], data["job_id"]
-    except (ValueError, TypeError, KeyError):
+        queue, job_id = data["queue"], validate.job_id(data["job_id"])
+    except (ValueError, TypeError, KeyError, InvalidJobId):
         return None
-    if not isinstance(queue, str) or not isinstance(job_id, str) or not job_id:
+    if not isinstance(queue, str):
         return None
     return queue, job_id

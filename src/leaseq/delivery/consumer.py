@@ -24,6 +24,11 @@ reclaim makes it owed again.
 
 pika is not thread-safe: handlers run in a thread pool, and every ack / nack is handed to the
 connection's thread with ``add_callback_threadsafe``.
+
+A delivery waiting for a pool thread starts only while its session is open and the consumer is
+not stopping; otherwise it never claims its job, and its message goes back to RabbitMQ with the
+closed channel. On stop, what runs gets ``grace_s`` to finish; what still runs then is given
+back (``give_back``: ready at once, counted toward ``max_givebacks``), as the worker does.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnecting, session
 from leaseq.delivery.topology import Topology
-from leaseq.errors import InvalidInput
+from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.job import Job, JobStatus, LeaseLost, is_terminal, safe_reason
 from leaseq.journal import JournalEvent
 from leaseq.logfields import job_fields, queue_fields
@@ -55,6 +60,8 @@ if TYPE_CHECKING:
     from leaseq.queue import Queue
 
 log = logging.getLogger(__name__)
+
+SHUTDOWN_REASON = "consumer shutting down: given back to be taken at once"
 
 #: Runs the task of a claimed job, keeps its lease alive meanwhile, writes its outcome through
 #: the Queue and returns the resulting record; raises ``LeaseLost`` when the write was fenced
@@ -89,8 +96,8 @@ class ConsumerConfig:
     concurrency: int = 4
     """Handler threads, and the prefetch per queue (free slots). Defaults to 4."""
     grace_s: float = 30.0
-    """On stop, how long in-flight jobs may run on before the connection closes.
-    Defaults to 30 s."""
+    """On stop, how long in-flight jobs may run on before the connection closes; what still
+    runs then is given back. Defaults to 30 s."""
     settle_timeout_s: float = 30.0
     """Longest wait for the connection's thread to send one ack. Defaults to 30 s."""
     max_backoff_s: float = 10.0
@@ -118,6 +125,14 @@ class _Session:
     channel: BlockingChannel
     closed: threading.Event
     broken: BaseException | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Running:
+    """A delivery whose handler started; ``job`` once its claim came back."""
+
+    queue: str
+    job: Job | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +166,13 @@ class Consumer:
         self.redact = combined(q.redact for q in queues)
         """Masks the errors the consumer logs about its connection: every queue's redactor
         (``Queue.redact``, its app's); a delivery's own errors get its queue's."""
-        self._busy = 0
         self._lock = threading.Lock()
+        self._running: set[_Running] = set()
+        self._stopping = False
+        """Set (under ``_lock``) when the drain begins: no delivery starts after it."""
+        self._past_grace = False
+        """Set (under ``_lock``) when the grace ends: a claim that comes back later is given
+        back at once instead of run."""
 
     # --- the connection's thread -----------------------------------------------------------
 
@@ -160,9 +180,16 @@ class Consumer:
         """Consume until ``stop`` is set, reconnecting after whatever a lost connection or a
         store outage raises; then let in-flight jobs finish within ``grace_s``.
         ``TopologyError`` (and any other refusal of leaseq's own) is raised at once."""
-        with ThreadPoolExecutor(self.config.concurrency, "leaseq-consumer") as pool:
+        self._stopping = self._past_grace = False
+        pool = ThreadPoolExecutor(self.config.concurrency, "leaseq-consumer")
+        try:
             reconnecting(lambda: self._session(pool, stop), stop, "consumer",
                          self.config.max_backoff_s, self.redact)
+        finally:
+            self._stop_starting()
+            # Not waited for: a queued delivery would never start, and a handler still running
+            # past the grace was given back (its write will be fenced out).
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _session(self, pool: ThreadPoolExecutor, stop: threading.Event) -> None:
         with session(self.amqp_url, f"leaseq-consumer {self.worker_id}") as conn:
@@ -172,6 +199,7 @@ class Consumer:
             channel = conn.channel()
             channel.basic_qos(prefetch_count=self.config.concurrency)
             state = _Session(conn, channel, threading.Event())
+            channel.add_on_cancel_callback(lambda _frame: self._cancelled_by_broker(state))
             try:
                 for name in self.queues:
                     channel.basic_consume(self.topology.work_queue(name),
@@ -188,18 +216,70 @@ class Consumer:
             state.conn.process_data_events(time_limit=0.2)
             if state.broken is not None:
                 raise state.broken
+            # A channel the broker closed (consumer_timeout, a channel error) delivers nothing
+            # more, and process_data_events does not raise for it.
+            if state.channel.is_closed:
+                raise Reconnect("RabbitMQ closed the consumer's channel")
+
+    def _cancelled_by_broker(self, state: _Session) -> None:
+        """pika's ``on_cancel`` callback (the connection's thread): RabbitMQ cancelled one of
+        the session's consumers (its queue was deleted, or it timed out). Nothing arrives for
+        it again on this channel, so the session is dropped as a broken one: the next declares
+        the topology again and consumes anew."""
+        log.warning("consumer %s: RabbitMQ cancelled a consumer; reconnecting", self.worker_id,
+                    extra=queue_fields("cancelled_by_broker"))
+        state.broken = Reconnect("RabbitMQ cancelled the consumer")
 
     def _drain(self, state: _Session) -> None:
-        """Stop taking deliveries; keep sending acks while in-flight jobs finish."""
+        """Stop taking deliveries; keep sending acks while in-flight jobs finish within
+        ``grace_s``; then give back the jobs still running."""
+        self._stop_starting()
         for tag in list(state.channel.consumer_tags):
             state.channel.basic_cancel(tag)
         deadline = time.monotonic() + self.config.grace_s
-        while self._busy and time.monotonic() < deadline:
-            state.conn.process_data_events(time_limit=0.1)
-        if self._busy:
-            log.warning("consumer %s: %d jobs still running after the grace period; their "
-                        "messages return to RabbitMQ and their leases expire", self.worker_id,
-                        self._busy, extra=queue_fields("grace_expired"))
+        while self._in_flight() and (left_s := deadline - time.monotonic()) > 0:
+            state.conn.process_data_events(time_limit=min(0.1, left_s))
+        left = self._end_grace()
+        if left:
+            log.warning("consumer %s: %d jobs still running after the grace period; given "
+                        "back, their messages return to RabbitMQ", self.worker_id, len(left),
+                        extra=queue_fields("grace_expired"))
+        for running in left:
+            if running.job is not None:
+                self._give_back(running.queue, running.job, started=True)
+
+    def _stop_starting(self) -> None:
+        # Under the lock a handler takes to start: each delivery has either started (and is
+        # waited for) or never will.
+        with self._lock:
+            self._stopping = True
+
+    def _in_flight(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def _end_grace(self) -> list[_Running]:
+        """The deliveries still running; from now on a claim that comes back is given back."""
+        with self._lock:
+            self._past_grace = True
+            return list(self._running)
+
+    def _give_back(self, queue_name: str, job: Job, *, started: bool) -> None:
+        """Back to pending, ready at once (free when the handler never ``started``). The
+        handler may see ``lease_lost``; its own write is fenced out either way."""
+        job.lease_lost = True
+        try:
+            self.queues[queue_name].give_back(job, started, SHUTDOWN_REASON)
+            log.warning("consumer %s: job %s %s after the grace period; given back",
+                        self.worker_id, job.id[:200], "still running" if started else "claimed",
+                        extra=job_fields("given_back", job))
+        except LeaseLost:
+            pass  # finished, or taken by another, meanwhile: nothing of ours to give back
+        except LeaseqError as exc:
+            log.error("consumer %s: job %s could not be given back (%s); its lease will expire",
+                      self.worker_id, job.id[:200],
+                      safe_reason(exc, redact=self.queues[queue_name].redact),
+                      extra=job_fields("give_back_failed", job))
 
     def _callback(self, pool: ThreadPoolExecutor, state: _Session,
                   queue: str) -> Callable[[Any, Any, Any, bytes], None]:
@@ -214,15 +294,16 @@ class Consumer:
         count = headers.get("x-delivery-count", 0)
         delivery = _Delivery(state, queue, method.delivery_tag, bool(method.redelivered),
                              int(count) if isinstance(count, int) else 0, body)
-        with self._lock:
-            self._busy += 1
         pool.submit(self._handle, delivery)
 
     # --- handler threads -------------------------------------------------------------------
 
     def _handle(self, d: _Delivery) -> None:
+        running = self._start(d)
+        if running is None:
+            return  # its message goes back to RabbitMQ with the closed channel
         try:
-            job, settlement, reason = self._process(d)
+            job, settlement, reason = self._process(d, running)
             self._settle(d, job, settlement, reason)
         except BaseException as exc:  # a store error: the message must come back, unacked
             redact = self.queues[d.queue].redact
@@ -234,13 +315,38 @@ class Consumer:
                                 else Reconnect(safe_reason(exc, redact=redact)))
         finally:
             with self._lock:
-                self._busy -= 1
+                self._running.discard(running)
 
-    def _process(self, d: _Delivery) -> tuple[Job | None, Settlement, str]:
+    def _start(self, d: _Delivery) -> _Running | None:
+        """The delivery's record among the running ones; None when it must not start: the
+        consumer is stopping, or its session closed (RabbitMQ took its message back)."""
+        with self._lock:
+            if self._stopping or d.session.closed.is_set():
+                return None
+            running = _Running(d.queue)
+            self._running.add(running)
+            return running
+
+    def _hold(self, running: _Running, job: Job) -> bool:
+        """Note the claimed job, so that a stop past the grace gives it back; False when the
+        grace already ended (the job is then given back free: it never started)."""
+        with self._lock:
+            if not self._past_grace:
+                running.job = job
+                return True
+        self._give_back(running.queue, job, started=False)
+        return False
+
+    def _process(self, d: _Delivery, running: _Running) -> tuple[Job | None, Settlement, str]:
         """``(job, settlement, reason)``: what the store now says, and how to settle the
         delivery."""
         decoded = decode(d.body)
         if decoded is None or decoded[0] != d.queue:
+            # Never the body in the log: it may be anything, a payload or a secret included.
+            log.warning("consumer %s: delivery %d of queue %r (%d bytes) is not a leaseq "
+                        "message for this queue, or its job id is not valid; quarantined",
+                        self.worker_id, d.tag, d.queue, len(d.body),
+                        extra=queue_fields("malformed_message", d.queue))
             return None, Settlement.QUARANTINE, "not a leaseq message for this queue"
         queue = self.queues[d.queue]
         job_id = decoded[1]
@@ -256,6 +362,8 @@ class Consumer:
             # when that lease lapses the reclaim makes the job owed, and it is published again.
             current = queue.get(job_id)
             return current, Settlement.ACK, f"not claimable: {_why_not(current)}"
+        if not self._hold(running, job):
+            return None, Settlement.REQUEUE, "given back: the consumer is stopping"
         return self._run(job, sent_at)
 
     def _run(self, job: Job, sent_at: float) -> tuple[Job | None, Settlement, str]:

@@ -1,0 +1,235 @@
+"""The consumer's own life against the real local RabbitMQ: a consumer the broker cancels comes
+back, a stop keeps to its grace period and starts nothing new, and a message whose job id no
+store would take is quarantined instead of dropping the connection.
+
+Each consumer runs in a thread of the test, over the test's own SQLite file and vhost; every
+wait is bounded and waits for an event, a journal line or a queue's count, never for time."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pika
+import pytest
+from rabbit_harness import Harness, wait_for
+
+import leaseq
+from leaseq.delivery.connection import encode
+from leaseq.delivery.execute import AppExecutor
+from leaseq.delivery.rabbitmq import Consumer, ConsumerConfig, Topology
+
+pytestmark = pytest.mark.rabbitmq
+
+TOPOLOGY = Topology()
+
+
+class Gate:
+    """The handlers' runs: each notes its job and waits for ``release`` (bounded)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.first_started = threading.Event()
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self, job: leaseq.Job) -> str:
+        with self._lock:
+            self.started.append(job.id)
+        self.first_started.set()
+        self.release.wait(30)
+        return "done"
+
+
+def gated_app(store: leaseq.Store, gate: Gate, queues: tuple[str, ...]) -> leaseq.App:
+    app = leaseq.App(store=store, queues={name: {} for name in queues})
+    for name in queues:
+        app.task(queue=name, name=f"hold-{name}")(gate.run)
+    return app
+
+
+@contextmanager
+def consumer_thread(consumer: Consumer, stop: threading.Event) -> Iterator[threading.Thread]:
+    thread = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+
+
+def publish(amqp_url: str, queue: str, body: bytes) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        conn.channel().basic_publish(TOPOLOGY.exchange, queue, body)
+    finally:
+        conn.close()
+
+
+def queue_state(amqp_url: str, name: str) -> tuple[int, int]:
+    """``(ready messages, consumers)`` of queue ``name``; (-1, -1) while it does not exist."""
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        declared = conn.channel().queue_declare(name, passive=True).method
+        return declared.message_count, declared.consumer_count
+    except pika.exceptions.ChannelClosedByBroker:
+        return -1, -1
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def consumer_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("leaseq-consumer")}
+
+
+# --- a consumer the broker cancels ----------------------------------------------------------
+
+
+def test_a_consumer_the_broker_cancels_reconnects_and_takes_work_again(
+        harness: Harness) -> None:
+    gate = Gate()
+    gate.release.set()  # every run finishes at once
+    store = leaseq.connect(harness.store_url)
+    app = gated_app(store, gate, ("jobs",))
+    executor = AppExecutor(app)
+    consumer = Consumer([app.queue("jobs")], executor, harness.amqp_url, topology=TOPOLOGY,
+                        config=ConsumerConfig(concurrency=1, grace_s=1, max_backoff_s=0.5))
+    work_queue = TOPOLOGY.work_queue("jobs")
+    try:
+        with consumer_thread(consumer, threading.Event()) as thread:
+            # Given a consumer consuming the work queue
+            wait_for("the consumer consuming",
+                     lambda: queue_state(harness.amqp_url, work_queue)[1] == 1, 30, harness)
+            # When RabbitMQ cancels it: its queue deleted. (Not declared again by the test: a
+            # quorum queue declared again at once can keep the old consumer attached without
+            # a cancel; the consumer's own next session declares it.)
+            conn = pika.BlockingConnection(pika.URLParameters(harness.amqp_url))
+            conn.channel().queue_delete(work_queue)
+            conn.close()
+            wait_for("the consumer back on its declared queue",
+                     lambda: queue_state(harness.amqp_url, work_queue)[1] == 1, 30, harness)
+            # and a job is enqueued and published
+            app.queue("jobs").enqueue("after-cancel", {}, task="hold-jobs")
+            publish(harness.amqp_url, "jobs", encode("jobs", "after-cancel"))
+            # Then the consumer came back by itself and ran it
+            wait_for("the job done",
+                     lambda: app.queue("jobs").get("after-cancel").status == "done", 30,
+                     harness)
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the consumer did not stop"
+        assert gate.started == ["after-cancel"]
+    finally:
+        executor.close()
+        store.close()
+
+
+# --- stop: the grace period, and nothing new starts -----------------------------------------
+
+GRACE_S = 0.5
+#: What run() may take past the grace: the pump's last turn (0.2 s), giving back one job,
+#: closing the connection.
+STOP_BOUND_S = 3.0
+
+
+def test_stop_keeps_to_the_grace_gives_back_what_runs_and_starts_nothing_queued(
+        harness: Harness) -> None:
+    gate = Gate()
+    store = leaseq.connect(harness.store_url)
+    app = gated_app(store, gate, ("jobs", "other"))
+    executor = AppExecutor(app)
+    # One handler thread, and a prefetch of one per queue: two deliveries, one of them waits
+    # in the consumer for the thread the other holds.
+    consumer = Consumer([app.queue("jobs"), app.queue("other")], executor, harness.amqp_url,
+                        topology=TOPOLOGY,
+                        config=ConsumerConfig(concurrency=1, grace_s=GRACE_S))
+    queues = {"jobs": TOPOLOGY.work_queue("jobs"), "other": TOPOLOGY.work_queue("other")}
+    before = consumer_threads()
+    stop = threading.Event()
+    try:
+        with consumer_thread(consumer, stop) as thread:
+            # Given one job per queue, both delivered to the consumer, one of them running
+            for name in queues:
+                app.queue(name).enqueue(f"{name}-job", {}, task=f"hold-{name}")
+            wait_for("the consumer consuming both queues", lambda: all(
+                queue_state(harness.amqp_url, q)[1] == 1 for q in queues.values()), 30, harness)
+            for name in queues:
+                publish(harness.amqp_url, name, encode(name, f"{name}-job"))
+            wait_for("one handler running", gate.first_started.is_set, 30, harness)
+            wait_for("both messages delivered", lambda: all(
+                queue_state(harness.amqp_url, q)[0] == 0 for q in queues.values()), 30, harness)
+            (running,) = gate.started
+            waiting = next(f"{n}-job" for n in queues if f"{n}-job" != running)
+            # When the consumer is stopped while the running handler holds on
+            stopped_at = time.monotonic()
+            stop.set()
+            thread.join(timeout=GRACE_S + STOP_BOUND_S)
+            # Then run() returned within the grace period and a small fixed bound
+            assert not thread.is_alive(), "run() outlived its grace period"
+            assert time.monotonic() - stopped_at < GRACE_S + STOP_BOUND_S
+        # And the running job was given back, ready at once, its message returned
+        queue_of = {f"{n}-job": app.queue(n) for n in queues}
+        assert queue_of[running].get(running).status == "pending"
+        assert "given_back" in [e.event for e in queue_of[running].journal(running)]
+        # And the waiting delivery never claimed its job, and its message went back too
+        assert "claimed" not in [e.event for e in queue_of[waiting].journal(waiting)]
+        wait_for("both messages back in their queues", lambda: all(
+            queue_state(harness.amqp_url, q)[0] == 1 for q in queues.values()), 10, harness)
+        # And once the held handler lets go, its result is not written, and nothing else runs
+        gate.release.set()
+        wait_for("the consumer's threads gone", lambda: not consumer_threads() - before, 10,
+                 harness)
+        assert gate.started == [running]
+        assert queue_of[running].get(running).status == "pending"
+        assert queue_of[waiting].get(waiting).attempts == 0
+    finally:
+        gate.release.set()
+        executor.close()
+        store.close()
+
+
+# --- a message whose job id no store would take ---------------------------------------------
+
+BAD_IDS = {"nul": "bad\x00id", "lone surrogate": "bad\ud800id", "too long": "x" * 5000}
+
+
+def test_a_message_with_an_invalid_job_id_is_quarantined_without_a_reconnect(
+        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    gate = Gate()
+    gate.release.set()
+    store = leaseq.connect(harness.store_url)
+    app = gated_app(store, gate, ("jobs",))
+    executor = AppExecutor(app)
+    consumer = Consumer([app.queue("jobs")], executor, harness.amqp_url, topology=TOPOLOGY,
+                        config=ConsumerConfig(concurrency=2, grace_s=1, max_backoff_s=0.5))
+    quarantine = TOPOLOGY.quarantine_queue("jobs")
+    caplog.set_level(logging.INFO, logger="leaseq")
+    try:
+        with consumer_thread(consumer, threading.Event()) as thread:
+            # Given a consumer, and messages whose job id fails validation
+            wait_for("the consumer consuming", lambda: queue_state(
+                harness.amqp_url, TOPOLOGY.work_queue("jobs"))[1] == 1, 30, harness)
+            for bad in BAD_IDS.values():
+                publish(harness.amqp_url, "jobs", encode("jobs", bad))
+            # When they are delivered / Then each is quarantined (rejected, dead-lettered)
+            wait_for("the malformed messages quarantined", lambda: queue_state(
+                harness.amqp_url, quarantine)[0] == len(BAD_IDS), 30, harness)
+            # And the consumer kept its connection, and takes good work on it
+            app.queue("jobs").enqueue("good", {}, task="hold-jobs")
+            publish(harness.amqp_url, "jobs", encode("jobs", "good"))
+            wait_for("the good job done",
+                     lambda: app.queue("jobs").get("good").status == "done", 30, harness)
+        thread.join(timeout=10)
+        messages = [r.getMessage() for r in caplog.records]
+        assert not [m for m in messages if "session lost" in m], messages
+        assert len([r for r in caplog.records
+                    if getattr(r, "action", None) == "malformed_message"]) == len(BAD_IDS)
+        # And no log line echoes a raw id
+        for bad in BAD_IDS.values():
+            assert not [m for m in messages if bad in m or bad[:40] in m]
+    finally:
+        executor.close()
+        store.close()
