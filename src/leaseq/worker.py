@@ -176,9 +176,11 @@ class Worker(LeaseClock, Lifecycle):
         self._ready: deque[tuple[float, InFlight]] = deque()
         """Claimed jobs waiting for a slot, oldest first, with the time they must start by."""
         self._running = 0
-        self._pool_tasks = 0  # handler runs handed to the pool and not ended yet
-        self._abandoned_threads = 0  # pool threads still in a handler the lease clock abandoned
         """Slots taken: handlers started or about to start (sync and async together)."""
+        self._pool_tasks = 0
+        """Handler runs handed to the pool and not ended yet (``has_stragglers``)."""
+        self._abandoned_threads = 0
+        """Pool threads still in a sync handler the lease clock abandoned (``_slots``)."""
         self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
                                   self.config.concurrency)
         self._stop = threading.Event()
