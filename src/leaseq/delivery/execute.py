@@ -33,7 +33,7 @@ from leaseq.heartbeat import Heartbeat
 from leaseq.job import Job, LeaseLost
 from leaseq.lease_clock import AbandonedJournal, Abandoning, abandon
 from leaseq.metrics import Metrics
-from leaseq.runner import InFlight, LoopThread, Runner
+from leaseq.runner import InFlight, LoopThread, Runner, holds_a_thread
 
 if TYPE_CHECKING:
     from leaseq.app import App
@@ -116,7 +116,7 @@ class AppExecutor:
         return InFlight(job, task, queue, policy.lease_s, every_s, time.monotonic() + first_beat_s)
 
     def _run(self, item: InFlight) -> str:
-        if item.task is None or not item.task.is_async:
+        if holds_a_thread(item):
             return self._runner.run_sync(item)
         coro = self._runner.run_async(item, _in_thread)
         item.future = self._loop.submit(coro)
