@@ -29,6 +29,16 @@ def outbox_index(store: PostgresStore, pg_url: str) -> tuple[int, bool, str] | N
     return None if row is None else (row[0], row[1], row[2])
 
 
+def build_waits(store: PostgresStore, pg_url: str) -> bool:
+    """Whether a concurrent build of the schema's outbox index waits on a lock (the
+    transactions older than it)."""
+    with psycopg.connect(pg_url) as conn:
+        return bool(conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE 'CREATE INDEX CONCURRENTLY%%' AND query LIKE %s",
+            [f'%"{store.options.schema}".jobs%']).fetchall())
+
+
 def leave_an_invalid_index(store: PostgresStore, pg_url: str) -> None:
     """What a concurrent build that failed leaves behind: an INVALID ``jobs_outbox`` (here a
     UNIQUE build over two pending jobs of one queue)."""
@@ -113,13 +123,6 @@ def test_dispatchers_starting_together_build_it_once_without_deadlock(
         except BaseException as exc:
             errors.append(exc)
 
-    def building() -> bool:
-        with psycopg.connect(pg_url) as conn:
-            return bool(conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE 'CREATE INDEX CONCURRENTLY%%' AND query LIKE %s",
-                [f"%{schema}.jobs%"]).fetchall())
-
     def waiting() -> int:
         """Sessions opened by this test that asked for the builders' lock and lack it."""
         with psycopg.connect(pg_url) as conn:
@@ -134,7 +137,7 @@ def test_dispatchers_starting_together_build_it_once_without_deadlock(
         # When one dispatcher's build has started and two more start while it waits
         threads = [threading.Thread(target=prepare, args=(store,))]
         threads[0].start()
-        wait_until(building, "the first build to wait on the writer")
+        wait_until(lambda: build_waits(store, pg_url), "the first build to wait on the writer")
         threads += [threading.Thread(target=prepare, args=(s,)) for s in others]
         for thread in threads[1:]:
             thread.start()
@@ -179,17 +182,10 @@ def test_a_stopping_dispatcher_waits_neither_for_another_builder_nor_for_its_bui
         store.prepare_outbox(stop)
         done.set()
 
-    def building() -> bool:
-        with psycopg.connect(pg_url) as conn:
-            return bool(conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE 'CREATE INDEX CONCURRENTLY%%' AND query LIKE %s",
-                [f'%"{store.options.schema}".jobs%']).fetchall())
-
     thread = threading.Thread(target=prepare, daemon=True)
     try:
         thread.start()
-        wait_until(building, "the build to wait on the writer")
+        wait_until(lambda: build_waits(store, pg_url), "the build to wait on the writer")
         # When the dispatcher is asked to stop while its build waits
         stop.set()
         # Then the build is cut short and the call returns while the writer still holds its

@@ -86,6 +86,23 @@ def consumer_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("leaseq-consumer")}
 
 
+@contextmanager
+def gated_consumer(harness: Harness, gate: Gate, queues: tuple[str, ...],
+                   config: ConsumerConfig) -> Iterator[tuple[leaseq.App, Consumer]]:
+    """A consumer of ``queues`` running ``gated_app``'s tasks on a store of its own; at the
+    end the gate is opened (no handler stays held) and the executor and store are closed."""
+    store = leaseq.connect(harness.store_url)
+    app = gated_app(store, gate, queues)
+    executor = AppExecutor(app)
+    try:
+        yield app, Consumer([app.queue(q) for q in queues], executor, harness.amqp_url,
+                            topology=TOPOLOGY, config=config)
+    finally:
+        gate.release.set()
+        executor.close()
+        store.close()
+
+
 # --- a consumer the broker cancels ----------------------------------------------------------
 
 
@@ -93,13 +110,9 @@ def test_a_consumer_the_broker_cancels_reconnects_and_takes_work_again(
         harness: Harness) -> None:
     gate = Gate()
     gate.release.set()  # every run finishes at once
-    store = leaseq.connect(harness.store_url)
-    app = gated_app(store, gate, ("jobs",))
-    executor = AppExecutor(app)
-    consumer = Consumer([app.queue("jobs")], executor, harness.amqp_url, topology=TOPOLOGY,
-                        config=ConsumerConfig(concurrency=1, grace_s=1, max_backoff_s=0.5))
     work_queue = TOPOLOGY.work_queue("jobs")
-    try:
+    with gated_consumer(harness, gate, ("jobs",), ConsumerConfig(
+            concurrency=1, grace_s=1, max_backoff_s=0.5)) as (app, consumer):
         with consumer_thread(consumer, threading.Event()) as thread:
             # Given a consumer consuming the work queue
             wait_for("the consumer consuming",
@@ -122,9 +135,6 @@ def test_a_consumer_the_broker_cancels_reconnects_and_takes_work_again(
         thread.join(timeout=10)
         assert not thread.is_alive(), "the consumer did not stop"
         assert gate.started == ["after-cancel"]
-    finally:
-        executor.close()
-        store.close()
 
 
 # --- stop: the grace period, and nothing new starts -----------------------------------------
@@ -138,18 +148,13 @@ STOP_BOUND_S = 3.0
 def test_stop_keeps_to_the_grace_gives_back_what_runs_and_starts_nothing_queued(
         harness: Harness) -> None:
     gate = Gate()
-    store = leaseq.connect(harness.store_url)
-    app = gated_app(store, gate, ("jobs", "other"))
-    executor = AppExecutor(app)
-    # One handler thread, and a prefetch of one per queue: two deliveries, one of them waits
-    # in the consumer for the thread the other holds.
-    consumer = Consumer([app.queue("jobs"), app.queue("other")], executor, harness.amqp_url,
-                        topology=TOPOLOGY,
-                        config=ConsumerConfig(concurrency=1, grace_s=GRACE_S))
     queues = {"jobs": TOPOLOGY.work_queue("jobs"), "other": TOPOLOGY.work_queue("other")}
     before = consumer_threads()
     stop = threading.Event()
-    try:
+    # One handler thread, and a prefetch of one per queue: two deliveries, one of them waits
+    # in the consumer for the thread the other holds.
+    with gated_consumer(harness, gate, ("jobs", "other"), ConsumerConfig(
+            concurrency=1, grace_s=GRACE_S)) as (app, consumer):
         with consumer_thread(consumer, stop) as thread:
             # Given one job per queue, both delivered to the consumer, one of them running
             for name in queues:
@@ -185,10 +190,6 @@ def test_stop_keeps_to_the_grace_gives_back_what_runs_and_starts_nothing_queued(
         assert gate.started == [running]
         assert queue_of[running].get(running).status == "pending"
         assert queue_of[waiting].get(waiting).attempts == 0
-    finally:
-        gate.release.set()
-        executor.close()
-        store.close()
 
 
 # --- a message whose job id no store would take ---------------------------------------------
@@ -200,14 +201,10 @@ def test_a_message_with_an_invalid_job_id_is_quarantined_without_a_reconnect(
         harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
     gate = Gate()
     gate.release.set()
-    store = leaseq.connect(harness.store_url)
-    app = gated_app(store, gate, ("jobs",))
-    executor = AppExecutor(app)
-    consumer = Consumer([app.queue("jobs")], executor, harness.amqp_url, topology=TOPOLOGY,
-                        config=ConsumerConfig(concurrency=2, grace_s=1, max_backoff_s=0.5))
     quarantine = TOPOLOGY.quarantine_queue("jobs")
     caplog.set_level(logging.INFO, logger="leaseq")
-    try:
+    with gated_consumer(harness, gate, ("jobs",), ConsumerConfig(
+            concurrency=2, grace_s=1, max_backoff_s=0.5)) as (app, consumer):
         with consumer_thread(consumer, threading.Event()) as thread:
             # Given a consumer, and messages whose job id fails validation
             wait_for("the consumer consuming", lambda: queue_state(
@@ -230,6 +227,3 @@ def test_a_message_with_an_invalid_job_id_is_quarantined_without_a_reconnect(
         # And no log line echoes a raw id
         for bad in BAD_IDS.values():
             assert not [m for m in messages if bad in m or bad[:40] in m]
-    finally:
-        executor.close()
-        store.close()
