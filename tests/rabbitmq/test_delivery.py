@@ -140,6 +140,30 @@ def test_crash_after_result_before_ack_is_redelivered_and_acked_without_effect(
     _inspect_shows_the_story(harness, job_id)
 
 
+def test_crash_after_a_failure_before_its_nack_is_dead_lettered_on_redelivery(
+        harness: Harness) -> None:
+    # Given a poison job and a consumer that SIGKILLs itself right after writing `failed`
+    harness.queue().enqueue("poison", {"n": 1, "poison": True}, task="work")
+    doomed = harness.start("consume", LEASEQ_TEST_KILL_AFTER_RESULT="poison")
+    harness.start("dispatch")
+    # When it dies between the durable failure and the nack
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    queue = harness.queue()
+    assert (queue.get("poison").status, queue.get("poison").failure) == ("failed", "permanent")
+    assert "ack_sent" not in events(harness, "poison")
+    # and another consumer takes the redelivery
+    harness.start("consume")
+    wait_for("the redelivery's nack", lambda: nack_sent(harness, "poison"), 30, harness)
+    # Then the message is dead-lettered as the lost nack would have done, without a new claim
+    (message,) = quarantined_messages(harness.amqp_url, 1)
+    assert message["job_id"] == "poison" and message["reason"] == "rejected"
+    names = events(harness, "poison")
+    assert names.count("claimed") == 1 and names.count("received") == 2, names
+    ack = queue.journal("poison")[names.index("ack_sent")]
+    assert "already failed" in ack.reason
+    assert work_queue_depth(harness.amqp_url) == 0
+
+
 def _inspect_shows_the_story(harness: Harness, job_id: str) -> None:
     """``leaseq inspect`` tells the same story."""
     done = subprocess.run([sys.executable, "-m", "leaseq.cli", "inspect", job_id, "--url",

@@ -5,7 +5,9 @@ Per delivery, in this order (the order is the guarantee):
 1. journal ``received`` (redelivered flag, delivery count);
 2. ``claim_one`` that job, noting when the claim was sent (the job's lease clock starts then).
    Not claimable (terminal, not due, held by a live lease, unknown) → ack, no effect: the store
-   said so, and a job held by a lease is owed its publish again when that lease lapses (reclaim);
+   said so, and a job held by a lease is owed its publish again when that lease lapses (reclaim).
+   Except a redelivery of a job already ``failed``: its last consumer went before its nack, so
+   it is nacked now (``requeue=False``) and dead-lettered as that nack would have;
 3. run it with the same ``execute`` the polling worker uses; it writes the outcome durably;
 4. only then settle the delivery on the channel it came on (``Settlement``):
    ``nack(requeue=False)`` when the job ended ``failed`` (the dead-letter exchange puts the
@@ -358,9 +360,15 @@ class Consumer:
         sent_at = time.monotonic()  # the lease clock starts when the claim leaves
         job = queue.claim_one(job_id, self.worker_id)
         if job is None:
+            current = queue.get(job_id)
+            if d.redelivered and current is not None and current.status == JobStatus.FAILED:
+                # Its last consumer wrote `failed` and went before its nack (or its lease
+                # ran out and the reclaim failed it): the message is dead-lettered now, so the
+                # quarantine queue holds every failed job's message.
+                return (current, Settlement.QUARANTINE,
+                        "already failed: dead-lettered on redelivery")
             # Held by a live lease (another consumer's, or one abandoned here) is acked too:
             # when that lease lapses the reclaim makes the job owed, and it is published again.
-            current = queue.get(job_id)
             return current, Settlement.ACK, f"not claimable: {_why_not(current)}"
         if not self._hold(running, job):
             return None, Settlement.REQUEUE, "given back: the consumer is stopping"
