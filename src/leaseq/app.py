@@ -230,6 +230,11 @@ class App(AsyncAppMethods):
     def get_task(self, name: str | None) -> Task | None:
         return self._tasks.get(name) if name is not None else None
 
+    def job_policy(self, job: Job) -> QueuePolicy:
+        """The policy ``job`` runs under: its task's, else its queue's."""
+        task = self.get_task(job.task)
+        return task.policy if task else self.policy(job.queue)
+
     def queue_names(self) -> list[str]:
         """The queues the registered tasks use, sorted."""
         return sorted({t.queue for t in self._tasks.values()})

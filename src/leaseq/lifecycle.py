@@ -134,10 +134,9 @@ class Lifecycle:
                 return
             item.finished = True
             item.job.lease_lost = True  # the handler may notice; its result will be discarded
-            policy = item.task.policy if item.task else item.queue.policy
             try:
                 item.queue.give_back(item.job, item.started, reason,
-                                     max_givebacks=policy.max_givebacks)
+                                     max_givebacks=item.policy.max_givebacks)
                 if reason == SHUTDOWN_REASON:
                     log.warning("job %s: %s after the grace period; given back", item.job.id,
                                 "still running" if item.started else "not started",

@@ -87,6 +87,11 @@ class InFlight:
     """Set (under the worker's lock) when the lease clock ran out and the slot was freed
     while the handler still ran; its landing then frees nothing."""
 
+    @property
+    def policy(self) -> QueuePolicy:
+        """The policy the job runs under: its task's, else its queue's."""
+        return self.task.policy if self.task else self.queue.policy
+
 
 @dataclass(frozen=True, slots=True)
 class Ran:
@@ -301,7 +306,7 @@ class Runner:
         if error is None:
             return self._complete(item, ran.value)
         if isinstance(error, Snooze):
-            policy = _policy(item)
+            policy = item.policy
             delay = policy.snooze_s if error.delay_s is None else error.delay_s
             return "snooze", lambda: queue.snooze(job, delay, str(error),
                                                   max_snoozes=policy.max_snoozes)
@@ -344,7 +349,7 @@ class Runner:
                         job.attempts, job.max_attempts, self._why(error),
                         traceback_text(error, self.app.redact),
                         extra=job_fields("handler_raised", job))
-        policy = _policy(item)
+        policy = item.policy
         return None if policy == item.queue.policy else policy.backoff_s(job.attempts)
 
     def _why(self, error: BaseException | str) -> str:
@@ -425,11 +430,6 @@ async def _cancel_all_then_stop() -> None:
 
 class _Invalid(Exception):
     """The job cannot run here: unknown task or a payload that does not fit."""
-
-
-def _policy(item: InFlight) -> QueuePolicy:
-    """The policy the job runs under: its task's, else its queue's."""
-    return item.task.policy if item.task else item.queue.policy
 
 
 def _label(action: str, job: Job) -> str:

@@ -348,7 +348,7 @@ class Worker(LeaseClock, Lifecycle):
         """A claimed job: under lease from now on, waiting in ``_ready`` for a slot; its lease
         clock runs from ``sent_at``, when the claim was sent."""
         task = self.app.get_task(job.task)
-        policy = task.policy if task else queue.policy
+        policy = self.app.job_policy(job)
         # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
         every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
         now = self.clock()

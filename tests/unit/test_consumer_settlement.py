@@ -17,6 +17,7 @@ import pytest
 import leaseq
 from leaseq.delivery.connection import encode
 from leaseq.delivery.consumer import Consumer, _Delivery, _Session
+from leaseq.delivery.execute import AppExecutor
 from leaseq.job import Job, LeaseLost
 
 
@@ -122,3 +123,29 @@ def test_the_lease_clock_starts_when_the_claim_was_sent(app: leaseq.App) -> None
     # Then the executor was told when the claim left, not when its answer came back
     assert executor.sent_at is not None and entered
     assert executor.sent_at <= entered[0]
+
+
+def test_a_stop_gives_a_started_job_back_under_its_tasks_max_givebacks(
+        tmp_path: Path) -> None:
+    # Given a queue that allows 3 free give-backs, and a task on it that allows none
+    app = leaseq.App(f"sqlite:///{tmp_path / 'jobs.db'}", queues={"jobs": {"max_givebacks": 3}})
+
+    @app.task(queue="jobs", max_givebacks=0)
+    def strict() -> None:
+        """Nothing."""
+
+    executor = AppExecutor(app)
+    try:
+        queue = app.queue("jobs")
+        queue.enqueue("j", {}, task="strict")
+        job = queue.claim_one("j", "consumer-1")
+        assert job is not None and job.attempts == 1
+        # When the consumer's stop gives the job back while its handler runs
+        Consumer([queue], executor, "amqp://")._give_back("jobs", job, started=True)
+        # Then the task's bound applies: the attempt is spent, not refunded as the queue's
+        # bound would have it
+        after = queue.get("j")
+        assert (after.status, after.attempts) == ("pending", 1)
+    finally:
+        executor.close()
+        app.store.close()

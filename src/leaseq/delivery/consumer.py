@@ -80,6 +80,14 @@ class ExecuteClaimed(Protocol):
     def run_claimed(self, job: Job, sent_at: float) -> Job: ...
 
 
+@runtime_checkable
+class BoundsGivebacks(Protocol):
+    """An ``Execute`` that knows the policy each job runs under, so that a stop gives a job back
+    under its task's ``max_givebacks`` (``AppExecutor``). Otherwise its queue's is used."""
+
+    def max_givebacks(self, job: Job) -> int: ...
+
+
 class Settlement(StrEnum):
     """How a delivery is settled, once the store has the job's outcome (or said why not)."""
 
@@ -270,8 +278,11 @@ class Consumer:
         """Back to pending, ready at once (free when the handler never ``started``). The
         handler may see ``lease_lost``; its own write is fenced out either way."""
         job.lease_lost = True
+        bound = (self.execute.max_givebacks(job) if isinstance(self.execute, BoundsGivebacks)
+                 else None)
         try:
-            self.queues[queue_name].give_back(job, started, SHUTDOWN_REASON)
+            self.queues[queue_name].give_back(job, started, SHUTDOWN_REASON,
+                                              max_givebacks=bound)
             log.warning("consumer %s: job %s %s after the grace period; given back",
                         self.worker_id, job.id[:200], "still running" if started else "claimed",
                         extra=job_fields("given_back", job))

@@ -100,6 +100,11 @@ class AppExecutor:
         self._loop.stop()
         self._abandoned.write(self.app.store)
 
+    def max_givebacks(self, job: Job) -> int:
+        """How many times ``job`` may be given back free once its handler started: its task's
+        policy's, else its queue's (as the worker gives back)."""
+        return self.app.job_policy(job).max_givebacks
+
     def abandoned_pending(self) -> int:
         """Jobs the lease clock abandoned whose abandonment is not journaled yet."""
         return self._abandoned.pending()
@@ -107,7 +112,7 @@ class AppExecutor:
     def _in_flight_item(self, job: Job) -> InFlight:
         queue = self.app.queue(job.queue)
         task = self.app.get_task(job.task)
-        policy = task.policy if task else queue.policy
+        policy = self.app.job_policy(job)
         # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
         every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
         # The claim took the queue's lease; the first beat (within a third of it) sets the
