@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import leaseq
-from leaseq.delivery.connection import encode
-from leaseq.delivery.consumer import Consumer, _Delivery, _Session
+from leaseq.delivery.connection import Reconnect, encode
+from leaseq.delivery.consumer import Consumer, ConsumerConfig, _Delivery, _Session
 from leaseq.delivery.execute import AppExecutor
 from leaseq.job import Job, LeaseLost
 
@@ -149,3 +149,41 @@ def test_a_stop_gives_a_started_job_back_under_its_tasks_max_givebacks(
     finally:
         executor.close()
         app.store.close()
+
+
+def test_a_stop_during_a_reconnect_gives_back_what_the_dropped_session_left_running(
+        app: leaseq.App) -> None:
+    # Given a handler that holds its job until released
+    started, release = threading.Event(), threading.Event()
+
+    def execute(job: Job) -> Job:
+        started.set()
+        release.wait(10)
+        return job
+
+    queue = app.queue("jobs")
+    queue.enqueue("j", {}, task="work")
+    consumer = Consumer([queue], execute, "amqp://", config=ConsumerConfig(grace_s=0.2))
+    stop = threading.Event()
+
+    # and a session that took the job's delivery, then dropped while the handler ran, the
+    # stop arriving during the reconnect's backoff
+    def session(pool: Any, _stop: threading.Event) -> None:
+        state = _Session(Conn(), Channel(), threading.Event())  # type: ignore[arg-type]
+        pool.submit(consumer._handle, _Delivery(state, "jobs", 7, False, 0, encode("jobs", "j")))
+        assert started.wait(10)
+        state.closed.set()
+        stop.set()
+        raise Reconnect("the connection dropped")
+
+    consumer._session = session  # type: ignore[method-assign]
+    try:
+        # When the consumer runs to its stop
+        consumer.run(stop)
+        # Then the job the dropped session left running was given back after the grace
+        # instead of being left to its lease
+        after = queue.get("j")
+        assert after.status == "pending"
+        assert [e.event for e in queue.journal("j")][-1] == "given_back"
+    finally:
+        release.set()

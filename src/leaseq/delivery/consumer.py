@@ -177,6 +177,8 @@ class Consumer:
         """Masks the errors the consumer logs about its connection: every queue's redactor
         (``Queue.redact``, its app's); a delivery's own errors get its queue's."""
         self._lock = threading.Lock()
+        self._landed = threading.Condition(self._lock)
+        """Notified (under ``_lock``) whenever a delivery's handler ends."""
         self._running: set[_Running] = set()
         self._stopping = False
         """Set (under ``_lock``) when the drain begins: no delivery starts after it."""
@@ -197,6 +199,7 @@ class Consumer:
                          self.config.max_backoff_s, self.redact)
         finally:
             self._stop_starting()
+            self._give_back_orphans()
             # Not waited for: a queued delivery would never start, and a handler still running
             # past the grace was given back (its write will be fenced out).
             pool.shutdown(wait=False, cancel_futures=True)
@@ -249,7 +252,20 @@ class Consumer:
         deadline = time.monotonic() + self.config.grace_s
         while self._in_flight() and (left_s := deadline - time.monotonic()) > 0:
             state.conn.process_data_events(time_limit=min(0.1, left_s))
-        left = self._end_grace()
+        self._give_back_all(self._end_grace())
+
+    def _give_back_orphans(self) -> None:
+        """A stop that found no session open (it came during a reconnect's backoff, or the
+        session failed): the handlers a dropped session left running get ``grace_s`` to
+        finish (their acks cannot be sent; RabbitMQ already took their messages back), then
+        what still runs is given back, as ``_drain`` does. Nothing to do after a ``_drain``."""
+        with self._lock:
+            if self._past_grace:
+                return
+            self._landed.wait_for(lambda: not self._running, timeout=self.config.grace_s)
+        self._give_back_all(self._end_grace())
+
+    def _give_back_all(self, left: list[_Running]) -> None:
         if left:
             log.warning("consumer %s: %d jobs still running after the grace period; given "
                         "back, their messages return to RabbitMQ", self.worker_id, len(left),
@@ -329,6 +345,7 @@ class Consumer:
         finally:
             with self._lock:
                 self._running.discard(running)
+                self._landed.notify_all()
 
     def _start(self, d: _Delivery) -> _Running | None:
         """The delivery's record among the running ones; None when it must not start: the
