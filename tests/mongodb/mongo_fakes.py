@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import bson
-from pymongo import common
+from pymongo import ReadPreference, common
 from pymongo.collection import Collection
 from pymongo.cursor import Cursor
+from pymongo.errors import InvalidOperation
 from pymongo.results import BulkWriteResult, DeleteResult, UpdateResult
 
 Call = tuple[str, str, tuple, dict]
@@ -129,7 +130,8 @@ class FakeCollection:
 
 class FakeSession:
     """A session whose ``with_transaction`` runs the callback once and records the commit
-    (or the abort, when the callback raises)."""
+    (or the abort, when the callback raises). Like pymongo with a client whose URL asks for
+    another read preference, it refuses a transaction not told to read from the primary."""
 
     def __init__(self, log: list[str]):
         self.log = log
@@ -141,7 +143,10 @@ class FakeSession:
     def __exit__(self, *exc: object) -> None:
         self.log.append("end_session")
 
-    def with_transaction(self, work: Callable[[Any], Any]) -> Any:
+    def with_transaction(self, work: Callable[[Any], Any], *,
+                         read_preference: Any = None) -> Any:
+        if read_preference != ReadPreference.PRIMARY:
+            raise InvalidOperation("read preference in a transaction must be primary")
         self.in_transaction = True
         try:
             result = work(self)

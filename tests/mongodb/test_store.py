@@ -414,7 +414,7 @@ def test_enqueue_in_a_callers_transaction_writes_through_it():
 def test_on_a_replica_set_a_batch_runs_in_one_transaction():
     db = FakeDB({"setName": "rs0", "localTime": T0})
     session = mock.MagicMock()
-    session.with_transaction.side_effect = lambda work: work(session)
+    session.with_transaction.side_effect = lambda work, **_: work(session)
     db.client = mock.MagicMock()
     db.client.start_session.return_value.__enter__.return_value = session
     store = MongoStore(db)

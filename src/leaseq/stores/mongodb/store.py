@@ -165,7 +165,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         if not self.supports_transactions:
             return work(None)
         with self._client.start_session() as session:
-            return session.with_transaction(work)
+            # Reads in a transaction take the transaction's read preference, not their
+            # collection's: one a URL sets (secondaryPreferred, say) would refuse them all
+            return session.with_transaction(work, read_preference=ReadPreference.PRIMARY)
 
     # --- set-up -----------------------------------------------------------------------------
 
