@@ -9,7 +9,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -54,8 +54,9 @@ ACTION_EVENTS = {BulkAction.REQUEUE: JournalEvent.REQUEUED,
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """Which jobs of one queue to show. Every field but ``queue`` is optional; ``updated_*``
-    bound ``updated_at`` (from inclusive, until exclusive); ``error_text`` matches a
-    case-insensitive substring of the last error."""
+    bound ``updated_at`` (from inclusive, until exclusive; a datetime without a time zone is
+    taken as UTC, on every store); ``error_text`` matches a case-insensitive substring of the
+    last error."""
 
     queue: str
     status: str | None = None
@@ -71,6 +72,12 @@ class JobFilter:
         for name in ("status", "task", "id_prefix", "error_text"):
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
+        for name in ("updated_from", "updated_until"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, datetime):
+                raise InvalidInput(f"{name} must be a datetime, got {type(value).__name__}")
+            if value is not None and value.tzinfo is None:
+                object.__setattr__(self, name, value.replace(tzinfo=UTC))
 
     @property
     def order(self) -> str:

@@ -3,6 +3,8 @@ stops at its row cap and says so, and the next page goes on from where it stoppe
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 
 from leaseq.browse import JobFilter, actor_name, batches, prefix_end, walk
@@ -66,6 +68,17 @@ def test_helpers() -> None:
     assert JobFilter("q", status="", task="").status is None
     with pytest.raises(InvalidInput):
         JobFilter("q", error_text="x" * 201)
+
+
+def test_a_bound_without_a_time_zone_is_taken_as_utc() -> None:
+    # A naive bound meant UTC on PostgreSQL, local time on SQLite, and a TypeError on MongoDB
+    naive = datetime(2024, 1, 2, 3, 4, 5)
+    where = JobFilter("q", updated_from=naive, updated_until=naive)
+    assert where.updated_from == where.updated_until == naive.replace(tzinfo=UTC)
+    aware = datetime(2024, 1, 2, 4, 4, 5, tzinfo=timezone(timedelta(hours=1)))
+    assert JobFilter("q", updated_from=aware).updated_from == aware
+    with pytest.raises(InvalidInput, match="updated_from must be a datetime"):
+        JobFilter("q", updated_from="2024-01-02")  # type: ignore[arg-type]
 
 
 def test_a_slow_walk_stops_at_its_time_cap_and_goes_on_from_there() -> None:
