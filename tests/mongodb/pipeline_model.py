@@ -42,6 +42,10 @@ def evaluate(expr: Any, doc: Mapping[str, Any], now: datetime) -> Any:
     if isinstance(expr, str) and expr.startswith("$$"):
         if expr == "$$NOW":
             return now
+        if expr == "$$ROOT":
+            return {k: v for k, v in doc.items() if k != _THIS}
+        if expr.startswith("$$this."):
+            return doc[_THIS].get(expr.removeprefix("$$this."), MISSING)
         raise NotImplementedError(expr)
     if isinstance(expr, str) and expr.startswith("$"):
         return doc.get(expr[1:], MISSING)
@@ -91,6 +95,22 @@ def _date_add(arg: Any, doc: Mapping[str, Any], now: datetime) -> Any:
     return start + timedelta(milliseconds=evaluate(arg["amount"], doc, now))
 
 
+#: Where ``$filter`` puts the element its condition reads as ``$$this``.
+_THIS = "$$this"
+
+
+def _filter(arg: Any, doc: Mapping[str, Any], now: datetime) -> Any:
+    items = evaluate(arg["input"], doc, now)
+    return [item for item in items if truthy(evaluate(arg["cond"], {**doc, _THIS: item}, now))]
+
+
+def _merge_objects(arg: Any, doc: Mapping[str, Any], now: datetime) -> Any:
+    merged: dict[str, Any] = {}
+    for value in _args(arg, doc, now):
+        merged.update(value or {})
+    return merged
+
+
 def _compare(test: Any) -> Any:
     return lambda arg, doc, now: test(_order(*_args(arg, doc, now)))
 
@@ -105,6 +125,12 @@ def _type(arg: Any, doc: Mapping[str, Any], now: datetime) -> str:
 
 
 _OPERATORS: dict[str, Any] = {
+    "$objectToArray": lambda arg, doc, now: [{"k": k, "v": v} for k, v in
+                                             evaluate(arg, doc, now).items()],
+    "$arrayToObject": lambda arg, doc, now: {i["k"]: i["v"] for i in evaluate(arg, doc, now)},
+    "$filter": _filter,
+    "$in": lambda arg, doc, now: (lambda v, vs: v in vs)(*_args(arg, doc, now)),
+    "$mergeObjects": _merge_objects,
     "$type": _type,
     "$ifNull": _if_null,
     "$cond": _cond,
@@ -162,10 +188,13 @@ _FIELD_OPS: dict[str, Any] = {
 
 
 def run(pipeline: list[dict[str, Any]], doc: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    """An update pipeline of ``$set`` stages applied to ``doc``."""
+    """An update pipeline of ``$set`` and ``$replaceWith`` stages applied to ``doc``."""
     out = dict(doc)
     for stage in pipeline:
         (op, fields), = stage.items()
+        if op == "$replaceWith":
+            out = evaluate(fields, out, now)
+            continue
         assert op == "$set", op
         before = dict(out)
         for name, expr in fields.items():

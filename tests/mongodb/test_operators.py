@@ -9,10 +9,11 @@ from unittest import mock
 
 import pytest
 from mongo_fakes import FakeDB
+from pipeline_model import run
 
 from leaseq.browse import BulkAction, JobFilter
 from leaseq.errors import JobNotFound
-from leaseq.stores.mongodb import MongoStore
+from leaseq.stores.mongodb import MongoStore, documents
 from leaseq.stores.mongodb.operators import edit_payload, matches, walk_query
 
 Q = "leaseq_q"
@@ -64,18 +65,25 @@ def test_requeue_and_delete_act_only_where_they_fit(store: MongoStore, db: FakeD
 
 
 def test_requeue_edited_refuses_live_and_unknown_jobs(store: MongoStore, db: FakeDB) -> None:
-    db[Q].answer("find_one", {"_id": "j1", "status": "pending"}, None)
-    db[Q].answer("find_one_and_update", None)
+    db[Q].answer("find_one_and_update", None, None)
+    db[Q].answer("find_one", {"_id": "j1"}, None)
     assert store.requeue_edited("q", "j1", "{}", "me") is False
     with pytest.raises(JobNotFound):
         store.requeue_edited("q", "nope", "{}", "me")
 
 
-def test_an_edit_removes_the_old_payload_fields() -> None:
-    steps = edit_payload({"a": 1, "b": 2}, {"b": 3}, 0.0)
-    assert steps[0] == {"$unset": ["a"]}
-    assert steps[1] == {"$set": {"b": {"$literal": 3}}}
-    assert edit_payload({}, {"b": 3}, 0.0)[0] == {"$set": {"b": {"$literal": 3}}}
+NOW = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_an_edit_replaces_whatever_payload_the_job_holds_when_it_runs() -> None:
+    # The edit is one update: a payload another revision wrote after the operator's read is
+    # replaced whole too (a read-then-$unset kept the newer revision's fields beside the edit)
+    failed = {"_id": "j", "status": "failed", "attempts": 3, "max_attempts": 3,
+              "lease_epoch": 3, "revision": "r2", "b": 2, "nested": {"c": 1}}
+    doc = run(edit_payload({"x": 1}, 0.0), failed, NOW)
+    assert documents.payload_of(doc) == {"x": 1}
+    assert (doc["_id"], doc["status"], doc["attempts"], doc["lease_epoch"], doc["revision"]) == \
+        ("j", "pending", 0, 3, "r2")
 
 
 def test_a_status_walk_goes_past_documents_without_updated_at(store: MongoStore,

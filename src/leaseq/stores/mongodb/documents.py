@@ -41,6 +41,9 @@ PENDING, PROCESSING, FAILED = "pending", "processing", "failed"
 RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks", "priority", "concurrency_key"}
 #: Fields of the record kept when a new payload replaces the old one (the rest is payload).
 RECORD_FIELDS = sorted(RECORD_KEYS)
+#: The stored document's own record fields, without its payload (an expression).
+RECORD_OF_ROOT = {"$arrayToObject": {"$filter": {"input": {"$objectToArray": "$$ROOT"},
+                                                 "cond": {"$in": ["$$this.k", RECORD_FIELDS]}}}}
 #: Claim order: highest priority first (a document without one sorts after every number),
 #: then not-before, then id.
 CLAIM_SORT = [("priority", -1), ("lease_until", 1), ("_id", 1)]

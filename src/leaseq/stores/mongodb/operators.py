@@ -119,13 +119,12 @@ class OperatorTools(OffsetClock):
     @guarded
     def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
         coll = self._coll(queue)
-        old = coll.find_one({"_id": job_id})
-        if old is None:
-            raise JobNotFound(queue, job_id)
-        update = edit_payload(documents.payload_of(old), json.loads(payload_json), self._off)
+        update = edit_payload(json.loads(payload_json), self._off)
         doc = coll.find_one_and_update(documents.operator_requeueable(job_id), update,
                                        return_document=AFTER)
         if doc is None:
+            if coll.find_one({"_id": job_id}, {"_id": 1}) is None:
+                raise JobNotFound(queue, job_id)
             return False
         fields = records.moved(doc, actor_reason(actor))
         self._log([Event(queue, job_id, JournalEvent.EDITED, fields),
@@ -245,14 +244,12 @@ def _key(doc: Mapping[str, Any]) -> str | None:
     return updated.isoformat() if updated else None
 
 
-def edit_payload(old: Mapping[str, Any], new: Mapping[str, Any],
-                 offset_s: float) -> list[dict[str, Any]]:
-    """An operator retry that also swaps the payload: the app's fields live at the top level
-    of the document, so the old ones are removed and the new ones set."""
-    gone = [k for k in old if k not in new]
-    steps: list[dict[str, Any]] = [{"$unset": gone}] if gone else []
-    fields = {k: documents.lit(v) for k, v in new.items()}
-    return [*steps, {"$set": fields}, *documents.operator_requeue(offset_s)]
+def edit_payload(new: Mapping[str, Any], offset_s: float) -> list[dict[str, Any]]:
+    """An operator retry that also swaps the payload, in one update: the app's fields live at
+    the top level of the document, so it is replaced by its record fields beside the new
+    payload (whatever payload it holds when the update runs, not when it was last read)."""
+    return [{"$replaceWith": {"$mergeObjects": [documents.RECORD_OF_ROOT, documents.lit(new)]}},
+            *documents.operator_requeue(offset_s)]
 
 
 def hourly(queue: str, since: datetime) -> list[dict[str, Any]]:

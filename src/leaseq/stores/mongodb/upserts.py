@@ -12,6 +12,7 @@ from leaseq.stores.mongodb.documents import (
     PENDING,
     PROCESSING,
     RECORD_FIELDS,
+    RECORD_OF_ROOT,
     Doc,
     first_seen,
     lit,
@@ -88,11 +89,9 @@ def upsert(payload: Mapping[str, Any], task: str | None, revision: str | None,
            priority: int = 0, concurrency_key: str | None = None) -> list[Doc]:
     """The pipeline: keep the record's own fields, put the new payload beside them, then the
     branch's fields; ``keep`` returns the document as it was (no write)."""
-    record = {"$arrayToObject": {"$filter": {"input": {"$objectToArray": "$$ROOT"},
-                                             "cond": {"$in": ["$$this.k", RECORD_FIELDS]}}}}
     branches = [
         {"case": {"$eq": ["$$op", op]},
-         "then": {"$mergeObjects": [record, lit(dict(payload)), upsert_fields(
+         "then": {"$mergeObjects": [RECORD_OF_ROOT, lit(dict(payload)), upsert_fields(
              op, task, revision, max_attempts_, delay_s, offset_s, priority,
              concurrency_key)]}}
         for op in (CREATE, REVIVE, UPDATE, STALE)
