@@ -25,6 +25,19 @@ def test_leaseq_options_are_taken_out_of_the_url_and_the_rest_goes_to_libpq() ->
     assert conninfo.startswith("postgresql://app:s3cret@db:5433/jobs?sslmode=disable")
 
 
+def test_libpq_options_with_spaces_reach_the_server_as_written(schema_url: str) -> None:
+    # A space, percent-encoded in the URL, was passed on as "+", which libpq keeps as "+"
+    store = PostgresStore.from_url(f"{schema_url}&application_name=billing%20worker"
+                          "&options=-c%20statement_timeout%3D4321")
+    try:
+        got = store._session.run(lambda conn: conn.execute(
+            "SELECT current_setting('application_name'), "
+            "current_setting('statement_timeout')").fetchone())
+        assert got == ("billing worker", "4321ms")
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("query, words", [
     ("schema=Bad-Name", "schema"),
     ("schema=pg_catalog", "reserved"),

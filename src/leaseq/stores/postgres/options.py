@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from leaseq.errors import InvalidInput, InvalidURL
 from leaseq.redact import ENCODE_HINT, refuse_ambiguous_userinfo
@@ -112,7 +112,9 @@ def parse_url(url: str, **overrides: Any) -> tuple[str, PostgresOptions]:
         raise InvalidURL(f"{exc} (in {shown})") from None
     rest = [(k, v) for k, v in query if k not in known]
     rest += [(k, v) for k, v in LIBPQ_DEFAULTS.items() if k not in dict(rest)]
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+    # quote, not urlencode's default quote_plus: libpq reads a "+" in a URI as itself
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
+                           urlencode(rest, quote_via=quote), ""))
     return conninfo, options
 
 
