@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from leaseq.errors import InvalidURL, JobNotFound, StoreUnavailable
+from leaseq.errors import InvalidInput, InvalidURL, JobNotFound, StoreUnavailable
 from leaseq.job import (
     Completion,
     Failure,
@@ -124,9 +124,11 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     @contextmanager
     def _tx(self, connection: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
-        """A write transaction, or the caller's own open one (``connection=``)."""
+        """A write transaction, or the caller's own (``connection=``) under a savepoint: an
+        error undoes only what this call wrote, and the caller's transaction goes on."""
         if connection is not None:
-            yield connection
+            with _savepoint(connection):
+                yield connection
             return
         with self._lock:
             conn = self._conn
@@ -487,3 +489,23 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
 #: The write paths map the rows their statements return as the reads do.
 _job = SQLiteStore._job
+
+
+@contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
+    """Within the caller's transaction. One in autocommit mode with none open is refused, as on
+    PostgreSQL: a savepoint there would commit on its own, outside anything the caller decides.
+    In the sqlite3 module's default mode the transaction is opened as its first write would."""
+    if not conn.in_transaction:
+        if conn.isolation_level is None:
+            raise InvalidInput("connection= is in autocommit mode with no open transaction: "
+                               "open one first (connection.execute('BEGIN IMMEDIATE'))")
+        conn.execute(f"BEGIN {conn.isolation_level}")
+    conn.execute("SAVEPOINT leaseq_enqueue")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK TO leaseq_enqueue")
+        conn.execute("RELEASE leaseq_enqueue")
+        raise
+    conn.execute("RELEASE leaseq_enqueue")

@@ -1,0 +1,85 @@
+"""SQLite-specific: enqueue inside the caller's own connection (``connection=``), as on
+PostgreSQL (tests/postgres/test_pg_transactions.py): a conflict undoes only the enqueue, and an
+enqueue opens no transaction the caller does not decide."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leaseq.errors import InvalidInput, JobConflict
+from leaseq.stores.sqlite.store import SQLiteStore
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Iterator[str]:
+    yield str(tmp_path / "jobs.db")
+
+
+@pytest.fixture
+def store(path: str) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(path)
+    store.queue("mail").counts()  # the schema exists
+    yield store
+    store.close()
+
+
+def test_a_conflict_undoes_only_the_enqueue_not_the_callers_transaction(
+        store: SQLiteStore, path: str) -> None:
+    # Given a stored job, and a caller's transaction with its own write
+    q = store.queue("mail")
+    q.enqueue("j1", {"v": 1})
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("CREATE TABLE mine (x INTEGER)")
+        conn.execute("INSERT INTO mine VALUES (1)")
+        # When an enqueue in it conflicts, after a first job of the same call was written
+        with pytest.raises(JobConflict):
+            q.enqueue_many([q.spec("j2", {}), q.spec("j1", {"v": 2})], connection=conn)
+        # Then the caller's own write survives and a commit writes nothing of the enqueue
+        assert conn.execute("SELECT count(*) FROM mine").fetchone() == (1,)
+        conn.commit()
+    finally:
+        conn.close()
+    assert q.get("j2") is None and q.journal("j2") == []
+    assert q.get("j1").payload == {"v": 1}
+
+
+def test_an_enqueue_first_in_the_callers_connection_waits_for_its_commit(
+        store: SQLiteStore, path: str) -> None:
+    # Given a connection in the sqlite3 module's default mode, with nothing written yet
+    q = store.queue("mail")
+    conn = sqlite3.connect(path)
+    try:
+        # When an enqueue is its first write, and the caller rolls back
+        q.enqueue("j1", {}, connection=conn)
+        conn.rollback()
+        # Then nothing was written; and a commit writes it
+        assert q.get("j1") is None
+        q.enqueue("j1", {}, connection=conn)
+        assert q.get("j1") is None
+        conn.commit()
+    finally:
+        conn.close()
+    assert q.get("j1").status == "pending"
+
+
+def test_autocommit_connection_without_transaction_is_refused(
+        store: SQLiteStore, path: str) -> None:
+    # Given a connection in autocommit mode with no transaction open (an enqueue of two jobs
+    # through it committed the first before the second's conflict)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        # When it is used for an enqueue, then it is refused before any write
+        with pytest.raises(InvalidInput, match="autocommit"):
+            store.queue("mail").enqueue("j1", {}, connection=conn)
+        # But inside an explicit transaction it works
+        conn.execute("BEGIN IMMEDIATE")
+        store.queue("mail").enqueue("j1", {}, connection=conn)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    assert store.queue("mail").get("j1") is not None
