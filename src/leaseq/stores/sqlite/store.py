@@ -387,8 +387,10 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         with self._tx() as conn:
             for status, age in older_than_s.items():
                 params = self._params(queue=queue, status=status, older_than_s=age)
-                conn.execute(Q["purge_journal"], params)
-                deleted += conn.execute(Q["purge_jobs"], params).rowcount
+                ids = [row[0] for row in conn.execute(Q["purge_jobs"], params).fetchall()]
+                if ids:
+                    conn.execute(Q["purge_journal"], {"queue": queue, "ids": json.dumps(ids)})
+                deleted += len(ids)
         return deleted
 
     # --- operators -------------------------------------------------------------------------

@@ -17,15 +17,16 @@ RETURNING attempts, lease_epoch;
 -- name: exists
 SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND id = :id;
 
--- name: purge_journal
-DELETE FROM leaseq_journal
-WHERE queue = :queue AND job_id IN (
-    SELECT id FROM leaseq_jobs
-    WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s);
-
+-- The jobs first, then the journal of exactly those: two statements reading the clock each
+-- left the journal of a job that came of age between them.
 -- name: purge_jobs
 DELETE FROM leaseq_jobs
-WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s;
+WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s
+RETURNING id;
+
+-- name: purge_journal
+DELETE FROM leaseq_journal
+WHERE queue = :queue AND job_id IN (SELECT value FROM json_each(:ids));
 
 -- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
 
