@@ -65,10 +65,13 @@ class Queue(AsyncQueueMethods):
         concurrency_key: str | None = None,
     ) -> JobSpec:
         """A validated job description, for ``enqueue_many`` or ``complete(then=...)``."""
-        if task is not None and (not isinstance(task, str) or not task or len(task) > 200):
-            raise InvalidInput("task must be a non-empty string of at most 200 characters")
-        if revision is not None and (not isinstance(revision, str) or len(revision) > 512):
-            raise InvalidInput("revision must be a string of at most 512 characters")
+        if task is not None and (not isinstance(task, str) or not task or len(task) > 200
+                                 or "\x00" in task):
+            raise InvalidInput("task must be a non-empty string of at most 200 characters "
+                               "without NUL")
+        if revision is not None and (not isinstance(revision, str) or len(revision) > 512
+                                     or "\x00" in revision):
+            raise InvalidInput("revision must be a string of at most 512 characters without NUL")
         attempts = self.policy.max_attempts if max_attempts is None else max_attempts
         if attempts != self.policy.max_attempts:
             QueuePolicy.build(self.policy, max_attempts=attempts)  # range check
@@ -144,10 +147,8 @@ class Queue(AsyncQueueMethods):
 
     def claim(self, worker_id: str, limit: int = 1, *, lease_s: float | None = None) -> list[Job]:
         """Atomically take up to ``limit`` ready jobs (``[]`` when none)."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise InvalidInput(f"limit must be a whole number from 1 to 10000, got {limit!r}")
-        if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 256:
-            raise InvalidInput("worker_id must be a non-empty string of at most 256 characters")
+        limit = validate.batch_size(limit)
+        worker_id = validate.worker_id(worker_id)
         limits = self.limits
         if limits.any:
             return self.store.claim(self.name, worker_id, limit, self._lease_s(lease_s),
@@ -158,12 +159,12 @@ class Queue(AsyncQueueMethods):
                   lease_s: float | None = None) -> Job | None:
         """Claim this one job if it is ready now and no limit holds it back, else None (used
         by broker delivery)."""
+        job_id, worker_id = validate.job_id(job_id), validate.worker_id(worker_id)
         limits = self.limits
         if limits.any:
-            return self.store.claim_one(self.name, validate.job_id(job_id), worker_id,
+            return self.store.claim_one(self.name, job_id, worker_id,
                                         self._lease_s(lease_s), limits)
-        return self.store.claim_one(self.name, validate.job_id(job_id), worker_id,
-                                   self._lease_s(lease_s))
+        return self.store.claim_one(self.name, job_id, worker_id, self._lease_s(lease_s))
 
     @property
     def limits(self) -> ClaimLimits:
@@ -285,7 +286,7 @@ class Queue(AsyncQueueMethods):
         return self.store.cancel(self.name, validate.job_id(job_id))
 
     def outbox_due(self, limit: int = 100) -> list[Job]:
-        return self.store.outbox_due(self.name, limit)
+        return self.store.outbox_due(self.name, validate.batch_size(limit))
 
     def republish(self, published_before_s: float) -> int:
         """Owe a new publish for pending jobs published more than this many seconds ago."""
@@ -305,15 +306,18 @@ class Queue(AsyncQueueMethods):
 
     def list_jobs(self, status: str | None = None, limit: int = 100,
                   after_id: str | None = None) -> list[Job]:
-        return self.store.list_jobs(self.name, status, limit, after_id)
+        if status is not None and (not isinstance(status, str) or not status):
+            raise InvalidInput(f"status must be a non-empty string or None, got {status!r}")
+        if after_id is not None:
+            after_id = validate.job_id(after_id)
+        return self.store.list_jobs(self.name, status, validate.batch_size(limit), after_id)
 
     def iter_jobs(self, status: str | None = None, *, page_size: int = 500) -> Iterator[Job]:
         """Every job of the queue (or of one ``status``) in id order, read ``page_size`` at a
         time, so a queue of any size is walked in bounded memory. The walk resumes after the
         last id it saw: no job is yielded twice, and a job that changes meanwhile is seen in
         its old or its new state."""
-        if page_size < 1:
-            raise InvalidInput(f"page_size must be at least 1, got {page_size}")
+        validate.batch_size(page_size, "page_size")
         after: str | None = None
         while page := self.list_jobs(status, page_size, after):
             yield from page

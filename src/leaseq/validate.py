@@ -62,6 +62,25 @@ def job_id(value: Any) -> str:
     return value
 
 
+def worker_id(value: Any) -> str:
+    if (not isinstance(value, str) or not value or len(value) > 256 or "\x00" in value
+            or utf8_size(value) is None):
+        raise InvalidInput("worker_id must be a non-empty string of at most 256 characters, "
+                           "valid Unicode without NUL")
+    return value
+
+
+#: The most rows one call takes or reads (a claim, a page of jobs, an outbox batch).
+MAX_BATCH = 10_000
+
+
+def batch_size(value: Any, name: str = "limit") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH:
+        raise InvalidInput(f"{name} must be a whole number from 1 to {MAX_BATCH}, "
+                           f"got {str(value)[:40]!r}")
+    return value
+
+
 def terminal_status(status: Any) -> str:
     """An app-chosen finishing status: ``done`` or a lower-case name that is not a live state."""
     if not isinstance(status, str) or not _STATUS_RE.fullmatch(status):

@@ -309,3 +309,34 @@ def test_a_bad_result_key_is_refused(key: object) -> None:
 def test_a_result_key_round_trips() -> None:
     assert validate.result_key("s3://bucket/out/j1.json") == "s3://bucket/out/j1.json"
     assert validate.result_key(None) is None
+
+
+@pytest.mark.parametrize("call", [
+    lambda q: q.claim_one("j", 123),
+    lambda q: q.claim_one("j", None),
+    lambda q: q.claim_one("j", "w\x00"),
+    lambda q: q.claim("w\ud800"),
+    lambda q: q.list_jobs(limit=-1),
+    lambda q: q.list_jobs(limit=2**70),
+    lambda q: q.list_jobs(status=""),
+    lambda q: q.list_jobs(after_id="a\x00"),
+    lambda q: q.outbox_due(-1),
+    lambda q: list(q.iter_jobs(page_size=0)),
+    lambda q: q.spec("j", {}, task="a\x00b"),
+    lambda q: q.spec("j", {}, revision="r\x00"),
+], ids=["claim_one int worker", "claim_one no worker", "claim_one NUL worker",
+        "claim surrogate worker", "negative limit", "huge limit", "empty status",
+        "NUL after_id", "negative outbox limit", "zero page size", "NUL task", "NUL revision"])
+def test_bad_queue_call_arguments_are_refused_alike_on_every_store(tmp_path: Any,
+                                                                   call: Any) -> None:
+    # Each reached the store before: SQLite took an int worker id, a NULL one or no limit at
+    # all; PostgreSQL raised its driver's errors
+    store = connect(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        q = store.queue("q")
+        q.enqueue("j", {})
+        with pytest.raises(InvalidInput):
+            call(q)
+        assert q.get("j").status == "pending"
+    finally:
+        store.close()
