@@ -214,20 +214,23 @@ class FakeDB:
         return [m for c, m, _, _ in self.calls if c == collection and m != "create_index"]
 
 
-def queries(db: FakeDB) -> Iterator[tuple[str, dict[str, Any], list[tuple[str, int]]]]:
-    """``(collection, filter, sort)`` of every query the store sent, writes included."""
+def queries(db: FakeDB) -> Iterator[tuple[str, str, dict[str, Any], list[tuple[str, int]]]]:
+    """``(collection, method, filter, sort)`` of every query the store sent, writes
+    included."""
     for collection, method, args, kwargs in db.calls:
         if method == "create_index":
             continue
         given = bound(method, args, kwargs)
         if method == "bulk_write":
             for op in given["requests"]:
-                yield collection, op._filter, []
+                yield collection, method, op._filter, []
         elif method == "aggregate":
-            first = given["pipeline"][0] if given["pipeline"] else {}
-            yield collection, first.get("$match", {}), []
+            stages = list(given["pipeline"])
+            match = stages.pop(0)["$match"] if stages and "$match" in stages[0] else {}
+            sort = list(stages[0]["$sort"].items()) if stages and "$sort" in stages[0] else []
+            yield collection, method, match, sort
         else:
-            yield collection, given.get("filter") or {}, list(given.get("sort") or [])
+            yield collection, method, given.get("filter") or {}, list(given.get("sort") or [])
 
 
 # --- pymongo's async API over the same recording fake (leaseq.stores.mongodb.aio) ----------
