@@ -46,6 +46,8 @@ class Queue(AsyncQueueMethods):
         self.name = validate.queue_name(name)
         self.policy = QueuePolicy.build(policy, **options)
         self._rng = random.Random()
+        self._limits_forgotten = False
+        """Set once a claim without limits dropped the limits a limited claim recorded."""
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} on {self.store.url}>"
@@ -153,6 +155,7 @@ class Queue(AsyncQueueMethods):
         if limits.any:
             return self.store.claim(self.name, worker_id, limit, self._lease_s(lease_s),
                                     limits)
+        self._forget_recorded_limits()
         return self.store.claim(self.name, worker_id, limit, self._lease_s(lease_s))
 
     def claim_one(self, job_id: str, worker_id: str, *,
@@ -164,7 +167,17 @@ class Queue(AsyncQueueMethods):
         if limits.any:
             return self.store.claim_one(self.name, job_id, worker_id,
                                         self._lease_s(lease_s), limits)
+        self._forget_recorded_limits()
         return self.store.claim_one(self.name, job_id, worker_id, self._lease_s(lease_s))
+
+    def _forget_recorded_limits(self) -> None:
+        """Before this handle's first claim without limits: the limits an earlier limited
+        claim of the queue recorded (its policy had them then) no longer hold, so what reads
+        them (``held_back``, the metrics, ``leaseq status``, the KEDA examples) must not count
+        by them (``Store.forget_limits``)."""
+        if not self._limits_forgotten:
+            self.store.forget_limits(self.name)
+            self._limits_forgotten = True
 
     @property
     def limits(self) -> ClaimLimits:

@@ -438,6 +438,13 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         without the app's policy, such as ``leaseq status``, sees the same). Reads only;
         ``HeldBack()`` when none."""
 
+    def forget_limits(self, queue: str) -> None:
+        """The queue's claims run without limits now: drop the limits its limited claims
+        recorded, so that ``held_back`` and ``limited_queues`` (and the metrics and
+        ``leaseq status`` built on them) stop counting ready jobs as held back by limits
+        nobody claims under. ``Queue`` calls it once, at its first claim without limits.
+        Writes nothing when none are recorded; a store without claim limits records none."""
+
     @abc.abstractmethod
     def limited_queues(self) -> dict[str, ClaimLimits]:
         """Each queue whose limited claims recorded limits, with those limits (what

@@ -190,6 +190,12 @@ class LimitedClaims:
         return held_back(ready, by_key, recent, _seconds(now) + self._off, limits)
 
     @guarded
+    def forget_limits(self, queue: str) -> None:
+        self._limits.update_many(  # one document: its _id is the queue's name
+            {"_id": queue, "$or": [{"key_limit": {"$ne": None}}, {"rate_per_s": {"$ne": None}}]},
+            {"$set": {"key_limit": None, "rate_per_s": None}})
+
+    @guarded
     def limited_queues(self) -> dict[str, ClaimLimits]:
         # One small document per queue that ran a limited claim: read them all, no index.
         found = {d["_id"]: ClaimLimits(d.get("key_limit"), d.get("rate_per_s"))

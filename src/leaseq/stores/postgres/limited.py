@@ -117,6 +117,10 @@ class LimitedClaims:
 
         return self._session.run(work, idempotent=True)
 
+    def forget_limits(self, queue: str) -> None:
+        self._session.run(lambda conn: self._exec(conn, "forget_limits", queue=queue),
+                          idempotent=True, autocommit=True)
+
     def limited_queues(self) -> dict[str, ClaimLimits]:
         def work(conn: psycopg.Connection) -> dict[str, ClaimLimits]:
             return {r["queue"]: ClaimLimits(r["key_limit"], r["rate_per_s"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from leaseq.limits import (
@@ -32,6 +33,7 @@ class LimitedClaims:
     _conn: sqlite3.Connection
     _front_first: FrontFirst
     _rows: Callable[..., list[dict[str, Any]]]
+    _tx: Callable[..., AbstractContextManager[sqlite3.Connection]]
 
     def _claim_limited(self, conn: sqlite3.Connection, queue: str, worker_id: str, limit: int,
                        lease_s: float, limits: ClaimLimits,
@@ -122,6 +124,10 @@ class LimitedClaims:
                                       self._rows(conn, "key_backlog", queue=queue)],
                                      limits.key_limit)
             return held_back(ready, by_key, state.recent, state.now, limits)
+
+    def forget_limits(self, queue: str) -> None:
+        with self._tx() as conn:
+            self._rows(conn, "forget_limits", queue=queue)
 
     def limited_queues(self) -> dict[str, ClaimLimits]:
         with self._lock:

@@ -293,6 +293,28 @@ class LimitsSuite:
                                           "rated": ClaimLimits(rate_per_s=3)}
         assert store.held_back("free") == HeldBack()
 
+    def test_a_claim_without_limits_forgets_the_limits_an_earlier_claim_recorded(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        _needs_limits(leaseq_store)
+        store = leaseq_store.store
+        # Given a queue whose claims ran under a key limit of 1, with 3 jobs of one key ready
+        keyed = leaseq_store.queue("thumbs", key_limit=1)
+        for i in range(4):
+            keyed.enqueue(f"j{i}", {}, concurrency_key="k")
+        assert len(keyed.claim(W1, limit=4)) == 1
+        assert store.held_back("thumbs") == HeldBack(by_key=3, by_rate=0)
+        # When the app drops the limit and a worker claims without it
+        free = leaseq_store.queue("thumbs")
+        assert len(free.claim(W2, limit=1)) == 1
+        # Then nothing counts the ready jobs as held back any more (an autoscaler reading
+        # them would otherwise see no runnable work while two wait)
+        assert store.limited_queues() == {}
+        assert store.held_back("thumbs") == HeldBack()
+        # and a limited claim records its limits again
+        assert keyed.claim(W1, limit=4) == []
+        assert store.limited_queues() == {"thumbs": ClaimLimits(key_limit=1)}
+
     # --- rate limit ----------------------------------------------------------------------
 
     def test_the_rate_limit_admits_the_room_left_in_the_window(

@@ -130,6 +130,10 @@ FROM (SELECT 1) one LEFT JOIN {limits} l ON l.queue = %(queue)s;
 
 -- The first limited claim of a queue makes its row before it knows the limits: rows without
 -- any are left out.
+-- name: forget_limits
+UPDATE {limits} SET key_limit = NULL, rate_per_s = NULL
+WHERE queue = %(queue)s AND (key_limit IS NOT NULL OR rate_per_s IS NOT NULL);
+
 -- name: limited_queues
 SELECT queue, key_limit, rate_per_s FROM {limits}
 WHERE key_limit IS NOT NULL OR rate_per_s IS NOT NULL;

@@ -114,6 +114,10 @@ SELECT recent, key_limit, rate_per_s, {now} AS now FROM leaseq_limits WHERE queu
 SELECT queue, key_limit, rate_per_s FROM leaseq_limits
 WHERE key_limit IS NOT NULL OR rate_per_s IS NOT NULL;
 
+-- name: forget_limits
+UPDATE leaseq_limits SET key_limit = NULL, rate_per_s = NULL
+WHERE queue = :queue AND (key_limit IS NOT NULL OR rate_per_s IS NOT NULL);
+
 -- name: save_limits
 INSERT INTO leaseq_limits (queue, recent, key_limit, rate_per_s)
 VALUES (:queue, :recent, :key_limit, :rate_per_s)
