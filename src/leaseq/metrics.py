@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from leaseq.errors import LeaseqError
+from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.job import safe_reason
 from leaseq.limits import HeldBack
 from leaseq.redact import Redact, redact
@@ -207,8 +207,13 @@ class Metrics:
             self.reclaimed_jobs.labels(queue).inc(n)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Callable[[], None]:
-        """Expose ``/metrics`` on ``port`` from a daemon thread; returns a function to stop it."""
-        server, thread = start_http_server(port, addr, registry=self.registry)
+        """Expose ``/metrics`` on ``port`` from a daemon thread; returns a function to stop it.
+        ``InvalidInput`` when it cannot listen there (the port is taken, the address unknown)."""
+        try:
+            server, thread = start_http_server(port, addr, registry=self.registry)
+        except (OSError, OverflowError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise InvalidInput(f"cannot serve metrics on {addr}:{port}: {reason}") from None
 
         def stop() -> None:
             server.shutdown()

@@ -81,6 +81,10 @@ def test_enqueue_checks_the_payload_against_the_app(
         (["enqueue", "--task", "t", "--payload", '{"id": 1}'], "reserved"),
         (["enqueue", "--task", "t", "--payload", "{}", "--queue", "no spaces"], "queue name"),
         (["enqueue", "--task", "t", "--payload", "{}", "--app", "nocolon"], "MODULE:APP"),
+        # an empty --job-id (a producer's "$ID" unset) was a new random job on every replay
+        (["enqueue", "--task", "t", "--payload", "{}", "--job-id", ""], "job id"),
+        (["enqueue", "--task", "t", "--payload", "{}", "--delay-s", "nan"], "finite"),
+        (["enqueue", "--task", "t", "--payload", "{}", "--delay-s", "inf"], "finite"),
     ],
 )
 def test_enqueue_bad_arguments_exit_2(invoke: Invoke, args: list[str], message: str) -> None:
@@ -321,7 +325,7 @@ def test_sweep_once(invoke: Invoke, store: leaseq.Store) -> None:
 
 
 @pytest.mark.parametrize("args", [["--retain", "done"], ["--retain", "pending=5"],
-                                  ["--retain", "done=x"], ["--every", "0"]])
+                                  ["--retain", "done=x"], ["--every", "0"], ["--every", "nan"]])
 def test_sweep_bad_arguments_exit_2(invoke: Invoke, args: list[str]) -> None:
     result = invoke("sweep", *args)
     assert result.exit_code == 2, result.output
@@ -369,6 +373,9 @@ def test_worker_burst_runs_the_apps_tasks(
         (["worker", "cli_tasks:app", "--concurrency", "0"], "--concurrency"),
         (["worker", "cli_tasks:app", "--processes", "x"], "--processes"),
         (["worker", "cli_tasks:app", "--grace-s", "-1"], "--grace-s"),
+        (["worker", "cli_tasks:app", "--grace-s", "nan"], "finite"),
+        (["worker", "cli_tasks:app", "--burst", "--metrics-port", "65535", "--processes", "2"],
+         "past 65535"),
     ],
 )
 def test_worker_bad_arguments_exit_2(
@@ -443,3 +450,40 @@ def test_text_that_looks_like_markup_is_printed_as_it_is(invoke: Invoke,
     assert "by host[/i]:1:w" in story.output
     assert "story of job[/bold]" in story.output
     assert "job[/bold]" in failed.output and "resize[red]" in failed.output
+
+
+def test_a_url_that_reads_like_markup_is_printed_as_it_is(invoke: Invoke,
+                                                          tmp_path: Path) -> None:
+    # A "[/bold]" in the path made rich refuse the whole table; a "[prod]" vanished from it
+    folder = tmp_path / "[/bold][prod]"
+    folder.mkdir(parents=True)
+    url = f"sqlite:///{folder / 'jobs.db'}"
+    with leaseq.connect(url) as store:
+        store.queue("images").enqueue("a", {})
+    result = invoke("status", "--url", url, env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "[/bold][prod]" in result.output
+
+
+@pytest.mark.parametrize("command", ["inspect", "cancel", "requeue"])
+def test_a_job_id_that_is_not_unicode_is_a_usage_error(invoke: Invoke, command: str) -> None:
+    # Without --queue the id went to every queue's store read, which raised on encoding it
+    result = invoke(command, "a\udcff")
+    assert result.exit_code == 2, result.output
+    assert "valid Unicode" in result.output
+
+
+def test_a_metrics_port_that_is_taken_is_one_line_and_exit_2(invoke: Invoke) -> None:
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        result = invoke("metrics", "--port", str(port), "--addr", "127.0.0.1")
+    finally:
+        taken.close()
+    assert result.exit_code == 2, result.output
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -47,6 +48,21 @@ def errors(func: Command) -> Command:
                 raise click.UsageError(str(exc), click.get_current_context()) from None
             raise Failed(str(exc)) from None
     return cast(Command, wrapper)
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds in a range; unlike click's ``FloatRange``, ``nan`` and ``inf`` are
+    refused (``nan`` passes every bound: a grace of ``nan`` gave a running job back at once, a
+    refresh of ``nan`` froze the metrics)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
 
 
 def url_option(func: Command) -> Command:

@@ -12,7 +12,7 @@ import sys
 import click
 
 from leaseq.app import App
-from leaseq.cli import errors, open_store, url_option
+from leaseq.cli import Seconds, errors, open_store, url_option
 from leaseq.signals import stop_event
 
 _amqp = click.option("--amqp-url", envvar="LEASEQ_AMQP_URL", required=True,
@@ -39,8 +39,8 @@ def _logging(verbose: bool) -> None:
 @_prefix
 @_no_declare
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=100, show_default=True)
-@click.option("--poll-interval-s", type=click.FloatRange(0.01), default=1.0, show_default=True)
-@click.option("--reclaim-every-s", type=click.FloatRange(0), default=30.0, show_default=True,
+@click.option("--poll-interval-s", type=Seconds(0.01), default=1.0, show_default=True)
+@click.option("--reclaim-every-s", type=Seconds(0), default=30.0, show_default=True,
               help="Reclaim expired leases this often (0: never).")
 @click.option("-v", "--verbose", is_flag=True)
 @errors
@@ -72,7 +72,7 @@ def rabbitmq() -> None:
 @_queues
 @_prefix
 @click.option("--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True)
-@click.option("--grace-s", type=click.FloatRange(0), default=30.0, show_default=True)
+@click.option("--grace-s", type=Seconds(0), default=30.0, show_default=True)
 @click.option("-v", "--verbose", is_flag=True)
 @errors
 def consume(app_ref: str, url: str | None, amqp_url: str, queues: tuple[str, ...],
@@ -131,7 +131,7 @@ def quarantine(amqp_url: str, queue: str, prefix: str, limit: int) -> None:
 @url_option
 @click.option("--queue", "queues", multiple=True, help="A leaseq queue (repeatable; default: "
               "every queue).")
-@click.option("--older-than-s", type=click.FloatRange(0), required=True,
+@click.option("--older-than-s", type=Seconds(0), required=True,
               help="Owe a new publish for pending jobs published more than S seconds ago.")
 @errors
 def republish(url: str | None, queues: tuple[str, ...], older_than_s: float) -> None:

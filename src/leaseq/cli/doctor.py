@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import click
 
-from leaseq.cli import Failed, echo_json, errors, json_option, open_store, url_option
+from leaseq.cli import Failed, Seconds, echo_json, errors, json_option, open_store, url_option
 from leaseq.doctor import DoctorConfig, Report, diagnose
 
 
 @click.command()
 @url_option
-@click.option("--oldest-ready-s", type=click.FloatRange(0), default=300.0, show_default=True,
+@click.option("--oldest-ready-s", type=Seconds(0), default=300.0, show_default=True,
               help="Ready work older than this is a finding.")
-@click.option("--live-worker-s", type=click.FloatRange(0, min_open=True), default=60.0,
+@click.option("--live-worker-s", type=Seconds(0, min_open=True), default=60.0,
               show_default=True, help="A worker whose last beat is older is not live.")
 @click.option("--broker", is_flag=True,
               help="Run the broker checks on every queue (else only where a publish was "

@@ -13,8 +13,18 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from leaseq import validate
 from leaseq.app import App
-from leaseq.cli import Failed, echo_json, errors, json_option, open_store, render, url_option
+from leaseq.cli import (
+    Failed,
+    Seconds,
+    echo_json,
+    errors,
+    json_option,
+    open_store,
+    render,
+    url_option,
+)
 from leaseq.errors import JobNotFound
 from leaseq.job import EnqueueResult
 from leaseq.queue import Queue
@@ -35,7 +45,7 @@ PAGE = 500
               help="The payload, a JSON object. Read from stdin when omitted or '-'.")
 @click.option("--job-id", default=None, metavar="ID", help="Stable job id (default: random).")
 @click.option("--revision", default=None, metavar="R", help="Version of the input.")
-@click.option("--delay-s", type=click.FloatRange(0), default=0.0, help="Not before now + S.")
+@click.option("--delay-s", type=Seconds(0), default=0.0, help="Not before now + S.")
 @click.option("--app", "app_ref", default=None, metavar="MODULE:APP",
               help="Check the payload against the task's signature (and use its queue).")
 @json_option
@@ -45,7 +55,9 @@ def enqueue(url: str | None, queue: str, task_name: str, payload: str | None,
             as_json: bool) -> None:
     """Enqueue one job (idempotent by --job-id)."""
     data = _parse_payload(payload)
-    job_id = job_id or uuid.uuid4().hex
+    # Only a missing --job-id gets a new one: --job-id "$ID" with $ID empty is refused, not a
+    # new job on every replay
+    job_id = uuid.uuid4().hex if job_id is None else job_id
     if app_ref:
         queue, result = _enqueue_through_app(app_ref, url, task_name, data, job_id, revision,
                                              delay_s)
@@ -118,6 +130,7 @@ def inspect(job_id: str, url: str | None, queue: str | None, as_json: bool) -> N
 
 def find_queue(store: Store, job_id: str, queue: str | None) -> Queue:
     """The queue holding ``job_id``: the one given, or the only queue that has it."""
+    job_id = validate.job_id(job_id)
     if queue is not None:
         q = Queue(store, queue)
         if q.get(job_id) is None:

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from leaseq import sweeper
-from leaseq.cli import echo_json, errors, json_option, open_store, render, url_option
+from leaseq.cli import Seconds, echo_json, errors, json_option, open_store, render, url_option
 from leaseq.metrics import Metrics, snapshot
 from leaseq.signals import StopSignals, stop_event
 
@@ -48,7 +48,7 @@ def _retention(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
 @click.command()
 @url_option
 @click.option("--queue", "queues", multiple=True, help="Only these queues (default: all).")
-@click.option("--every", "every_s", type=click.FloatRange(0, min_open=True), default=None,
+@click.option("--every", "every_s", type=Seconds(0, min_open=True), default=None,
               metavar="S", help="Keep sweeping every S seconds (until SIGTERM / Ctrl-C).")
 @click.option("--retain", "retention", multiple=True, callback=_retention,
               metavar="STATUS=SECONDS", help="Purge jobs of STATUS older than SECONDS (repeat).")
@@ -97,7 +97,7 @@ def migrate(url: str | None) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), required=True, help="Port to serve on.")
 @click.option("--addr", default="0.0.0.0", show_default=True, help="Address to bind.")
 @click.option("--queue", "queues", multiple=True, help="Only these queues (default: all).")
-@click.option("--refresh-s", type=click.FloatRange(0), default=5.0, show_default=True,
+@click.option("--refresh-s", type=Seconds(0), default=5.0, show_default=True,
               help="Re-read the store at most this often.")
 @errors
 def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],

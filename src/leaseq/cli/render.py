@@ -55,7 +55,7 @@ def status_rows(snaps: Sequence[QueueSnapshot]) -> dict[str, Any]:
 
 
 def status_table(url: str, snaps: Sequence[QueueSnapshot]) -> Table:
-    table = Table(title=f"leaseq — {url}")
+    table = Table(title=f"leaseq — {escape(url)}")
     others = sorted({k for s in snaps for k in s.counts} - set(STATUS_COLUMNS))
     limited = any(s.held_back.total for s in snaps)
     held = ["held by key", "held by rate"] if limited else []

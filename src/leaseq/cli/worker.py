@@ -8,7 +8,7 @@ import sys
 import click
 
 from leaseq.app import App
-from leaseq.cli import errors, open_store, url_option
+from leaseq.cli import Seconds, errors, open_store, url_option
 from leaseq.signals import stop_event
 
 
@@ -24,9 +24,9 @@ from leaseq.signals import stop_event
 @click.option("--burst", is_flag=True, help="Exit 0 once nothing is claimable or in flight.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics here (process i of --processes uses PORT+i).")
-@click.option("--grace-s", type=click.FloatRange(0), default=30.0, show_default=True,
+@click.option("--grace-s", type=Seconds(0), default=30.0, show_default=True,
               help="On SIGTERM, how long in-flight jobs may finish before being given back.")
-@click.option("--sweep-every-s", type=click.FloatRange(0, min_open=True), default=30.0,
+@click.option("--sweep-every-s", type=Seconds(0, min_open=True), default=30.0,
               show_default=True, help="How often to reclaim expired leases.")
 @click.option("--no-scheduler", is_flag=True, help="Do not run the app's schedules here "
               "(by default every worker runs them; each tick is still one job).")
@@ -51,6 +51,9 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     if delivery == "rabbitmq":
         _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes)
         return
+    if metrics_port is not None and metrics_port + processes - 1 > 65535:
+        raise click.UsageError(f"--metrics-port {metrics_port} with --processes {processes}: "
+                               f"process i serves port {metrics_port} + i, past 65535")
     config = WorkerConfig(queues=queues, concurrency=concurrency, burst=burst,
                           grace_s=grace_s, sweep_every_s=sweep_every_s,
                           metrics_port=metrics_port, scheduler=not no_scheduler)
