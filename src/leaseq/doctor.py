@@ -16,6 +16,7 @@ from typing import Any
 from leaseq.browse import HourlyCount, JobFilter, QueueSummary
 from leaseq.job import Job, JournalEntry
 from leaseq.journal import JournalEvent
+from leaseq.limits import HeldBack
 from leaseq.stores.base import Store
 
 
@@ -53,13 +54,14 @@ class DoctorConfig:
 
 @dataclass(frozen=True, slots=True)
 class QueueFacts:
-    """What the checks of one queue read, each read once: bounded counts, live leases and
-    the journal of the hour now running."""
+    """What the checks of one queue read, each read once: bounded counts, live leases, the
+    journal of the hour now running, and the ready jobs its limits hold back."""
 
     queue: str
     summary: QueueSummary
     in_flight: int
     hour: list[HourlyCount]
+    held_back: HeldBack = field(default_factory=HeldBack)
 
     def events(self, name: str) -> int:
         return sum(c.count for c in self.hour if c.event == name)
@@ -108,9 +110,11 @@ def diagnose(store: Store, config: DoctorConfig | None = None,
     report.findings.extend(check_bloat(store, config))
     report.checks_run.append("index_bloat")
     report.findings.extend(check_index_bloat(store, config))
+    limited = store.limited_queues()
     for queue in store.queues():
         facts = QueueFacts(queue, store.queue_summary(queue), store.in_flight(queue),
-                           store.journal_hourly(queue, 1))
+                           store.journal_hourly(queue, 1),
+                           store.held_back(queue) if queue in limited else HeldBack())
         for name, check in QUEUE_CHECKS:
             report.checks_run.append(f"{name}:{queue}")
             report.findings.extend(check(store, facts, config, live))
@@ -145,6 +149,10 @@ def check_oldest_ready(store: Store, facts: QueueFacts, config: DoctorConfig,
                        live: set[str]) -> list[Finding]:
     queue, age_s = facts.queue, facts.summary.oldest_ready_s
     if facts.summary.ready.n == 0 or age_s <= config.oldest_ready_s:
+        return []
+    if facts.held_back.total >= facts.summary.ready.n:
+        # Every ready job waits for a key's slot or the rate's room: the limits at work,
+        # which more workers would not change
         return []
     return [Finding(
         "oldest_ready", queue, f"the oldest ready job has waited {age_s:.0f} s",

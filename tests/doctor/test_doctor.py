@@ -66,6 +66,24 @@ def test_oldest_ready_over_the_threshold(store: Store) -> None:
     assert checks(store) == {"oldest_ready"}
 
 
+def test_ready_jobs_all_held_back_by_a_key_limit_are_not_too_few_workers(store: Store) -> None:
+    # Given a queue whose key limit of 1 holds back its other jobs, old and ready, while a
+    # live worker runs the key's one slot
+    q = store.queue("mail", key_limit=1, lease_s=3600)
+    for i in range(4):
+        q.enqueue(f"k-{i}", {}, concurrency_key="tenant")
+    assert len(q.claim(W, limit=4)) == 1
+    store.time_offset_s = 400
+    store.register_worker(W, ["mail"], 0)
+    # Then doctor does not tell anyone to start more workers: they would not run these
+    assert "oldest_ready" not in checks(store)
+    # But one ready job no limit holds is still found
+    store.queue("mail").enqueue("free", {})
+    store.time_offset_s = 800
+    store.register_worker(W, ["mail"], 0)
+    assert "oldest_ready" in checks(store)
+
+
 def test_leases_that_ran_out_and_were_not_reclaimed(store: Store) -> None:
     healthy(store)
     store.queue("mail").claim(W, lease_s=5)
