@@ -104,8 +104,7 @@ class AsyncQueueMethods:
     async def await_result(self, job_id: str, timeout_s: float) -> Job:
         """``wait`` for asyncio callers: the finished job, or ``TimeoutError``."""
         job_id, deadline = self._wait_args(job_id, timeout_s)
-        watch: FinishWatch = await asyncio.to_thread(self.store.watch_finish, self.name,
-                                                     job_id)
+        watch = await _watch_off_the_loop(self.store, self.name, job_id)
         try:
             while True:
                 left = self._finished_or_left(await self.store.aget(self.name, job_id),
@@ -175,6 +174,23 @@ class AsyncAppMethods:
                        ) -> EnqueueResult:
         """``enqueue`` for asyncio callers: a task by name with a payload dict."""
         return await self._find_task(task).aenqueue_payload(dict(payload or {}), **options)
+
+
+async def _watch_off_the_loop(store: Store, queue: str, job_id: str) -> FinishWatch:
+    """``store.watch_finish`` made in a thread. A caller cancelled meanwhile (a timeout around
+    ``await_result``) does not stop the thread: the watch it makes then is closed at once,
+    not left registered among the finish waiters."""
+    made = asyncio.ensure_future(asyncio.to_thread(store.watch_finish, queue, job_id))
+    try:
+        return await asyncio.shield(made)
+    except asyncio.CancelledError:
+        made.add_done_callback(_close_made_watch)
+        raise
+
+
+def _close_made_watch(made: asyncio.Future[FinishWatch]) -> None:
+    if not made.cancelled() and made.exception() is None:
+        made.result().close()
 
 
 async def aqueue(app: App, name: str) -> Queue:

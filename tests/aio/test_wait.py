@@ -88,3 +88,46 @@ def test_wait_times_out_and_a_finished_job_returns_at_once(store: Store) -> None
 
     with pytest.raises(JobNotFound):
         asyncio.run(timeout())
+
+
+def test_an_await_result_cancelled_while_its_watch_is_made_closes_the_watch(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a store whose watch is slow to make (the thread making it is not cancellable)
+    q = Queue(store, "work")
+    q.enqueue("j1", {})
+    entered, release = threading.Event(), threading.Event()
+    made: list[object] = []
+    closed: list[object] = []
+    watch_finish = store.watch_finish
+
+    def slow_watch(queue: str, job_id: str):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(10)
+        watch = watch_finish(queue, job_id)
+        close = watch.close
+
+        def close_and_note() -> None:
+            closed.append(watch)
+            close()
+
+        watch.close = close_and_note  # type: ignore[method-assign]
+        made.append(watch)
+        return watch
+
+    monkeypatch.setattr(store, "watch_finish", slow_watch)
+
+    async def cancelled_while_the_watch_is_made() -> None:
+        waiter = asyncio.ensure_future(q.await_result("j1", timeout_s=30))
+        await asyncio.to_thread(entered.wait, 10)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        # When the thread then makes the watch
+        release.set()
+        deadline = time.monotonic() + 10
+        while not closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the close runs on the loop once the thread has ended
+
+    asyncio.run(cancelled_while_the_watch_is_made())
+    # Then the watch nobody waits on any more was closed, not left registered
+    assert made and closed == made
