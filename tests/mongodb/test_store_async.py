@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pymongo
 import pytest
 from mongo_fakes import FakeAsyncDB, FakeDB
-from pymongo.errors import ServerSelectionTimeoutError
+from pymongo.errors import ExecutionTimeout, ServerSelectionTimeoutError
 
+from leaseq.deadline import within
 from leaseq.errors import StoreUnavailable
 from leaseq.job import JobSpec
 from leaseq.queue import Queue
@@ -85,6 +87,31 @@ def test_async_connection_errors_are_masked(db: FakeDB) -> None:
     with pytest.raises(StoreUnavailable) as caught:
         asyncio.run(store.aget("mail", "j1"))
     assert "pw" not in str(caught.value) and "unavailable" in str(caught.value)
+
+
+def test_async_reads_run_within_the_callers_deadline(db: FakeDB) -> None:
+    # Given a caller's deadline around an async read, and a server that runs out of time
+    store, _ = store_with_async(db)
+    seen: list[float | None] = []
+    find_one = db[Q].find_one
+
+    def noting_the_timeout(*args: object, **kwargs: object) -> object:
+        seen.append(pymongo._csot.get_timeout())
+        return find_one(*args, **kwargs)
+
+    db[Q].find_one = noting_the_timeout  # type: ignore[method-assign]
+    db[Q].answer("find_one", None, ExecutionTimeout("operation exceeded time limit", 50))
+
+    async def scenario() -> None:
+        with within(2.0):
+            await store.aget("mail", "j1")
+            # Then the read ran under pymongo's timeout set to what was left of it
+            assert seen and seen[0] is not None and 0 < seen[0] <= 2.0
+            # and a server-side timeout is StoreUnavailable, not pymongo's own error
+            with pytest.raises(StoreUnavailable, match="unavailable"):
+                await store.aget("mail", "j1")
+
+    asyncio.run(scenario())
 
 
 def test_the_url_opener_makes_a_lazy_async_client() -> None:

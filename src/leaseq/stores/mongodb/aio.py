@@ -14,13 +14,14 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import pymongo
 from pymongo import ReadPreference
-from pymongo.errors import ConfigurationError, ConnectionFailure
+from pymongo.errors import ConfigurationError, ConnectionFailure, PyMongoError
 
-from leaseq.errors import StoreUnavailable
+from leaseq import deadline
 from leaseq.job import Job, JournalEntry
 from leaseq.stores.mongodb import documents, records
-from leaseq.stores.mongodb.connection import mask
+from leaseq.stores.mongodb.connection import unavailable
 
 if TYPE_CHECKING:
     from leaseq.stores.mongodb.store import MongoStore
@@ -71,10 +72,18 @@ class AsyncMongo:
         return [records.entry(d) for d in await self._guard(cursor.to_list())]
 
     async def _guard(self, pending: Any) -> Any:
-        """Await a driver call; connection errors as ``StoreUnavailable``, secrets masked."""
+        """Await a driver call within the caller's ``leaseq.deadline`` (pymongo's own
+        ``timeout``), as the blocking calls do (``connection.guarded``); connection errors and
+        timeouts as ``StoreUnavailable``, secrets masked."""
+        remaining = deadline.remaining_s()
         try:
-            return await pending
+            if remaining is None:
+                return await pending
+            with pymongo.timeout(max(remaining, 0.001)):
+                return await pending
         except (ConnectionFailure, ConfigurationError) as exc:
-            text = mask(f"{type(exc).__name__}: {exc}", self._store.secrets)
-            raise StoreUnavailable(f"MongoDB at {self._store.url} is unavailable: "
-                                   f"{text[:500]}") from None
+            raise unavailable(self._store, exc) from None
+        except PyMongoError as exc:
+            if exc.timeout:  # the server's maxTimeMS, or the deadline client-side
+                raise unavailable(self._store, exc) from None
+            raise

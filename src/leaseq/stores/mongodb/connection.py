@@ -153,13 +153,13 @@ def guarded(method: F) -> F:
             if exc.code == NO_TRANSACTIONS:
                 raise UnsupportedOperation(no_transactions_message(self.url)) from None
             if exc.timeout:  # the server ran out of the operation's time (maxTimeMS)
-                raise _unavailable(self, exc) from None
+                raise unavailable(self, exc) from None
             raise
         except (ConnectionFailure, ConfigurationError) as exc:
-            raise _unavailable(self, exc) from None
+            raise unavailable(self, exc) from None
         except PyMongoError as exc:
             if exc.timeout:  # timeoutMS or the caller's deadline ran out client-side
-                raise _unavailable(self, exc) from None
+                raise unavailable(self, exc) from None
             raise
 
     return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
@@ -173,7 +173,8 @@ def _within_callers_deadline(method: Callable[..., Any], *args: Any, **kwargs: A
         return method(*args, **kwargs)
 
 
-def _unavailable(store: Any, exc: PyMongoError) -> StoreUnavailable:
+def unavailable(store: Any, exc: PyMongoError) -> StoreUnavailable:
+    """``exc`` (a connection error or a timeout) as ``StoreUnavailable``, secrets masked."""
     text = mask(f"{type(exc).__name__}: {exc}", store.secrets)
     return StoreUnavailable(f"MongoDB at {store.url} is unavailable: {text[:500]}. "
                             "Check the URL, the network and the server.")
