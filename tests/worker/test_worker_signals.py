@@ -12,6 +12,7 @@ import threading
 import pytest
 
 import leaseq
+from leaseq.errors import InvalidInput
 from leaseq.worker import Worker, WorkerConfig
 
 
@@ -52,7 +53,7 @@ def test_the_handlers_go_back_when_the_metrics_port_is_taken(app: leaseq.App) ->
         worker = Worker(app, WorkerConfig(queues=("work",), metrics_port=port,
                                           metrics_addr="127.0.0.1"))
         # When the worker cannot serve its metrics
-        with pytest.raises(OSError):
+        with pytest.raises(InvalidInput, match="cannot serve metrics"):
             worker.run(handle_signals=True)
     # Then the signal handlers it installed were put back
     assert {s: signal.getsignal(s) for s in before} == before
