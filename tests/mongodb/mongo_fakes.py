@@ -48,7 +48,7 @@ def _bulk_result(ops: list[Any]) -> BulkWriteResult:
 #: The real signature each fake method is bound to (``find`` takes a Cursor's arguments).
 _SIGNATURES = {name: inspect.signature(getattr(Collection, name)) for name in (
     "find_one_and_update", "update_many", "delete_many", "bulk_write", "aggregate",
-    "count_documents", "create_index")}
+    "count_documents", "create_index", "list_indexes", "drop_index")}
 _SIGNATURES["find"] = inspect.signature(Cursor.__init__)
 _SIGNATURES["find_one"] = _SIGNATURES["find"]
 
@@ -71,6 +71,10 @@ def _check_documents(method: str, given: dict[str, Any]) -> None:
         bson.encode({"u": given["update"]})
     if given.get("sort") is not None:
         common.validate_list_or_none("sort", given["sort"])
+
+
+#: The calls that make a collection's indexes on its first use, not queries of its documents.
+INDEX_SET_UP = ("create_index", "list_indexes", "drop_index")
 
 
 class FakeCollection:
@@ -100,6 +104,12 @@ class FakeCollection:
 
     def create_index(self, *a: Any, **k: Any) -> Any:
         return self._call("create_index", a, k, "ok")
+
+    def list_indexes(self, *a: Any, **k: Any) -> Any:
+        return iter(self._call("list_indexes", a, k, []))
+
+    def drop_index(self, *a: Any, **k: Any) -> Any:
+        return self._call("drop_index", a, k, None)
 
     def find_one_and_update(self, *a: Any, **k: Any) -> Any:
         return self._call("find_one_and_update", a, k, None)
@@ -189,13 +199,22 @@ class FakeDB:
         self.names: list[str] = []
         self.dropped: list[str] = []
         self.client: Any = FakeClient()
+        self.commands: list[tuple[str, tuple, dict]] = []
+        """Every command but ``hello``, with its arguments."""
+        self.command_answers: deque[Any] = deque()
 
     def __getitem__(self, name: str) -> FakeCollection:
         if name not in self.collections:
             self.collections[name] = FakeCollection(name, self.calls)
         return self.collections[name]
 
-    def command(self, name: str) -> dict[str, Any]:
+    def command(self, name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if name != "hello":
+            self.commands.append((name, args, kwargs))
+            answer = self.command_answers.popleft() if self.command_answers else {"ok": 1}
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
         if isinstance(self.hello, Exception):
             raise self.hello
         return self.hello
@@ -211,14 +230,14 @@ class FakeDB:
         return [(a, k) for c, m, a, k in self.calls if c == collection and m == method]
 
     def sequence(self, collection: str) -> list[str]:
-        return [m for c, m, _, _ in self.calls if c == collection and m != "create_index"]
+        return [m for c, m, _, _ in self.calls if c == collection and m not in INDEX_SET_UP]
 
 
 def queries(db: FakeDB) -> Iterator[tuple[str, str, dict[str, Any], list[tuple[str, int]]]]:
     """``(collection, method, filter, sort)`` of every query the store sent, writes
     included."""
     for collection, method, args, kwargs in db.calls:
-        if method == "create_index":
+        if method in INDEX_SET_UP:
             continue
         given = bound(method, args, kwargs)
         if method == "bulk_write":

@@ -73,6 +73,39 @@ def test_an_equivalent_index_under_another_name_is_kept(db):
     assert store.get("q", "a") is None
 
 
+def test_a_changed_ttl_sets_the_new_lifetime_on_leaseqs_own_index(db):
+    # Given a queue whose tombstones expired after a day, now configured for 30 days
+    db[Q].answer("create_index", *["ok"] * 8,
+                 OperationFailure("same name, other options", code=85))
+    store = MongoStore(db, ttl_s={"tombstone": 30 * 86400})
+    # When the queue is first used
+    assert store.get("q", "a") is None
+    # Then the index takes the lifetime configured now (MongoDB kept the old one)
+    assert db.commands == [("collMod", (Q,), {"index": {
+        "name": "leaseq_ttl_tombstone", "expireAfterSeconds": 30 * 86400}})]
+
+
+def test_a_conflicting_ttl_index_of_another_name_is_kept(db):
+    # Given an adopted collection whose own TTL index has the keys of ours under its name
+    db[Q].answer("create_index", *["ok"] * 8, OperationFailure("other name", code=85))
+    db.command_answers.append(OperationFailure("index not found", code=27))
+    store = MongoStore(db, ttl_s={"tombstone": 60})
+    # Then first use neither fails nor touches it
+    assert store.get("q", "a") is None
+    assert db.of(Q, "drop_index") == []
+
+
+def test_a_status_taken_out_of_ttl_stops_expiring(db):
+    # Given a queue that had TTL indexes for two statuses, now configured for one
+    db[Q].answer("list_indexes", [{"name": "_id_"}, {"name": "leaseq_ttl_tombstone"},
+                                  {"name": "leaseq_ttl_done"}, {"name": "ops_own_index"}])
+    store = MongoStore(db, ttl_s={"tombstone": 60})
+    # When the queue is first used
+    store.get("q", "a")
+    # Then leaseq's index of the other status is dropped, and nothing else
+    assert [a for a, _ in db.of(Q, "drop_index")] == [("leaseq_ttl_done",)]
+
+
 def test_the_journal_collection_name_is_not_a_queue(store):
     with pytest.raises(InvalidQueueName):
         store.get("journal", "a")

@@ -56,6 +56,10 @@ _RANGE_OPS = {"$gt", "$gte", "$lt", "$lte", "$type"}
 _EXPR_RANGE_OPS = {"$gt", "$gte", "$lt", "$lte"}
 
 
+#: The name of leaseq's TTL index of a status is this and the status.
+TTL_INDEX_PREFIX = "leaseq_ttl_"
+
+
 def name_of(keys: Sequence[Key]) -> str:
     """MongoDB's default index name (``status_1_lease_until_1``), so an adopted collection's
     index of the same keys is recognised as ours."""
@@ -74,7 +78,7 @@ def job_indexes(ttl_s: Mapping[str, float]) -> list[IndexSpec]:
         "concurrency_key": {"$type": "string"}}}))  # documents.HAS_KEY
     for status, seconds in sorted(ttl_s.items()):
         specs.append(([("updated_at", 1)], {
-            "name": f"leaseq_ttl_{status}",
+            "name": f"{TTL_INDEX_PREFIX}{status}",
             "expireAfterSeconds": int(seconds),
             "partialFilterExpression": {"status": status},
         }))

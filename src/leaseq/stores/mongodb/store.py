@@ -42,7 +42,7 @@ from leaseq.job import (
 from leaseq.journal import EXPIRED, OPERATOR, SPENT_WHILE_PENDING, JournalEvent
 from leaseq.limits import FrontFirst
 from leaseq.stores.base import Store
-from leaseq.stores.mongodb import documents, records, upserts
+from leaseq.stores.mongodb import documents, indexes, records, upserts
 from leaseq.stores.mongodb.aio import AsyncMongo, AsyncOpener
 from leaseq.stores.mongodb.connection import (
     async_opener,
@@ -67,6 +67,9 @@ _TAKEN = {"journal": "journal", LIMITS: "claim limits of every queue"}
 #: Index option conflicts: an equivalent index already exists under another name or options
 #: (an adopted collection's own TTL index, say). The operator's index is kept.
 _INDEX_EXISTS = (85, 86)
+#: IndexOptionsConflict: the index exists with other options (or under another name).
+_INDEX_OPTIONS_CONFLICT = 85
+_INDEX_NOT_FOUND = 27
 _OUTCOMES = {upserts.CREATE: EnqueueOutcome.CREATED, upserts.KEEP: EnqueueOutcome.UNCHANGED,
              upserts.REVIVE: EnqueueOutcome.REVIVED, upserts.UPDATE: EnqueueOutcome.UPDATED,
              upserts.STALE: EnqueueOutcome.UPDATED, "conflict": EnqueueOutcome.CONFLICT}
@@ -134,6 +137,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         if coll is None:
             coll = self._primary(name)
             self._create_indexes(coll, documents.job_indexes(self._ttl_s))
+            self._drop_unconfigured_ttl(coll)
             self._collections[name] = coll
         return coll
 
@@ -143,14 +147,39 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         secondary would offer jobs already taken."""
         return self._db[name].with_options(read_preference=ReadPreference.PRIMARY)
 
-    @staticmethod
-    def _create_indexes(coll: Any, specs: Sequence[tuple[Any, dict[str, Any]]]) -> None:
+    def _create_indexes(self, coll: Any, specs: Sequence[tuple[Any, dict[str, Any]]]) -> None:
         for keys, options in specs:
             try:
                 coll.create_index(keys, **options)
             except OperationFailure as exc:
-                if exc.code not in _INDEX_EXISTS:
+                if exc.code == _INDEX_OPTIONS_CONFLICT and "expireAfterSeconds" in options:
+                    self._set_ttl(coll, options["name"], options["expireAfterSeconds"])
+                elif exc.code not in _INDEX_EXISTS:
                     raise
+
+    def _set_ttl(self, coll: Any, name: str, seconds: int) -> None:
+        """Our TTL index of a status exists with another lifetime (``ttl=`` changed): it
+        takes the one configured now. One of another name (an adopted collection's) is kept
+        as it is."""
+        try:
+            self._db.command("collMod", coll.name,
+                             index={"name": name, "expireAfterSeconds": seconds})
+        except OperationFailure as exc:
+            if exc.code != _INDEX_NOT_FOUND:
+                raise
+
+    def _drop_unconfigured_ttl(self, coll: Any) -> None:
+        """A status taken out of ``ttl=`` must stop expiring: its ``leaseq_ttl_<status>``
+        index (leaseq's own, by its name) is dropped. Other indexes are never touched."""
+        configured = {f"{indexes.TTL_INDEX_PREFIX}{status}" for status in self._ttl_s}
+        for index in coll.list_indexes():
+            name = index.get("name", "")
+            if name.startswith(indexes.TTL_INDEX_PREFIX) and name not in configured:
+                try:
+                    coll.drop_index(name)
+                except OperationFailure as exc:
+                    if exc.code != _INDEX_NOT_FOUND:  # another process dropped it first
+                        raise
 
     def _log(self, events: Sequence[Event], session: Any = None) -> None:
         """Append journal entries, stamped by the server clock, in one round trip."""
