@@ -106,6 +106,27 @@ def test_a_status_taken_out_of_ttl_stops_expiring(db):
     assert [a for a, _ in db.of(Q, "drop_index")] == [("leaseq_ttl_done",)]
 
 
+def test_a_ttl_change_the_server_refuses_is_logged_and_the_queue_goes_on(db, caplog):
+    # Given a user allowed to create indexes but not to change or drop them
+    db[Q].answer("create_index", *["ok"] * 8, OperationFailure("other options", code=85))
+    db[Q].answer("list_indexes", [{"name": "leaseq_ttl_done"}])
+    db[Q].answer("drop_index", OperationFailure("not authorized", code=13))
+    db.command_answers.append(OperationFailure("not authorized", code=13))
+    store = MongoStore(db, ttl_s={"tombstone": 60})
+    # When the queue is first used, then it works, and the log says what was not changed
+    with caplog.at_level("WARNING", logger="leaseq.stores.mongodb.store"):
+        assert store.get("q", "a") is None
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "leaseq_ttl_tombstone its lifetime stays as it was (13)" in said
+    assert "leaseq_ttl_done not dropped (13)" in said
+
+
+def test_an_index_another_process_dropped_first_is_no_error(db):
+    db[Q].answer("list_indexes", [{"name": "leaseq_ttl_done"}])
+    db[Q].answer("drop_index", OperationFailure("index not found", code=27))
+    assert MongoStore(db).get("q", "a") is None
+
+
 def test_the_journal_collection_name_is_not_a_queue(store):
     with pytest.raises(InvalidQueueName):
         store.get("journal", "a")

@@ -9,7 +9,7 @@ import json
 import pymongo
 import pytest
 from mongo_fakes import FakeAsyncDB, FakeDB
-from pymongo.errors import ExecutionTimeout, ServerSelectionTimeoutError
+from pymongo.errors import ExecutionTimeout, OperationFailure, ServerSelectionTimeoutError
 
 from leaseq.deadline import within
 from leaseq.errors import StoreUnavailable
@@ -112,6 +112,14 @@ def test_async_reads_run_within_the_callers_deadline(db: FakeDB) -> None:
                 await store.aget("mail", "j1")
 
     asyncio.run(scenario())
+
+
+def test_an_async_read_the_server_refuses_raises_its_error(db: FakeDB) -> None:
+    # Not a connection problem nor a timeout: the caller sees the server's own error
+    store, _ = store_with_async(db)
+    db[Q].answer("find_one", OperationFailure("bad value", code=2))
+    with pytest.raises(OperationFailure, match="bad value"):
+        asyncio.run(store.aget("mail", "j1"))
 
 
 def test_the_url_opener_makes_a_lazy_async_client() -> None:

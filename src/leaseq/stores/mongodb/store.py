@@ -11,6 +11,7 @@ follows the change; docs/mongodb.md says what happens when that write fails.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -70,6 +71,8 @@ _INDEX_EXISTS = (85, 86)
 #: IndexOptionsConflict: the index exists with other options (or under another name).
 _INDEX_OPTIONS_CONFLICT = 85
 _INDEX_NOT_FOUND = 27
+
+log = logging.getLogger(__name__)
 _OUTCOMES = {upserts.CREATE: EnqueueOutcome.CREATED, upserts.KEEP: EnqueueOutcome.UNCHANGED,
              upserts.REVIVE: EnqueueOutcome.REVIVED, upserts.UPDATE: EnqueueOutcome.UPDATED,
              upserts.STALE: EnqueueOutcome.UPDATED, "conflict": EnqueueOutcome.CONFLICT}
@@ -166,7 +169,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
                              index={"name": name, "expireAfterSeconds": seconds})
         except OperationFailure as exc:
             if exc.code != _INDEX_NOT_FOUND:
-                raise
+                _ttl_not_changed(coll.name, name, f"its lifetime stays as it was ({exc.code})")
 
     def _drop_unconfigured_ttl(self, coll: Any) -> None:
         """A status taken out of ``ttl=`` must stop expiring: its ``leaseq_ttl_<status>``
@@ -177,9 +180,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
             if name.startswith(indexes.TTL_INDEX_PREFIX) and name not in configured:
                 try:
                     coll.drop_index(name)
-                except OperationFailure as exc:
-                    if exc.code != _INDEX_NOT_FOUND:  # another process dropped it first
-                        raise
+                except OperationFailure as exc:  # not found: another process dropped it
+                    if exc.code != _INDEX_NOT_FOUND:
+                        _ttl_not_changed(coll.name, name, f"not dropped ({exc.code})")
 
     def _log(self, events: Sequence[Event], session: Any = None) -> None:
         """Append journal entries, stamped by the server clock, in one round trip."""
@@ -494,3 +497,10 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
     async def aclose(self) -> None:
         if self._async is not None:
             await self._async.close()
+
+
+def _ttl_not_changed(collection: str, index: str, what: str) -> None:
+    """A ``ttl=`` change the server refused (the user may create indexes but not change or
+    drop them): the queue goes on, and the log says what to do."""
+    log.warning("MongoDB collection %s: TTL index %s %s; change it by hand (collMod or "
+                "dropIndexes) or grant the role those actions", collection, index, what)
