@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from leaseq import validate
 from leaseq.delivery.connection import CONTENT_TYPE, decode, encode, reconnecting, session
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput, StoreUnavailable
@@ -66,10 +67,7 @@ class DispatcherConfig:
     """Longest wait between reconnects to RabbitMQ. Defaults to 10 s."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) \
-                or not 1 <= self.batch_size <= 10_000:
-            raise InvalidInput(f"batch_size must be a whole number from 1 to 10000, "
-                               f"got {self.batch_size!r}")
+        validate.batch_size(self.batch_size, "batch_size")
         for name in ("poll_interval_s", "reclaim_every_s", "retry_publish_s", "max_backoff_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
