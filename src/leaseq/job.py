@@ -90,10 +90,17 @@ class JobSpec(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """What fences every write after a claim: the job id and the epoch the claim set."""
+    """What fences every write after a claim: the job id, the epoch the claim set and the
+    worker that claimed it.
+
+    The epoch alone does not tell a job's lives apart: a job deleted and enqueued again under
+    the same id starts again at epoch 0, so its next claim repeats an epoch the old holder may
+    still hold. The claim's ``worker_id`` (unique per worker process) tells them apart.
+    ``None`` leaves the worker unchecked (a lease made by hand, as in some tests)."""
 
     job_id: str
     lease_epoch: int
+    worker_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +162,7 @@ class Job:
 
     @property
     def lease(self) -> Lease:
-        return Lease(self.id, self.lease_epoch)
+        return Lease(self.id, self.lease_epoch, self.worker_id)
 
     def check(self) -> None:
         """Raise ``LeaseLost`` once this worker no longer holds the job: a heartbeat found the

@@ -361,8 +361,14 @@ class Worker(LeaseClock, Lifecycle):
             self._abandon(item)
             return
         with self._lock:
+            earlier = self._in_flight.get((queue.name, job.id))
             self._in_flight[(queue.name, job.id)] = item
             self._ready.append((now + self.config.prefetch_wait_s, item))
+        if earlier is not None:
+            # Claimed again while this worker still runs it: the earlier lease lapsed, or the
+            # job was deleted and enqueued again (a new record repeats epochs, and the fence
+            # cannot tell two leases of this worker apart), so its result must not be written.
+            self._runner.lease_lost(earlier)
 
     def _start_ready(self) -> None:
         """Start waiting jobs while slots are free (called by the loop after a claim, and by

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from leaseq.job import JobSpec
+from leaseq.job import JobSpec, Lease
 from leaseq.stores.mongodb import documents, upserts
 
 NOW = {"$dateAdd": {"startDate": "$$NOW", "unit": "millisecond", "amount": 0}}
@@ -119,16 +119,21 @@ def test_no_set_on_insert_anywhere():
 # --- fencing -------------------------------------------------------------------------------
 
 
-def test_fence_is_id_epoch_and_processing():
-    assert documents.fenced("j", 7) == {"_id": "j", "lease_epoch": 7, "status": "processing"}
-    assert documents.fenced("j", 7, stale=False)["stale"] == {"$ne": True}
-    assert documents.fenced("j", 7, stale=True)["stale"] is True
+def test_fence_is_id_epoch_worker_and_processing():
+    assert documents.fenced(Lease("j", 7, "w1")) == {
+        "_id": "j", "lease_epoch": 7, "worker_id": "w1", "status": "processing"}
+    # a lease made by hand, with no worker, leaves the worker unchecked
+    assert documents.fenced(Lease("j", 7)) == {"_id": "j", "lease_epoch": 7,
+                                               "status": "processing"}
+    assert documents.fenced(Lease("j", 7), stale=False)["stale"] == {"$ne": True}
+    assert documents.fenced(Lease("j", 7), stale=True)["stale"] is True
 
 
-def test_heartbeat_filter_fences_each_lease_by_its_own_epoch():
-    query = documents.held([("a", 1), ("b", 4)])
+def test_heartbeat_filter_fences_each_lease_by_its_own_epoch_and_worker():
+    query = documents.held([Lease("a", 1, "w1"), Lease("b", 4)])
     assert query == {"_id": {"$in": ["a", "b"]}, "status": "processing",
-                     "$or": [{"_id": "a", "lease_epoch": 1}, {"_id": "b", "lease_epoch": 4}]}
+                     "$or": [{"_id": "a", "lease_epoch": 1, "worker_id": "w1"},
+                             {"_id": "b", "lease_epoch": 4}]}
     assert documents.extend(60, 0) == [{"$set": {"lease_until": plus(60_000)}}]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from leaseq.job import Lease
 from leaseq.stores.mongodb import documents, indexes
 
 JOBS = [keys for keys, _ in indexes.job_indexes({"tombstone": 60})]
@@ -121,8 +122,8 @@ QUERIES = {
     "reclaim step 1": (documents.expired(0, spent_=True), []),
     "reclaim step 2": (documents.expired(0, spent_=False), []),
     "reclaim step 3": (documents.pending_spent(), []),
-    "fenced": (documents.fenced("j", 1, stale=True), []),
-    "heartbeat": (documents.held([("a", 1)]), []),
+    "fenced": (documents.fenced(Lease("j", 1), stale=True), []),
+    "heartbeat": (documents.held([Lease("a", 1)]), []),
     "retry": (documents.operator_requeueable("j"), []),
     "cancel": (documents.cancellable("j"), []),
     "purge": (documents.purgeable("done", 60, 0), []),

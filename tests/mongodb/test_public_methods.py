@@ -31,7 +31,7 @@ Q = "leaseq_q"
 WORKERS = "leaseq__workers"
 HOUR = datetime(2024, 5, 1, 10, tzinfo=UTC)
 LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
-LEASE = Lease("j1", 3)
+LEASE = Lease("j1", 3, "w")
 
 
 def doc(job_id: str = "j1", **fields: Any) -> dict[str, Any]:

@@ -220,7 +220,7 @@ def test_heartbeat_with_every_lease_held_is_one_statement(db, store):
     assert store.heartbeat_many("q", [Lease("a", 1), Lease("b", 2)], 60) == []
     assert db.sequence(Q) == ["update_many"]
     args, _ = db.of(Q, "update_many")[0]
-    assert args == (documents.held([("a", 1), ("b", 2)]), documents.extend(60, 0))
+    assert args == (documents.held([Lease("a", 1), Lease("b", 2)]), documents.extend(60, 0))
 
 
 def test_heartbeat_names_the_lost_leases_in_order_and_journals_existing_ones(db, store):
@@ -233,6 +233,15 @@ def test_heartbeat_names_the_lost_leases_in_order_and_journals_existing_ones(db,
     assert journal_events(db) == [("b", "heartbeat_lost")]
 
 
+def test_heartbeat_of_a_job_enqueued_again_and_claimed_by_another_worker_is_lost(db, store):
+    # Given a job deleted while W1 ran it, enqueued again and claimed by W2 at the same epoch
+    db[Q].answer("update_many", Updated(0))
+    db[Q].answer("find", [doc("a", lease_epoch=1, worker_id="w2")])
+    # Then W1's lease is not held: the epoch matches, the worker does not
+    assert store.heartbeat_many("q", [Lease("a", 1, "w1")], 60) == ["a"]
+    assert journal_events(db) == [("a", "heartbeat_lost")]
+
+
 # --- fenced finishes -----------------------------------------------------------------------
 
 
@@ -240,7 +249,7 @@ def test_complete_writes_the_fenced_finish(db, store):
     db[Q].answer("find_one_and_update", doc(status="done", result='{"n":1}'))
     job = store.complete("q", Lease("j1", 3), '{"n":1}')
     args, kwargs = db.of(Q, "find_one_and_update")[0]
-    assert args == (documents.fenced("j1", 3, stale=False),
+    assert args == (documents.fenced(Lease("j1", 3), stale=False),
                     documents.complete("done", '{"n":1}', None, 0))
     assert kwargs["return_document"] == ReturnDocument.AFTER
     assert job.status == "done" and job.result == {"n": 1}
@@ -265,7 +274,7 @@ def test_a_stale_job_is_given_back_afresh_instead_of_finished(db, store, finish)
     job = FINISHES[finish](store)
     # Then the second, stale-only statement gave it back: attempts and counters reset
     second = db.of(Q, "find_one_and_update")[1][0]
-    assert second == (documents.fenced("j1", 3, stale=True), documents.stale_give_back(0))
+    assert second == (documents.fenced(Lease("j1", 3), stale=True), documents.stale_give_back(0))
     assert job.status == "pending"
     assert journal_events(db) == [("j1", "given_back")]
     fields = db.of("leaseq_journal", "bulk_write")[0][0][0][0]._doc[0]["$set"]
@@ -299,7 +308,7 @@ def test_snooze_is_fenced_and_counted_against_the_bound(db, store):
     with pytest.raises(LeaseLost):
         store.snooze("q", Lease("j1", 3), 5, max_snoozes=7)
     first = db.of(Q, "find_one_and_update")[0][0]
-    assert first == (documents.fenced("j1", 3, stale=False), documents.snooze(5, 7, 0))
+    assert first == (documents.fenced(Lease("j1", 3), stale=False), documents.snooze(5, 7, 0))
 
 
 def test_a_snooze_past_the_bound_is_quarantined_with_its_count(db, store):
@@ -324,7 +333,8 @@ def test_give_back_is_fenced_and_journalled(db, store, started):
     db[Q].answer("find_one_and_update", doc(status="pending", attempts=0, givebacks=int(started)))
     job = store.give_back("q", Lease("j1", 3), started, "worker shutting down", max_givebacks=2)
     first = db.of(Q, "find_one_and_update")[0][0]
-    assert first == (documents.fenced("j1", 3, stale=False), documents.give_back(started, 2, 0))
+    assert first == (documents.fenced(Lease("j1", 3), stale=False),
+                     documents.give_back(started, 2, 0))
     assert job.status == "pending"
     assert journal_events(db) == [("j1", "given_back")]
     fields = db.of("leaseq_journal", "bulk_write")[0][0][0][0]._doc[0]["$set"]

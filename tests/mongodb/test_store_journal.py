@@ -69,8 +69,9 @@ def test_on_a_standalone_server_a_failed_journal_write_gives_the_claims_back(db,
     # Then both jobs were given back at once, fenced by their new epochs, attempts refunded,
     # instead of waiting out the lease the worker never saw and losing an attempt
     undo = [a for a, _ in db.of(Q, "find_one_and_update")][2:]
-    assert undo == [(documents.fenced("a", 4, stale=False), documents.give_back(False, 0, 0)),
-                    (documents.fenced("b", 1, stale=False), documents.give_back(False, 0, 0))]
+    back = documents.give_back(False, 0, 0)
+    assert undo == [(documents.fenced(Lease("a", 4, "w"), stale=False), back),
+                    (documents.fenced(Lease("b", 1, "w"), stale=False), back)]
 
 
 def journal_events(db: FakeDB) -> list[tuple[str, str]]:
@@ -87,7 +88,8 @@ def test_on_a_standalone_server_a_failure_mid_batch_gives_back_the_claims_made(d
         store.claim("q", "w", 2, 60)
     # Then the first job, claimed but never handed over, was given back and journalled so
     undo = [a for a, _ in db.of(Q, "find_one_and_update")][2]
-    assert undo == (documents.fenced("a", 2, stale=False), documents.give_back(False, 0, 0))
+    assert undo == (documents.fenced(Lease("a", 2, "w"), stale=False),
+                    documents.give_back(False, 0, 0))
     assert journal_events(db) == [("a", "given_back")]
 
 

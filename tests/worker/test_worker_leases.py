@@ -12,7 +12,8 @@ from worker_helpers import events, running, wait_until
 
 import leaseq
 from leaseq import deadline, lifecycle
-from leaseq.errors import StoreUnavailable
+from leaseq.browse import BulkAction
+from leaseq.errors import LeaseLost, StoreUnavailable
 from leaseq.stores import connect
 
 LEASE_S = 1.0
@@ -20,6 +21,94 @@ BEAT_S = 0.1
 #: The lease of a handler that must keep it while beats run: ten beat intervals would do on a
 #: quiet machine, not on CI (a stalled heartbeat thread would run the lease clock out).
 BUSY_LEASE_S = 3.0
+
+
+def test_a_job_deleted_and_enqueued_again_while_it_runs_keeps_the_new_lifes_result(
+        app: leaseq.App) -> None:
+    # Given a handler that runs until the test releases its job's life, beating rarely (no
+    # beat may notice the cancel below before the job is claimed again)
+    release = {1: threading.Event(), 2: threading.Event()}
+
+    @app.task(queue="work", lease_s=90.0, heartbeat_every_s=30.0)
+    def export(life: int) -> str:
+        assert release[life].wait(20)
+        return f"life {life}"
+
+    export.enqueue(job_id="r", life=1)
+    q = app.queue("work")
+    with running(app, concurrency=2) as worker:
+        wait_until(lambda: q.get("r").status == "processing")  # type: ignore[union-attr]
+        # When an operator cancels and deletes it and enqueues it again, and this same worker
+        # claims the new job (same worker id, and a new record's epochs start again)
+        assert q.cancel("r")
+        assert q.store.act_on_jobs("work", BulkAction.DELETE, ["r"], "ops").acted == ["r"]
+        export.enqueue(job_id="r", life=2)
+        wait_until(lambda: q.get("r").status == "processing")  # type: ignore[union-attr]
+        # And the first life finishes while the second runs
+        release[1].set()
+        lost = worker.metrics.registry.get_sample_value
+        wait_until(lambda: q.get("r").status != "processing"  # type: ignore[union-attr]
+                   or lost("leaseq_lease_lost_total", {"queue": "work"}) == 1)
+        # Then its result is discarded: the job still runs, under the second life
+        job = q.get("r")
+        assert job is not None and job.status == "processing"
+        release[2].set()
+        wait_until(lambda: q.is_finished("r"))
+    job = q.get("r")
+    assert job is not None and (job.status, job.result) == ("done", "life 2")
+
+
+def test_the_broker_consumers_executor_keeps_the_new_lifes_result_too(url: str) -> None:
+    # Given the consumer's executor running job r, claimed by consumer-1, until released
+    from leaseq.delivery.execute import AppExecutor
+
+    app = leaseq.App(url, queues={"work": {"lease_s": 90.0, "heartbeat_every_s": 30.0}})
+    release = {1: threading.Event(), 2: threading.Event()}
+
+    @app.task(queue="work")
+    def export(life: int) -> str:
+        assert release[life].wait(20)
+        return f"life {life}"
+
+    q = app.queue("work")
+    executor = AppExecutor(app)
+    outcomes: dict[int, object] = {}
+
+    def deliver(life: int) -> None:
+        job = q.claim_one("r", "consumer-1")
+        assert job is not None and job.payload == {"life": life}
+
+        def run() -> None:
+            try:
+                outcomes[life] = executor.run_claimed(job, time.monotonic())
+            except Exception as exc:  # the outcome under test
+                outcomes[life] = exc
+        threading.Thread(target=run, daemon=True).start()
+
+    try:
+        export.enqueue(job_id="r", life=1)
+        deliver(1)
+        # When the job is cancelled, deleted and enqueued again, and the same consumer runs
+        # its new life (a new record: the same epoch, the same worker id)
+        assert q.cancel("r")
+        assert app.store.act_on_jobs("work", BulkAction.DELETE, ["r"], "ops").acted == ["r"]
+        export.enqueue(job_id="r", life=2)
+        deliver(2)
+        # And the first life finishes while the second runs
+        release[1].set()
+        wait_until(lambda: 1 in outcomes)
+        # Then its result was refused, and the second life's is the one kept
+        assert isinstance(outcomes[1], LeaseLost)
+        assert q.get("r").status == "processing"  # type: ignore[union-attr]
+        release[2].set()
+        wait_until(lambda: 2 in outcomes)
+        job = q.get("r")
+        assert job is not None and (job.status, job.result) == ("done", "life 2")
+    finally:
+        release[1].set()
+        release[2].set()
+        executor.close()
+        app.store.close()
 
 
 def test_heartbeat_keeps_a_busy_job_from_being_reclaimed(app: leaseq.App, url: str) -> None:

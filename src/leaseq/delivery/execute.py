@@ -77,14 +77,20 @@ class AppExecutor:
             raise LeaseLost(item.queue.name, job.id, job.lease_epoch)
         key = (item.queue.name, job.id)
         with self._lock:
+            earlier = self._in_flight.get(key)
             self._in_flight[key] = item
             self._start()
+        if earlier is not None:
+            # Claimed again while still running here: the earlier lease is gone (see
+            # Worker._track), and the fence cannot tell this consumer's two leases apart.
+            self._runner.lease_lost(earlier)
         self._heartbeat.wake()
         try:
             outcome = self._run(item)
         finally:
             with self._lock:
-                self._in_flight.pop(key, None)
+                if self._in_flight.get(key) is item:
+                    del self._in_flight[key]
         if outcome in ("lease_lost", "abandoned"):
             raise LeaseLost(item.queue.name, job.id, job.lease_epoch)
         after = item.queue.get(job.id)

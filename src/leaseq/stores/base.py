@@ -8,7 +8,9 @@ A store owns the records of many queues. Every primitive names its queue. Rules 
   Pending jobs written by leaseq's SQL stores always carry one (enqueue time + delay); a pending
   job with none (an adopted MongoDB document) is ready at once.
 * Every write after a claim is fenced: it matches ``queue + id + lease_epoch + status =
-  'processing'``. When nothing matches, nothing is written and ``LeaseLost`` is raised.
+  'processing'``, and ``worker_id`` when the ``Lease`` carries one (a job deleted and enqueued
+  again repeats its epochs). When nothing matches, nothing is written and ``LeaseLost`` is
+  raised.
 * A *stale* job (its payload got a new revision while it was processing) is never finished by
   its worker: complete, complete_many, retry_later, fail, snooze and give_back turn into a
   give-back that starts the new revision fresh (``pending``, ready now, attempts, snoozes and

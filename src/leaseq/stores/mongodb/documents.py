@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from string import Formatter
 from typing import Any
 
+from leaseq.job import Lease
 from leaseq.journal import (
     GIVEN_BACK_OUT,
     HELD_BY,
@@ -217,9 +218,9 @@ def limits_claim(key_limit: int | None, rate_per_s: int | None, offset_s: float)
                       "now": now(offset_s)}}]
 
 
-def fenced(job_id: str, lease_epoch: int, stale: bool | None = None) -> Doc:
+def fenced(lease: Lease, stale: bool | None = None) -> Doc:
     """The guard of every write after a claim. ``stale`` splits a finish from its snooze."""
-    guard: Doc = {"_id": job_id, "lease_epoch": lease_epoch, "status": PROCESSING}
+    guard: Doc = {**holder(lease), "status": PROCESSING}
     if stale is True:
         guard["stale"] = True
     elif stale is False:
@@ -227,12 +228,21 @@ def fenced(job_id: str, lease_epoch: int, stale: bool | None = None) -> Doc:
     return guard
 
 
-def held(leases: Sequence[tuple[str, int]]) -> Doc:
+def holder(lease: Lease) -> Doc:
+    """The document ``lease`` names: its id, its epoch and, when the lease has one, the
+    claim's worker (a job deleted and enqueued again repeats its epochs; see ``Lease``)."""
+    doc: Doc = {"_id": lease.job_id, "lease_epoch": lease.lease_epoch}
+    if lease.worker_id is not None:
+        doc["worker_id"] = lease.worker_id
+    return doc
+
+
+def held(leases: Sequence[Lease]) -> Doc:
     """Heartbeat: the leases of this list still held (``$in`` narrows, ``$or`` fences)."""
     return {
-        "_id": {"$in": [job_id for job_id, _ in leases]},
+        "_id": {"$in": [lease.job_id for lease in leases]},
         "status": PROCESSING,
-        "$or": [{"_id": job_id, "lease_epoch": epoch} for job_id, epoch in leases],
+        "$or": [holder(lease) for lease in leases],
     }
 
 

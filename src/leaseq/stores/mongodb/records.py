@@ -80,7 +80,8 @@ def reclaim_reason(doc: Mapping[str, Any]) -> str:
 
 def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:
     return (doc is not None and doc.get("status") == PROCESSING
-            and doc.get("lease_epoch") == lease.lease_epoch)
+            and doc.get("lease_epoch") == lease.lease_epoch
+            and lease.worker_id in (None, doc.get("worker_id")))
 
 
 def lost_fields(doc: Mapping[str, Any], lease: Lease) -> dict[str, Any]:

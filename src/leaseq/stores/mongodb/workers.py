@@ -125,7 +125,7 @@ class WorkerWrites(OffsetClock):
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
         pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
         coll = self._coll(queue)
-        done = coll.update_many(documents.held(pairs), documents.extend(lease_s, self._off))
+        done = coll.update_many(documents.held(leases), documents.extend(lease_s, self._off))
         if done.matched_count == len(set(pairs)):
             return []  # every lease held: one round trip
         # A lease not held at the update is never held again (the epoch only grows), so the
@@ -148,12 +148,12 @@ class WorkerWrites(OffsetClock):
         """
         coll = self._coll(queue)
         doc = coll.find_one_and_update(
-            documents.fenced(lease.job_id, lease.lease_epoch, stale=False), update,
+            documents.fenced(lease, stale=False), update,
             return_document=AFTER, session=session)
         if doc is not None:
             return doc, False
         doc = coll.find_one_and_update(
-            documents.fenced(lease.job_id, lease.lease_epoch, stale=True),
+            documents.fenced(lease, stale=True),
             documents.stale_give_back(self._off), return_document=AFTER, session=session)
         if doc is None:
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)

@@ -241,7 +241,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
             return []
         _, rows = self._session.run(lambda conn: self._tuples(
             conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
-            epochs=[lease.lease_epoch for lease in leases], lease_s=lease_s,
+            epochs=[lease.lease_epoch for lease in leases],
+            holders=[lease.worker_id for lease in leases], lease_s=lease_s,
             lease_lost=LEASE_LOST),
             idempotent=True, autocommit=True)
         held = set(rows)  # (id, lease_epoch)
@@ -253,8 +254,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         follow-ups it is one autocommitted statement."""
         def work(conn: psycopg.Connection) -> tuple[Job, bool]:
             cols, rows = self._tuples(conn, name, queue=queue, id=lease.job_id,
-                                      lease_epoch=lease.lease_epoch, stale_reason=STALE_REASON,
-                                      **params)
+                                      lease_epoch=lease.lease_epoch, worker_id=lease.worker_id,
+                                      stale_reason=STALE_REASON, **params)
             if not rows:
                 raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
             job = _jobs(cols, rows)[0]
@@ -285,7 +286,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
                  result_key: str | None = None, then: Sequence[FollowUp] = ()) -> Job:
         # One item of the batch statement: complete and complete_many fence alike by design.
         return self._finish(queue, lease, "complete_many", then, ids=[lease.job_id],
-                            epochs=[lease.lease_epoch], statuses=[status], results=[result_json],
+                            epochs=[lease.lease_epoch], holders=[lease.worker_id],
+                            statuses=[status], results=[result_json],
                             result_keys=[result_key])
 
     def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
@@ -296,6 +298,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
                 conn, "complete_many", queue=queue,
                 ids=[c.lease.job_id for c in items],
                 epochs=[c.lease.lease_epoch for c in items],
+                holders=[c.lease.worker_id for c in items],
                 statuses=[c.status for c in items], results=[c.result_json for c in items],
                 result_keys=[c.result_key for c in items], stale_reason=STALE_REASON)
             stale = cols.get("was_stale", -1)

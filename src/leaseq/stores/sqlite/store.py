@@ -237,9 +237,10 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
             data=None) for r in rows])
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
-        pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
+        fences = json.dumps([[lease.job_id, lease.lease_epoch, lease.worker_id]
+                             for lease in leases])
         with self._tx() as conn:
-            held = {r["id"] for r in self._rows(conn, "heartbeat", queue=queue, leases=pairs,
+            held = {r["id"] for r in self._rows(conn, "heartbeat", queue=queue, leases=fences,
                                                 lease_s=lease_s)}
             lost = [lease for lease in leases if lease.job_id not in held]
             conn.executemany(Q["journal_heartbeat_lost"], [self._params(
@@ -249,7 +250,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def _fenced(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> dict[str, Any]:
         rows = self._rows(conn, "fenced_row", queue=queue, id=lease.job_id,
-                          lease_epoch=lease.lease_epoch)
+                          lease_epoch=lease.lease_epoch, worker_id=lease.worker_id)
         if not rows:
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
         return rows[0]
@@ -257,7 +258,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
     def _finish(self, conn: sqlite3.Connection, queue: str, lease: Lease, query: str,
                 **params: Any) -> dict[str, Any]:
         rows = self._rows(conn, query, queue=queue, id=lease.job_id,
-                          lease_epoch=lease.lease_epoch, **params)
+                          lease_epoch=lease.lease_epoch, worker_id=lease.worker_id, **params)
         if not rows:  # _fenced checked under the same write lock; this is belt and braces
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
         return rows[0]
@@ -284,7 +285,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
         payload = json.dumps([[c.lease.job_id, c.lease.lease_epoch, c.status, c.result_json,
-                               c.result_key] for c in items])
+                               c.result_key, c.lease.worker_id] for c in items])
         with self._tx() as conn:
             done = {r["id"]: r for r in self._rows(conn, "complete_many", queue=queue,
                                                    items=payload)}

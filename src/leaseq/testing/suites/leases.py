@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from leaseq.browse import BulkAction
 from leaseq.job import Lease, LeaseLost
 from leaseq.queue import Queue
 from leaseq.testing.harness import (
@@ -99,6 +100,33 @@ class LeaseSuite:
             FENCED_WRITES[write](q, old)
         assert must_get(q, old.id) == before
         # And the new holder still finishes normally
+        assert q.complete(new).status == "done"
+
+    @pytest.mark.parametrize("write", sorted(FENCED_WRITES))
+    def test_holder_of_a_deleted_job_cannot_write_to_the_job_enqueued_again(
+        self, leaseq_store: FreshStore, write: str
+    ) -> None:
+        # Given W1 running j1 when an operator cancels and deletes it, enqueues j1 again and
+        # W2 claims the new job: a new record starts its epochs again, so W2's repeats W1's
+        q = leaseq_store.queue()
+        old = given_claimed(q, "j1", W1)
+        assert q.cancel("j1")
+        deleted = leaseq_store.store.act_on_jobs(q.name, BulkAction.DELETE, ["j1"], "bob")
+        assert deleted.acted == ["j1"]
+        q.enqueue("j1", {"life": 2})
+        (new,) = q.claim(W2, lease_s=LONG_LEASE_S)
+        assert (new.id, new.lease_epoch) == (old.id, old.lease_epoch)
+        before = must_get(q, "j1")
+        # When W1, which has not noticed, beats and finishes, Then every write is refused
+        # and the new job is untouched
+        assert q.heartbeat([old]) == ["j1"]
+        with pytest.raises(LeaseLost):
+            FENCED_WRITES[write](q, old)
+        (refused,) = q.complete_many([old])
+        assert isinstance(refused, LeaseLost)
+        assert must_get(q, "j1") == before
+        # And W2 holds and finishes it
+        assert q.heartbeat([new]) == []
         assert q.complete(new).status == "done"
 
     def test_worker_that_never_finishes_fails_expired_after_max_attempts_claims(

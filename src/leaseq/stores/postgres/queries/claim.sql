@@ -53,17 +53,19 @@ log AS (
     FROM taken)
 SELECT * FROM taken;
 
--- ids / epochs are parallel arrays: one statement for every in-flight lease. A lost lease's
--- reason fills the status in last, so no text of the status is read as a template field.
+-- ids / epochs / holders are parallel arrays: one statement for every in-flight lease (a
+-- NULL holder leaves the worker unchecked). A lost lease's reason fills the status in last,
+-- so no text of the status is read as a template field.
 -- name: heartbeat
 WITH l AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[]) AS l(id, lease_epoch)),
+    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(holders)s::text[])
+        AS l(id, lease_epoch, worker_id)),
 held AS (
     UPDATE {jobs} j
     SET lease_until = {now} + make_interval(secs => %(lease_s)s)
     FROM l
     WHERE j.queue = %(queue)s AND j.id = l.id AND j.lease_epoch = l.lease_epoch
-      AND j.status = 'processing'
+      AND j.status = 'processing' AND (l.worker_id IS NULL OR j.worker_id = l.worker_id)
     RETURNING j.id, j.lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)

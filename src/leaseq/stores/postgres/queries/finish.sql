@@ -1,17 +1,19 @@
 -- PostgreSQL queries of leaseq: finish (placeholders as described in common.sql).
 
 -- Completions, one or a batch (`complete` sends one item): each item fenced on its own by
--- id + lease_epoch + status processing; a stale one is given back for its new revision. Rows
--- are locked in id order so two batches never wait on each other in a cycle.
+-- id + lease_epoch + holder (the claim's worker; NULL: unchecked) + status processing; a
+-- stale one is given back for its new revision. Rows are locked in id order so two batches
+-- never wait on each other in a cycle.
 -- name: complete_many
 WITH items AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(statuses)s::text[],
-                         %(results)s::text[], %(result_keys)s::text[])
-        AS i(id, lease_epoch, status, result, result_key)),
+    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(holders)s::text[],
+                         %(statuses)s::text[], %(results)s::text[], %(result_keys)s::text[])
+        AS i(id, lease_epoch, worker_id, status, result, result_key)),
 old AS (
     SELECT j.id, j.stale, i.status, i.result, i.result_key
     FROM {jobs} j JOIN items i ON j.id = i.id AND j.lease_epoch = i.lease_epoch
     WHERE j.queue = %(queue)s AND j.status = 'processing'
+      AND (i.worker_id IS NULL OR j.worker_id = i.worker_id)
     ORDER BY j.id
     FOR UPDATE OF j),
 restarted AS (
@@ -44,7 +46,7 @@ SELECT *, false FROM finished;
 WITH old AS (
     SELECT id, stale, attempts >= max_attempts AS spent FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
-      AND status = 'processing'
+      AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j
@@ -89,7 +91,7 @@ SELECT *, false FROM retried;
 WITH old AS (
     SELECT id, stale FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
-      AND status = 'processing'
+      AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j
@@ -123,7 +125,7 @@ SELECT *, false FROM failed;
 WITH old AS (
     SELECT id, stale, snoozes + 1 > %(max_snoozes)s AS spent FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
-      AND status = 'processing'
+      AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j
@@ -172,7 +174,7 @@ WITH old AS (
     SELECT id, stale, NOT %(started)s OR givebacks < %(max_givebacks)s AS free,
            attempts >= max_attempts AS last FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
-      AND status = 'processing'
+      AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j

@@ -27,13 +27,19 @@ WHERE queue = :queue AND id = :id
 RETURNING *;
 
 -- :leases is a JSON array of [id, lease_epoch] pairs.
+-- :leases is a JSON array of [id, lease_epoch, worker_id] (worker_id null: unchecked).
 -- name: heartbeat
+WITH l AS MATERIALIZED (  -- materialized so the plan drives from the leases into the primary key
+    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS lease_epoch,
+           json_extract(value, '$[2]') AS worker_id
+    FROM json_each(:leases))
 UPDATE leaseq_jobs
 SET lease_until = {now} + :lease_s
-WHERE queue = :queue AND status = 'processing'
-  AND (id, lease_epoch) IN (
-      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
-RETURNING id;
+FROM l
+WHERE leaseq_jobs.queue = :queue AND leaseq_jobs.id = l.id
+  AND leaseq_jobs.lease_epoch = l.lease_epoch AND leaseq_jobs.status = 'processing'
+  AND (l.worker_id IS NULL OR leaseq_jobs.worker_id = l.worker_id)
+RETURNING leaseq_jobs.id;
 
 -- The status goes into the reason last, so no text of it is read as a template field.
 -- name: journal_heartbeat_lost

@@ -1,23 +1,27 @@
 -- SQLite queries of leaseq: finish (placeholders as described in common.sql).
+-- Every finish is fenced by id + lease_epoch + status processing + the claim's worker
+-- (:worker_id NULL: unchecked, a lease made by hand); see leaseq.job.Lease.
 
 -- name: fenced_row
 SELECT stale, attempts, max_attempts, snoozes, givebacks FROM leaseq_jobs
-WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing';
+WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id);
 
 -- name: complete
 UPDATE leaseq_jobs
 SET status = :status, result = :result, result_key = :result_key, failure = NULL,
     lease_until = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;
 
--- :items is a JSON array of [id, lease_epoch, status, result_json, result_key]. Stale jobs
--- are left out here (they become give-backs one by one).
+-- :items is a JSON array of [id, lease_epoch, status, result_json, result_key, worker_id].
+-- Stale jobs are left out here (they become give-backs one by one).
 -- name: complete_many
 WITH i AS MATERIALIZED (  -- materialized so the plan drives from the items into the primary key
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS lease_epoch,
            json_extract(value, '$[2]') AS status, json_extract(value, '$[3]') AS result,
-           json_extract(value, '$[4]') AS result_key
+           json_extract(value, '$[4]') AS result_key, json_extract(value, '$[5]') AS worker_id
     FROM json_each(:items))
 UPDATE leaseq_jobs
 SET status = i.status, result = i.result, result_key = i.result_key, failure = NULL,
@@ -25,7 +29,7 @@ SET status = i.status, result = i.result, result_key = i.result_key, failure = N
 FROM i
 WHERE leaseq_jobs.queue = :queue AND leaseq_jobs.id = i.id
   AND leaseq_jobs.lease_epoch = i.lease_epoch AND leaseq_jobs.status = 'processing'
-  AND leaseq_jobs.stale = 0
+  AND (i.worker_id IS NULL OR leaseq_jobs.worker_id = i.worker_id) AND leaseq_jobs.stale = 0
 RETURNING *;
 
 -- name: retry_later
@@ -33,6 +37,7 @@ UPDATE leaseq_jobs
 SET status = 'pending', error = :error, lease_until = {now} + :delay_s, published_at = NULL,
     updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;
 
 -- name: fail
@@ -40,6 +45,7 @@ UPDATE leaseq_jobs
 SET status = 'failed', failure = :failure, error = :error, lease_until = NULL,
     updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;
 
 -- name: snooze
@@ -47,6 +53,7 @@ UPDATE leaseq_jobs
 SET status = 'pending', attempts = max(attempts - 1, 0), snoozes = snoozes + 1,
     lease_until = {now} + :delay_s, stale = 0, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;
 
 -- name: snoozed_out
@@ -54,6 +61,7 @@ UPDATE leaseq_jobs
 SET status = 'failed', failure = 'exhausted', error = :error, snoozes = snoozes + 1,
     lease_until = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;
 
 -- Ready at once. :refund is 1 when the attempt is given back, :counted 1 when the give-back
@@ -63,6 +71,7 @@ UPDATE leaseq_jobs
 SET status = 'pending', attempts = max(attempts - :refund, 0), givebacks = givebacks + :counted,
     lease_until = {now}, stale = 0, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;
 
 -- A stale job's finish: the new revision starts fresh, ready at once.
@@ -71,4 +80,5 @@ UPDATE leaseq_jobs
 SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
     stale = 0, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;
