@@ -1,7 +1,7 @@
-"""PostgreSQL-specific: ``connect(url, create=False)`` makes no schema and no table, and says
-so in one line with the password masked. Store-specific: what "nothing was made" means is
-read from the server's catalogue (the conformance suite checks ``schema_version``), and an
-older schema is made by rewriting its migrations table."""
+"""PostgreSQL-specific: ``connect(url, create=False)`` and the commands that read make no
+schema and no table, and say so in one line with the password masked. Store-specific: what
+"nothing was made" means is read from the server's catalogue (the conformance suite checks
+``schema_version``), and an older schema is made by rewriting its migrations table."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 import leaseq
+from leaseq.cli import cli
 from leaseq.errors import StoreNotFound, StoreNotMigrated
 from leaseq.stores.sql import latest_migration
 
@@ -79,3 +81,23 @@ def test_an_older_schema_is_refused_and_not_migrated(schema_url: str, pg_url: st
         leaseq.connect(schema_url, create=False)
     migrated = f'SELECT max(version) FROM "{schema}".schema_migrations'
     assert catalogue(pg_url)(migrated) == LATEST - 1
+
+
+@pytest.mark.parametrize("command", ["status", "doctor"])
+def test_status_and_doctor_on_a_missing_schema_exit_1_and_make_none(
+    command: str, schema_url: str, pg_url: str
+) -> None:
+    url, password = with_a_password(schema_url)
+    result = CliRunner().invoke(cli, [command, "--url", url])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("leaseq: no leaseq store at ")
+    assert result.output.count("\n") == 1 and password not in result.output
+    assert catalogue(pg_url)(SCHEMAS, schema_of(url)) == 0
+
+
+def test_status_on_an_existing_schema_reads_it(schema_url: str) -> None:
+    with leaseq.connect(schema_url) as store:
+        store.queue("mail").enqueue("j1", {})
+    result = CliRunner().invoke(cli, ["status", "--json", "--url", schema_url])
+    assert result.exit_code == 0, result.output
+    assert '"mail"' in result.output
