@@ -103,7 +103,9 @@ def migrate(url: str | None) -> None:
 def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],
             refresh_s: float) -> None:
     """Serve the queue gauges (jobs, ready, oldest pending age) for Prometheus / KEDA."""
-    with open_store(url, create=False) as store:
+    # It creates the store, as a worker does: the exporter is a service started beside the
+    # workers (before any, when they scale from zero), not an inspection of a store.
+    with open_store(url) as store:
         registry = Metrics()
         registry.watch_store(store, lambda: list(queues) or None, refresh_s)
         registry.watch_schedules(store)
