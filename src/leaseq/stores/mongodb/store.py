@@ -100,7 +100,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         self._client: Any = client if client is not None else getattr(database, "client", None)
         self._owns_client = client is not None
         self._prefix = prefix
-        self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
+        #: None: no ``ttl=`` given, leaseq's TTL indexes are left as they are (see _coll)
+        self._ttl_s = (None if ttl_s is None
+                       else {check_ttl_status(s): float(v) for s, v in ttl_s.items()})
         self._collections: dict[str, Any] = {}  # those whose indexes this store has made
         self._journal = self._primary(self._prefix + "journal")
         self._limits = self._primary(self._prefix + LIMITS)  # limited.py
@@ -151,8 +153,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         if coll is None:
             coll = self._primary(name)
             if self._indexes_on_use:
-                self._create_indexes(coll, documents.job_indexes(self._ttl_s))
-                self._drop_unconfigured_ttl(coll)
+                self._create_indexes(coll, documents.job_indexes(self._ttl_s or {}))
+                if self._ttl_s is not None:
+                    self._drop_unconfigured_ttl(coll)
             self._collections[name] = coll
         return coll
 
@@ -185,8 +188,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
 
     def _drop_unconfigured_ttl(self, coll: Any) -> None:
         """A status taken out of ``ttl=`` must stop expiring: its ``leaseq_ttl_<status>``
-        index (leaseq's own, by its name) is dropped. Other indexes are never touched."""
-        configured = {f"{indexes.TTL_INDEX_PREFIX}{status}" for status in self._ttl_s}
+        index (leaseq's own, by its name) is dropped. Other indexes are never touched; only
+        a store given ``ttl=`` (``ttl_s``) calls this."""
+        configured = {f"{indexes.TTL_INDEX_PREFIX}{status}" for status in self._ttl_s or {}}
         for index in coll.list_indexes():
             name = index.get("name", "")
             if name.startswith(indexes.TTL_INDEX_PREFIX) and name not in configured:
