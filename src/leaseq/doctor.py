@@ -284,14 +284,13 @@ def check_index_bloat(store: Store, config: DoctorConfig) -> list[Finding]:
 
 
 def _latest_migration(store: Store) -> int | None:
-    from leaseq.stores.sql import migrations
+    from leaseq.stores.sql import latest_migration
 
     package = type(store).__module__.rpartition(".")[0]
     try:
-        found = migrations(package)
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        return None
-    return found[-1][0] if found else None
+        return latest_migration(package)
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, IndexError):
+        return None  # no migrations folder, or an empty one
 
 
 # --- one job's story: the diagnostic map of the reference design, read from its journal -------

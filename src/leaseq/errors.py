@@ -85,6 +85,35 @@ class StoreUnavailable(LeaseqError):
     """The store could not be reached (or was lost). The message never holds a password."""
 
 
+class StoreNotFound(LeaseqError, LookupError):
+    """``connect(url, create=False)`` found no leaseq store at the URL (a SQLite file that does
+    not exist or holds no leaseq tables, a PostgreSQL schema or a MongoDB database without
+    them), and created nothing. Often a mistyped URL."""
+
+    def __init__(self, url: str):
+        self.url = url
+        super().__init__(
+            f"no leaseq store at {url}; nothing was created there. Check the URL; to create "
+            "the store there, run `leaseq migrate` with this URL (a worker or an enqueue "
+            "creates it too)"
+        )
+
+
+class StoreNotMigrated(LeaseqError):
+    """``connect(url, create=False)`` found a leaseq schema older than this leaseq: it is left
+    as it is (reading it with newer code could fail halfway) until ``leaseq migrate``."""
+
+    def __init__(self, url: str, found: int, expected: int):
+        self.url = url
+        self.found = found
+        self.expected = expected
+        super().__init__(
+            f"the leaseq store at {url} holds schema version {found}, older than this "
+            f"leaseq's {expected}; it was left as it is. Upgrade it with `leaseq migrate` "
+            "(a worker of this leaseq upgrades it too)"
+        )
+
+
 class UnsupportedOperation(LeaseqError):
     """This store cannot do what was asked (for example a transaction on a standalone MongoDB)."""
 

@@ -466,14 +466,16 @@ def test_a_url_that_reads_like_markup_is_printed_as_it_is(invoke: Invoke,
 
 
 @pytest.mark.parametrize("command", ["inspect", "cancel", "requeue"])
-def test_a_job_id_that_is_not_unicode_is_a_usage_error(invoke: Invoke, command: str) -> None:
+def test_a_job_id_that_is_not_unicode_is_a_usage_error(invoke: Invoke, store: leaseq.Store,
+                                                        command: str) -> None:
     # Without --queue the id went to every queue's store read, which raised on encoding it
     result = invoke(command, "a\udcff")
     assert result.exit_code == 2, result.output
     assert "valid Unicode" in result.output
 
 
-def test_a_metrics_port_that_is_taken_is_one_line_and_exit_2(invoke: Invoke) -> None:
+def test_a_metrics_port_that_is_taken_is_one_line_and_exit_2(invoke: Invoke,
+                                                             store: leaseq.Store) -> None:
     import socket
 
     taken = socket.socket()

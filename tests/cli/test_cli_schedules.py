@@ -96,12 +96,12 @@ def test_trigger_pause_and_resume_answer_in_json_after_the_subcommand(invoke, ur
     assert invoke("schedules", "history", "nope").exit_code == 1
 
 
-def test_an_unknown_schedule_exits_1(invoke) -> None:
+def test_an_unknown_schedule_exits_1(invoke, store) -> None:
     result = invoke("schedules", "trigger", "nope")
     assert result.exit_code == 1 and "no schedule named 'nope'" in result.output
 
 
-def test_an_empty_ledger_says_so(invoke) -> None:
+def test_an_empty_ledger_says_so(invoke, store) -> None:
     assert "no schedules" in invoke("schedules").output
 
 

@@ -10,6 +10,7 @@ import pytest
 from django.db import transaction
 from djangotest_helpers import aliases
 
+from leaseq.errors import StoreNotFound
 from leaseq.stores import connect
 from leaseq.stores.base import Store
 from leaseq.stores.sql import migrations
@@ -41,3 +42,20 @@ def test_schema_version_is_read_inside_the_callers_transaction(store: Store,
         # the transaction is still usable after the read
         assert store.queue("mail").counts() == {"pending": 1}
     assert store.queue("mail").counts() == {"pending": 1}
+
+
+def test_create_false_reads_the_tables_django_made_and_makes_none(store: Store,
+                                                                   alias: str) -> None:
+    # Given the tables Django's migration made, holding a job
+    store.queue("mail").enqueue("j1", {})
+    # When the alias is opened with create=False, Then it reads them
+    with connect(f"django://{alias}", create=False) as reader:
+        assert reader.queue("mail").counts() == {"pending": 1}
+    # And where they are gone, it refuses and makes none (then they are made again)
+    store.drop()
+    try:
+        with pytest.raises(StoreNotFound, match=f"django://{alias}"):
+            connect(f"django://{alias}", create=False)
+        assert store.schema_version() is None
+    finally:
+        store.migrate()

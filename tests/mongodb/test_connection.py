@@ -36,7 +36,8 @@ def test_database_prefix_and_ttl_come_from_the_url_and_are_taken_out_of_it():
 
 def test_defaults_are_leaseq_majority_retryable_writes_and_bounded_calls():
     parsed = parse_url("mongodb://h")
-    assert (parsed.database, parsed.prefix, parsed.ttl_s) == ("leaseq", "leaseq_", {})
+    assert (parsed.database, parsed.prefix, parsed.ttl_s) == ("leaseq", "leaseq_", None)
+    assert parse_url("mongodb://h/?ttl=").ttl_s == {}  # given, and empty: no status expires
     assert parsed.client_options == {"tz_aware": True, "w": "majority", "retryWrites": True,
                                      **TIMEOUT_DEFAULTS_MS}
     assert TIMEOUT_DEFAULTS_MS == {"serverSelectionTimeoutMS": 10_000,

@@ -124,7 +124,18 @@ def test_a_ttl_change_the_server_refuses_is_logged_and_the_queue_goes_on(db, cap
 def test_an_index_another_process_dropped_first_is_no_error(db):
     db[Q].answer("list_indexes", [{"name": "leaseq_ttl_done"}])
     db[Q].answer("drop_index", OperationFailure("index not found", code=27))
+    assert MongoStore(db, ttl_s={}).get("q", "a") is None
+
+
+def test_a_store_opened_without_ttl_leaves_the_ttl_indexes_alone(db):
+    # Given a queue whose workers keep jobs for a day (their URL has ttl=done:86400)
+    db[Q].answer("list_indexes", [{"name": "_id_"}, {"name": "leaseq_ttl_done"}])
+    # When a producer whose URL says nothing of TTL first uses the queue
     assert MongoStore(db).get("q", "a") is None
+    # Then it neither makes, changes nor drops a TTL index
+    assert db.of(Q, "list_indexes") == [] and db.of(Q, "drop_index") == []
+    assert not [o for a, o in db.of(Q, "create_index") if "expireAfterSeconds" in o]
+    assert db.commands == []
 
 
 def test_the_journal_collection_name_is_not_a_queue(store):

@@ -95,6 +95,27 @@ def test_every_built_in_store_opens_from_a_url_as_the_base_declares() -> None:
         assert inspect.signature(store_class.from_url).parameters.keys() == declared, scheme
 
 
+@pytest.mark.parametrize("declares, passed", [(True, {"create": False}), (False, {})])
+def test_create_false_reaches_only_a_store_that_declares_it(
+        monkeypatch: pytest.MonkeyPatch, declares: bool, passed: dict[str, object]) -> None:
+    # Given a store class that records the options connect passes it
+    seen: list[dict[str, object]] = []
+
+    class Recording(SQLiteStore):
+        supports_create_false = declares
+
+        @classmethod
+        def from_url(cls, url: str, **options: object) -> Recording:  # type: ignore[override]
+            seen.append(options)
+            return cls.__new__(cls)
+
+    monkeypatch.setattr(stores, "store_class", lambda scheme, url=None: Recording)
+    # When it is opened with create=False, Then only one that declares it is told so (one
+    # written before create= existed opens as it always did, not with an unknown option)
+    leaseq.connect("recording://somewhere", create=False)
+    assert seen == [passed]
+
+
 def test_every_suite_in_the_library_is_in_all_suites() -> None:
     # A new suite module is run by every store only once it is listed in ALL_SUITES.
     found = set()

@@ -74,9 +74,11 @@ def json_option(func: Command) -> Command:
     return click.option("--json", "as_json", is_flag=True, help="Machine output.")(func)
 
 
-def open_store(url: str | None) -> Store:
-    """The store at ``url`` (``None``: ``$LEASEQ_URL``, then the default)."""
-    return connect(url)
+def open_store(url: str | None, *, create: bool = True) -> Store:
+    """The store at ``url`` (``None``: ``$LEASEQ_URL``, then the default). The commands that
+    only read it, or act on jobs already there, pass ``create=False``: a mistyped URL is then
+    ``StoreNotFound`` (exit 1), not a new empty store reported as healthy."""
+    return connect(url, create=create)
 
 
 def echo_json(value: Any) -> None:

@@ -138,7 +138,7 @@ def republish(url: str | None, queues: tuple[str, ...], older_than_s: float) -> 
     """After a broker lost messages (a purged or lost queue): pending jobs published long ago
     are published again by the dispatcher. A job that still had its message gets a second
     one, which its claim makes harmless."""
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         for name in list(queues) or store.queues():
             click.echo(f"{name}: {store.queue(name).republish(older_than_s)} job(s) owed again")
 

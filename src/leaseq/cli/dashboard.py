@@ -34,7 +34,7 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
         raise Failed("the dashboard needs its extra: pip install 'leaseq[dashboard]'") from None
     if (user is None) != (password is None):
         raise click.UsageError("give both --user and --password, or neither")
-    store = open_store(url)
+    store = open_store(url, create=False)
     permissions = "read_only" if read_only else "all"
     auth: BasicAuth | LoginToken
     if user is not None and password is not None:

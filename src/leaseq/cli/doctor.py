@@ -25,7 +25,7 @@ def doctor(url: str | None, oldest_ready_s: float, live_worker_s: float, broker:
     """Check the queues for the known symptoms: symptom → likely cause → check → action."""
     config = DoctorConfig(live_worker_s=live_worker_s, oldest_ready_s=oldest_ready_s,
                           broker=broker)
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         report = diagnose(store, config)
     if as_json:
         echo_json({"ok": not report.failed, "checks_run": report.checks_run,

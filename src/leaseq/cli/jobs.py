@@ -110,7 +110,7 @@ def _parse_payload(text: str | None) -> dict[str, Any]:
 @errors
 def inspect(job_id: str, url: str | None, queue: str | None, as_json: bool) -> None:
     """Show a job's record and its journal as a story, with how long each attempt ran."""
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         q = find_queue(store, job_id, queue)
         job, entries = q.get(job_id), q.journal(job_id)
         # The clock only for an attempt still running: "running for" reads the server's time.
@@ -154,7 +154,7 @@ def find_queue(store: Store, job_id: str, queue: str | None) -> Queue:
 @errors
 def failed(url: str | None, queues: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List the quarantine (status failed) with reasons."""
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         quarantine = itertools.chain.from_iterable(
             Queue(store, name).iter_jobs("failed", page_size=min(limit, PAGE))
             for name in queues or store.queues())
@@ -181,7 +181,7 @@ REQUEUE_HELP = "Put a terminal job (or, with --all-failed, the whole quarantine)
 def requeue(job_id: str | None, url: str | None, queue: str | None, all_failed: bool) -> None:
     if bool(job_id) == all_failed:
         raise click.UsageError("give either JOB or --all-failed")
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         if job_id:
             q = find_queue(store, job_id, queue)
             if not q.requeue(job_id):
@@ -214,7 +214,7 @@ retry = click.Command("retry", callback=requeue.callback, params=requeue.params,
 @errors
 def cancel(job_id: str, url: str | None, queue: str | None) -> None:
     """Cancel a pending, processing or failed job (a running attempt is fenced out)."""
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         q = find_queue(store, job_id, queue)
         if not q.cancel(job_id):
             raise Failed(f"job {job_id!r} has already finished; nothing to cancel")

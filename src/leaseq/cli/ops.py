@@ -23,7 +23,7 @@ from leaseq.signals import StopSignals, stop_event
 def status(url: str | None, queues: tuple[str, ...], as_json: bool) -> None:
     """Jobs by status, ready count (and how many of those a claim limit holds back), in-flight
     count and oldest pending age, per queue."""
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         snaps = snapshot(store, list(queues) or None)
     if as_json:
         echo_json({"url": store.url, "queues": render.status_rows(snaps)})
@@ -103,6 +103,8 @@ def migrate(url: str | None) -> None:
 def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],
             refresh_s: float) -> None:
     """Serve the queue gauges (jobs, ready, oldest pending age) for Prometheus / KEDA."""
+    # It creates the store, as a worker does: the exporter is a service started beside the
+    # workers (before any, when they scale from zero), not an inspection of a store.
     with open_store(url) as store:
         registry = Metrics()
         registry.watch_store(store, lambda: list(queues) or None, refresh_s)

@@ -32,7 +32,7 @@ def schedules(ctx: click.Context, url: str | None, as_json: bool) -> None:
     ctx.obj = {"url": url, "json": as_json}
     if ctx.invoked_subcommand is not None:
         return
-    with open_store(url) as store:
+    with open_store(url, create=False) as store:
         rows = _rows(store)
     if as_json:
         echo_json({"url": store.url, "schedules": rows})
@@ -99,7 +99,7 @@ def trigger(ctx: click.Context, name: str, url: str | None, as_json: bool) -> No
     from leaseq.scheduler.service import trigger as trigger_now
 
     ctx = _options(ctx, url, as_json)
-    with open_store(ctx.obj["url"]) as store:
+    with open_store(ctx.obj["url"], create=False) as store:
         job_id = trigger_now(store, name)
     _say(ctx, {"schedule": name, "job": job_id}, f"enqueued {job_id}")
 
@@ -138,7 +138,7 @@ def history(ctx: click.Context, name: str, url: str | None, as_json: bool) -> No
     from leaseq.scheduler.service import ScheduleNotFound
 
     ctx = _options(ctx, url, as_json)
-    with open_store(ctx.obj["url"]) as store:
+    with open_store(ctx.obj["url"], create=False) as store:
         state = store.schedule_state(name)
         if state is None:
             raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
@@ -159,7 +159,7 @@ def _options(ctx: click.Context, url: str | None, as_json: bool) -> click.Contex
 def _pause(ctx: click.Context, name: str, paused: bool) -> None:
     from leaseq.scheduler.service import set_paused
 
-    with open_store(ctx.obj["url"]) as store:
+    with open_store(ctx.obj["url"], create=False) as store:
         changed = set_paused(store, name, paused)
     word = "paused" if paused else "resumed"
     _say(ctx, {"schedule": name, "paused": paused, "changed": changed},

@@ -49,12 +49,16 @@ BUILTIN_STORES: dict[str, StoreEntry] = {
 }
 
 
-def connect(url: str | None = None, **options: Any) -> Store:
+def connect(url: str | None = None, *, create: bool = True, **options: Any) -> Store:
     """Open the store a URL names: ``sqlite:///path``, ``postgresql://…``, ``mongodb://…``,
     or any scheme an installed package registers under ``leaseq.stores``.
 
-    ``url`` defaults to ``$LEASEQ_URL``, then ``sqlite:///leaseq.db``. The schema is created on
-    first use. Raises ``InvalidURL`` (password masked) or ``StoreUnavailable``.
+    ``url`` defaults to ``$LEASEQ_URL``, then ``sqlite:///leaseq.db``. The schema is created
+    (or upgraded) on first use. With ``create=False`` nothing is created, upgraded or indexed:
+    a URL with no leaseq schema raises ``StoreNotFound`` (a mistyped URL is not made into an
+    empty store), one older than this leaseq ``StoreNotMigrated``; what the inspecting commands
+    use. A store that does not declare ``supports_create_false`` opens as with ``create``.
+    Raises ``InvalidURL`` (password masked) or ``StoreUnavailable``.
     """
     url = url or os.environ.get("LEASEQ_URL") or DEFAULT_URL
     if not isinstance(url, str):
@@ -63,7 +67,10 @@ def connect(url: str | None = None, **options: Any) -> Store:
         scheme = urlsplit(url).scheme.lower()
     except ValueError:  # its message may quote the netloc, password included: not shown
         raise InvalidURL(f"cannot parse store URL {redact_url(url)}; {ENCODE_HINT}") from None
-    return store_class(scheme, url).from_url(url, **options)
+    found = store_class(scheme, url)
+    if not create and found.supports_create_false:
+        options["create"] = False
+    return found.from_url(url, **options)
 
 
 def registered_stores() -> dict[str, StoreEntry]:

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 
 from leaseq.deprecated import warn_renamed
+from leaseq.errors import StoreNotFound, StoreNotMigrated
 from leaseq.job import (
     Completion,
     EnqueueOutcome,
@@ -53,6 +54,7 @@ from leaseq.job import (
 from leaseq.journal import REOWE_REASON
 from leaseq.limits import NO_LIMITS, ClaimLimits, HeldBack
 from leaseq.stores.protocol_ops import AsyncPrimitives, OperatorPrimitives, SchedulePrimitives
+from leaseq.validate import redact_url
 
 if TYPE_CHECKING:
     from leaseq.queue import Queue
@@ -73,6 +75,9 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
     #: Whether ``claim`` can enforce ``ClaimLimits`` (a store that cannot raises
     #: ``UnsupportedOperation`` when asked to).
     supports_claim_limits: bool = True
+    #: Whether ``from_url`` takes ``create=False`` (open only an existing store, create
+    #: nothing). ``connect`` passes it to no other store: that one opens as it always did.
+    supports_create_false: bool = False
 
     # --- set-up and upkeep ------------------------------------------------------------------
 
@@ -87,6 +92,11 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         upgraded before the store is returned. Errors never show the URL's password
         (``leaseq.validate.redact_url``). Raises ``StoreUnavailable`` when the database
         cannot be reached.
+
+        A store whose ``supports_create_false`` is True also takes ``create=False``: then it
+        creates, upgrades and indexes nothing, and raises (through ``require_schema``)
+        ``StoreNotFound`` where there is no leaseq schema, ``StoreNotMigrated`` where the
+        schema is older than this code. A newer schema opens, as it does with ``create``.
         """
 
     def queue(self, name: str, **policy: Any) -> Queue:
@@ -480,6 +490,17 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         """Deprecated: ``append_journal``."""
         warn_renamed("Store.record", "Store.append_journal")
         self.append_journal(queue, job_id, event, **fields)
+
+
+def require_schema(url: str, found: int | None, expected: int) -> None:
+    """What a store opened with ``create=False`` checks before it is used: a leaseq schema at
+    ``url`` (``found``: its version, None when there is none) no older than ``expected``,
+    this code's latest. Raises ``StoreNotFound`` or ``StoreNotMigrated``, the URL's password
+    masked."""
+    if found is None:
+        raise StoreNotFound(redact_url(url))
+    if found < expected:
+        raise StoreNotMigrated(redact_url(url), found, expected)
 
 
 def decide_upsert(status: str, payload_json: str, revision: str | None, spec: JobSpec,

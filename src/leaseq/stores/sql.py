@@ -58,3 +58,9 @@ def migrations(package: str) -> list[tuple[int, str, str]]:
         if match:
             found.append((int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     return sorted(found)
+
+
+def latest_migration(package: str) -> int:
+    """The version of the last ``migrations/NNN_name.sql`` of ``package``: the schema this code
+    expects."""
+    return migrations(package)[-1][0]

@@ -76,7 +76,8 @@ class DjangoPostgresStore(PostgresStore):
     alias: str
 
     @classmethod
-    def for_alias(cls, alias: str, options: Mapping[str, Any]) -> DjangoPostgresStore:
+    def for_alias(cls, alias: str, options: Mapping[str, Any],
+                  create: bool = True) -> DjangoPostgresStore:
         """Options as for ``postgresql://`` URLs (``schema``, ``pool_max``, …)."""
         params = connections[alias].get_connection_params()
         conninfo = make_conninfo(**{k: str(params[k]) for k in _LIBPQ_KEYS
@@ -85,11 +86,12 @@ class DjangoPostgresStore(PostgresStore):
         _, parsed = parse_url(f"postgresql:///?{query}" if query else "postgresql:///",
                               **({"time_offset_s": options["time_offset_s"]}
                                  if "time_offset_s" in options else {}))
-        return cls(alias, conninfo, parsed)
+        return cls(alias, conninfo, parsed, create)
 
-    def __init__(self, alias: str, conninfo: str, options: PostgresOptions):
+    def __init__(self, alias: str, conninfo: str, options: PostgresOptions,
+                 create: bool = True):
         self.alias = alias  # before the base's __init__, which opens the session
-        super().__init__(conninfo, options, f"django://{alias}")
+        super().__init__(conninfo, options, f"django://{alias}", create)
 
     def _open_session(  # type: ignore[override]  # Session's interface, not its class
             self, conninfo: str, url: str, options: PostgresOptions) -> DjangoSession:

@@ -29,8 +29,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from leaseq.errors import InvalidInput, InvalidURL, StoreUnavailable
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
-from leaseq.stores.base import Store
-from leaseq.stores.sqlite import SQLiteStore
+from leaseq.stores.base import Store, require_schema
+from leaseq.stores.sqlite import SQLiteStore, schema
 from leaseq.stores.watch import FinishWatch
 
 T = TypeVar("T")
@@ -56,21 +56,25 @@ def parse_django_url(url: str) -> tuple[str, dict[str, str]]:
 
 class DjangoStore(Store):
     """The ``django://`` scheme: ``from_url`` opens the borrowing store for the alias's
-    vendor (``DjangoPostgresStore`` or ``DjangoSQLiteStore``)."""
+    vendor (``DjangoPostgresStore`` or ``DjangoSQLiteStore``). With ``create=False`` leaseq's
+    tables are checked, not made (Django's own connection may still make a SQLite file)."""
+
+    supports_create_false = True
 
     @classmethod
     def from_url(  # type: ignore[override]  # the vendor's store, not a DjangoStore
             cls, url: str, **options: Any) -> Store:
+        create = options.pop("create", True)
         alias, query = parse_django_url(url)
         vendor = connections[alias].vendor
         if vendor == "postgresql":
             from leaseq.contrib.django.postgres import DjangoPostgresStore
 
-            return DjangoPostgresStore.for_alias(alias, {**query, **options})
+            return DjangoPostgresStore.for_alias(alias, {**query, **options}, create)
         if vendor == "sqlite":
             if query or options:
                 raise InvalidURL(f"django://{alias} on SQLite takes no options")
-            return DjangoSQLiteStore(alias)
+            return DjangoSQLiteStore(alias, create)
         raise InvalidURL(f"django://{alias} is a {vendor} database; leaseq borrows Django's "
                          "connection on PostgreSQL and SQLite")
 
@@ -119,7 +123,8 @@ class DjangoSQLiteStore(SQLiteStore):
     "IMMEDIATE"``: set it when several processes write (Django's own advice for SQLite).
     """
 
-    def __init__(self, alias: str):  # no super().__init__: Django owns the connection
+    # no super().__init__: Django owns the connection
+    def __init__(self, alias: str, create: bool = True):
         self.alias = alias
         self.url = f"django://{alias}"
         self.path = str(connections[alias].settings_dict["NAME"])
@@ -128,7 +133,9 @@ class DjangoSQLiteStore(SQLiteStore):
         # shared lock would even deadlock a thread waiting on SQLite's write lock with one
         # holding it inside atomic().
         self._lock = nullcontext()
-        if not in_atomic(alias):  # inside atomic() (a TestCase): Django's migration made them
+        if not create:
+            require_schema(self.url, self.schema_version(), schema.LATEST)
+        elif not in_atomic(alias):  # inside atomic() (a TestCase): Django's migration made them
             self.migrate()
 
     @property

@@ -45,9 +45,11 @@ class MongoOptions:
     prefix: str = "leaseq_"
     """Collection name = prefix + queue; the journal is prefix + ``journal``.
     Defaults to ``leaseq_``."""
-    ttl_s: Mapping[str, float] = field(default_factory=dict)
+    ttl_s: Mapping[str, float] | None = None
     """Terminal status → seconds after ``updated_at`` at which MongoDB's TTL monitor deletes
-    the job (``ttl=tombstone:2592000,done:86400``). Defaults to none."""
+    the job (``ttl=tombstone:2592000,done:86400``; ``ttl=`` empty: none). None when the URL
+    has no ``ttl=``: the store then leaves leaseq's TTL indexes as other processes made them
+    (a producer's URL must not undo its workers')."""
     client_options: Mapping[str, Any] = field(default_factory=dict)
     """Defaults leaseq adds when the URL does not set them: ``w=majority``,
     ``retryWrites=true``, the bounds of ``TIMEOUT_DEFAULTS_MS``, timezone-aware datetimes."""
@@ -80,7 +82,7 @@ def parse_url(url: str) -> MongoOptions:
             client_options[name] = milliseconds
     return MongoOptions(
         mongo_url=urlunsplit(parts._replace(query=urlencode(rest))),
-        database=database, prefix=prefix, ttl_s=parse_ttl(ours.get("ttl", "")),
+        database=database, prefix=prefix, ttl_s=parse_ttl(ours["ttl"]) if "ttl" in ours else None,
         client_options=client_options,
     )
 

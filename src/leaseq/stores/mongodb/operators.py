@@ -57,6 +57,7 @@ class OperatorTools(OffsetClock):
     _coll: Callable[[str], Any]
     _log: JournalWriter
     _create_indexes: Callable[..., None]
+    _indexes_on_use: bool
     server_now: Callable[[], Any]
 
     # --- the job page -------------------------------------------------------------------------
@@ -165,7 +166,7 @@ class OperatorTools(OffsetClock):
         # A leading "_" after the prefix: no queue name can start so, so no queue's collection
         # can take this name.
         coll = self._db[self._prefix + "_workers"]
-        if not getattr(self, "_workers_indexed", False):
+        if self._indexes_on_use and not getattr(self, "_workers_indexed", False):
             self._create_indexes(coll, [([("last_beat_at", 1)], {"name": "last_beat_at_1"})])
             self._workers_indexed = True
         return coll

@@ -42,7 +42,7 @@ from leaseq.job import (
 )
 from leaseq.journal import EXPIRED, OPERATOR, SPENT_WHILE_PENDING, JournalEvent
 from leaseq.limits import FrontFirst
-from leaseq.stores.base import Store
+from leaseq.stores.base import Store, require_schema
 from leaseq.stores.mongodb import documents, indexes, records, upserts
 from leaseq.stores.mongodb.aio import AsyncMongo, AsyncOpener
 from leaseq.stores.mongodb.connection import (
@@ -81,11 +81,18 @@ _WRITTEN = (EnqueueOutcome.CREATED, EnqueueOutcome.UPDATED, EnqueueOutcome.REVIV
 
 
 class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Store):
-    """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``."""
+    """Open with ``leaseq.connect("mongodb://host/db?prefix=leaseq_&ttl=tombstone:2592000")``.
+
+    With ``create=False`` the store makes no collection and no index, and drops none (a
+    reader's URL without ``ttl=`` must not take the workers' TTL indexes away); ``migrate``
+    makes it a store that does."""
+
+    supports_create_false = True
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",
                  ttl_s: Mapping[str, float] | None = None, time_offset_s: float = 0.0,
-                 client: Any = None, async_database: AsyncOpener | None = None):
+                 client: Any = None, async_database: AsyncOpener | None = None,
+                 create: bool = True):
         self.url = validate.redact_url(url)
         self.secrets = secrets_of(url)  # masked in every error text
         self.time_offset_s = time_offset_s
@@ -93,7 +100,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         self._client: Any = client if client is not None else getattr(database, "client", None)
         self._owns_client = client is not None
         self._prefix = prefix
-        self._ttl_s = {check_ttl_status(s): float(v) for s, v in (ttl_s or {}).items()}
+        #: None: no ``ttl=`` given, leaseq's TTL indexes are left as they are (see _coll)
+        self._ttl_s = (None if ttl_s is None
+                       else {check_ttl_status(s): float(v) for s, v in ttl_s.items()})
         self._collections: dict[str, Any] = {}  # those whose indexes this store has made
         self._journal = self._primary(self._prefix + "journal")
         self._limits = self._primary(self._prefix + LIMITS)  # limited.py
@@ -102,14 +111,18 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         self._async = AsyncMongo(self, async_database) if async_database else None
         self.supports_transactions = self._probe_transactions()
         self.supports_claim_limits = self.supports_transactions  # limited.py needs them
-        self.migrate()
+        self._indexes_on_use = create  # _coll, operators.py's _workers
+        if create:
+            self.migrate()
+        else:
+            require_schema(self.url, self.schema_version(), SCHEMA_VERSION)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoStore:
-        unknown = set(options) - {"prefix", "ttl_s", "time_offset_s"}
+        unknown = set(options) - {"prefix", "ttl_s", "time_offset_s", "create"}
         if unknown:
             raise InvalidURL(f"unknown MongoDB store option(s) {', '.join(sorted(unknown))}; "
-                             "known: prefix, ttl_s, time_offset_s")
+                             "known: prefix, ttl_s, time_offset_s, create")
         parsed, client = open_client(url)
         options.setdefault("prefix", parsed.prefix)
         options.setdefault("ttl_s", parsed.ttl_s)
@@ -139,8 +152,10 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         coll = self._collections.get(name)
         if coll is None:
             coll = self._primary(name)
-            self._create_indexes(coll, documents.job_indexes(self._ttl_s))
-            self._drop_unconfigured_ttl(coll)
+            if self._indexes_on_use:
+                self._create_indexes(coll, documents.job_indexes(self._ttl_s or {}))
+                if self._ttl_s is not None:
+                    self._drop_unconfigured_ttl(coll)
             self._collections[name] = coll
         return coll
 
@@ -173,8 +188,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
 
     def _drop_unconfigured_ttl(self, coll: Any) -> None:
         """A status taken out of ``ttl=`` must stop expiring: its ``leaseq_ttl_<status>``
-        index (leaseq's own, by its name) is dropped. Other indexes are never touched."""
-        configured = {f"{indexes.TTL_INDEX_PREFIX}{status}" for status in self._ttl_s}
+        index (leaseq's own, by its name) is dropped. Other indexes are never touched; only
+        a store given ``ttl=`` (``ttl_s``) calls this."""
+        configured = {f"{indexes.TTL_INDEX_PREFIX}{status}" for status in self._ttl_s or {}}
         for index in coll.list_indexes():
             name = index.get("name", "")
             if name.startswith(indexes.TTL_INDEX_PREFIX) and name not in configured:
@@ -205,6 +221,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
 
     @guarded
     def migrate(self) -> int:
+        if not self._indexes_on_use:  # create=False, now asked to make the schema after all
+            self._indexes_on_use = True
+            self._collections.clear()  # the collections it opened unindexed get indexed
         self._create_indexes(self._journal, documents.journal_indexes())
         for queue in self.queues():
             self._coll(queue)

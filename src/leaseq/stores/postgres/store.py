@@ -48,7 +48,7 @@ from leaseq.journal import (
     sql_literals,
 )
 from leaseq.limits import NO_LIMITS, ClaimLimits
-from leaseq.stores.base import Store
+from leaseq.stores.base import Store, require_schema
 from leaseq.stores.postgres.aio import AsyncPostgres
 from leaseq.stores.postgres.enqueue import PostgresEnqueue
 from leaseq.stores.postgres.enqueue import check_text as _check_text
@@ -61,7 +61,7 @@ from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.outbox_index import Stopped as OutboxIndexStopped
 from leaseq.stores.postgres.outbox_index import ensure_outbox_index
 from leaseq.stores.postgres.session import Session, tuple_cursor
-from leaseq.stores.sql import load_queries, migrations
+from leaseq.stores.sql import latest_migration, load_queries, migrations
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.watch import NotifyWatch, finish_key
 
@@ -75,8 +75,9 @@ T = TypeVar("T")
 class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, LimitedClaims,
                     SQLStore):
     supports_push_wakeups = True
+    supports_create_false = True
 
-    def __init__(self, conninfo: str, options: PostgresOptions, url: str):
+    def __init__(self, conninfo: str, options: PostgresOptions, url: str, create: bool = True):
         self.options = options
         self.time_offset_s = options.time_offset_s
         self._schema = f'"{options.schema}"'  # validated: lower-case letters, digits, _
@@ -92,15 +93,16 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         self._conninfo = conninfo
         self._session = self._open_session(conninfo, url, options)
         self.url = self._session.url
-        self._session.first_use(self._migrate_in)
+        self._session.first_use(self._migrate_in if create else self._require_schema_in)
         self._listener = Listener(conninfo, options.channel, self._wakeup_event(),
                                   finish_channel=options.finish_channel)
         self._async = AsyncPostgres(self, conninfo)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStore:
+        create = options.pop("create", True)
         conninfo, parsed = parse_url(url, **options)
-        return cls(conninfo, parsed, url)
+        return cls(conninfo, parsed, url, create)
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -184,6 +186,10 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
                              "VALUES (%s, %s)", (version, name))
                 latest = version
         return latest
+
+    def _require_schema_in(self, conn: psycopg.Connection) -> None:
+        """``create=False``: the schema must be there, and not older than this code."""
+        require_schema(self.url, self._schema_version_in(conn), latest_migration(__package__))
 
     def schema_version(self) -> int | None:
         return self._session.run(self._schema_version_in, idempotent=True)

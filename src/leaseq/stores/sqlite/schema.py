@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from leaseq.stores.sql import migrations
+from leaseq.stores.sql import latest_migration, migrations
+
+#: The schema version this code expects: its last migration's.
+LATEST = latest_migration(__package__)
 
 
 def migrate(conn: sqlite3.Connection) -> int:

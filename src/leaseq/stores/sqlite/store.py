@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from leaseq.errors import InvalidInput, InvalidURL, JobNotFound, StoreUnavailable
 from leaseq.job import (
@@ -43,7 +43,7 @@ from leaseq.journal import (
     quarantine_reason,
 )
 from leaseq.limits import NO_LIMITS, ClaimLimits, FrontFirst
-from leaseq.stores.base import Store
+from leaseq.stores.base import Store, require_schema
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.stores.sqlite.checkpoint import BACKSTOP_PAGES, Checkpointer
@@ -65,17 +65,21 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
     #: The thread that checkpoints the WAL of a database file (checkpoint.py); None in memory.
     _checkpoints: Checkpointer | None = None
 
-    def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0):
+    supports_create_false = True
+
+    def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0,
+                 create: bool = True):
         self.path = path
         self.url = f"sqlite:///{path}"
         self.time_offset_s = time_offset_s
         self._lock = threading.RLock()
         self._front_first = FrontFirst()
         try:
-            self._conn = self._open(path, busy_timeout_ms)
+            self._conn = self._open(path, busy_timeout_ms, create)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite database {path!r}: {exc}") from None
-        self.migrate()
+        if create:
+            self.migrate()
         if path != ":memory:":
             self._checkpoints = Checkpointer(path)
 
@@ -99,14 +103,16 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
                 raise InvalidURL("busy_timeout_ms must be a whole number") from None
         return cls(parts.path[1:], **options)
 
-    @staticmethod
-    def _open(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
-        if path != ":memory:":
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise sqlite3.OperationalError(f"folder {folder!r} does not exist")
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                               timeout=busy_timeout_ms / 1000)
+    def _open(self, path: str, busy_timeout_ms: int, create: bool) -> sqlite3.Connection:
+        if not create:
+            conn = self._open_existing(path, busy_timeout_ms)
+        else:
+            if path != ":memory:":
+                folder = os.path.dirname(os.path.abspath(path))
+                if not os.path.isdir(folder):
+                    raise sqlite3.OperationalError(f"folder {folder!r} does not exist")
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                   timeout=busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         if path != ":memory:":
             conn.execute("PRAGMA journal_mode = WAL")
@@ -114,6 +120,22 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         # NORMAL is durable across process crashes in WAL mode (only an OS crash or power
         # loss may roll back the last transactions); FULL costs an fsync per commit.
         conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+    def _open_existing(self, path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+        """``create=False``: the file must exist (``mode=rw`` never makes one) and hold
+        leaseq's schema, checked before the pragmas: WAL mode would rewrite the header of a
+        file that is not leaseq's. A new ``:memory:`` database never holds it."""
+        if path == ":memory:" or not os.path.isfile(path):
+            require_schema(self.url, None, schema.LATEST)
+        conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=rw", uri=True,
+                               isolation_level=None, check_same_thread=False,
+                               timeout=busy_timeout_ms / 1000)
+        try:
+            require_schema(self.url, schema.version(conn), schema.LATEST)
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     # --- plumbing ---------------------------------------------------------------------------

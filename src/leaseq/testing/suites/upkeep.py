@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leaseq.errors import InvalidInput, JobNotFound
+from leaseq.errors import InvalidInput, JobNotFound, StoreNotFound
 from leaseq.job import LeaseLost
 from leaseq.stores import connect
 from leaseq.testing.harness import (
@@ -25,6 +25,7 @@ from leaseq.testing.harness import (
     shifted_clock,
     within_readings,
 )
+from leaseq.validate import redact_url
 
 HOUR_S = 3600.0
 
@@ -225,6 +226,33 @@ class InspectionSuite:
             pytest.skip("skipped: the store cannot drop its schema (drop is for tests)")
         # When its version is read, Then there is none, and reading made none
         assert store.schema_version() is None
+        assert store.schema_version() is None
+
+    def test_create_false_opens_an_existing_store(self, leaseq_store: FreshStore) -> None:
+        # Given a store holding a job
+        if not leaseq_store.store.supports_create_false:
+            pytest.skip("skipped: the store does not take create=False")
+        leaseq_store.queue().enqueue("j1", {"a": 1})
+        # When it is opened again with create=False, Then it reads what is there
+        with connect(leaseq_store.url, create=False, **leaseq_store.options) as reader:
+            assert reader.counts("jobs") == {"pending": 1}
+            assert reader.schema_version() == leaseq_store.store.schema_version()
+
+    def test_create_false_makes_nothing_where_no_schema_is(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a database whose leaseq schema was dropped (a URL a typo points elsewhere)
+        store = leaseq_store.store
+        if not store.supports_create_false:
+            pytest.skip("skipped: the store does not take create=False")
+        try:
+            store.drop()
+        except NotImplementedError:
+            pytest.skip("skipped: the store cannot drop its schema (drop is for tests)")
+        # When it is opened with create=False, Then it is not found, and nothing was made
+        with pytest.raises(StoreNotFound, match="leaseq migrate") as refused:
+            connect(leaseq_store.url, create=False, **leaseq_store.options)
+        assert refused.value.url == redact_url(leaseq_store.url)
         assert store.schema_version() is None
 
 
