@@ -6,6 +6,7 @@ page, the bulk action on a counted snapshot, journal counts per hour and the wor
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from leaseq import validate
 from leaseq.errors import InvalidInput
 from leaseq.job import Job
 from leaseq.journal import BY_ACTOR, JournalEvent
@@ -36,6 +38,7 @@ SUMMARY_STATUSES = ("pending", "processing", "done", "failed", "cancelled")
 #: The longest error text a filter may search for, and the longest operator name journaled.
 MAX_SEARCH_CHARS = 200
 MAX_ACTOR_CHARS = 100
+BAD_CURSOR = "not a page cursor this store gave"
 
 
 class BulkAction(StrEnum):
@@ -67,6 +70,9 @@ class JobFilter:
     updated_until: datetime | None = None
 
     def __post_init__(self) -> None:
+        validate.queue_name(self.queue)
+        if self.status:
+            validate.status_name(self.status)
         if self.error_text is not None and len(self.error_text) > MAX_SEARCH_CHARS:
             raise InvalidInput(f"error text to search for is longer than {MAX_SEARCH_CHARS}")
         for name in ("status", "task", "id_prefix", "error_text"):
@@ -196,19 +202,24 @@ def batches(ids: Sequence[str], size: int = BULK_BATCH) -> list[list[str]]:
 #: One row of an index walk: the sort value (JSON-able; None in id order), the id, and
 #: whether the row passes the filters the index does not bound.
 KeyRow = tuple[Any, str, bool]
+#: ``read_key(key)``: a cursor's sort value as the store's ``fetch`` takes it (InvalidInput when
+#: it is not a value that store gives).
+ReadKey = Callable[[Any], Any]
 #: ``fetch(after_key, after_id, n)``: up to ``n`` rows after the given position (``None,
 #: None`` = from the start), in the page's order.
 Fetch = Callable[[Any, "str | None", int], Sequence[KeyRow]]
 
 
 def walk(fetch: Fetch, limit: int, cursor: str | None, cap: int = SCAN_CAP,
-         time_cap_s: float = SCAN_TIME_S,
-         clock: Callable[[], float] = time.monotonic) -> tuple[list[str], str | None, bool]:
+         time_cap_s: float = SCAN_TIME_S, clock: Callable[[], float] = time.monotonic,
+         read_key: ReadKey = lambda key: key) -> tuple[list[str], str | None, bool]:
     """Walk an index from ``cursor`` in chunks, keeping the ids that match, until ``limit``
     of them are found, the index ends, ``cap`` rows were read or ``time_cap_s`` passed.
     Returns ``(ids, next_cursor, capped)``. The first chunk is the page's size, so an
-    unfiltered page costs one query of ``limit`` rows."""
+    unfiltered page costs one query of ``limit`` rows. ``read_key`` checks the cursor's sort
+    value: a cursor is the client's text, and reaches the store's query."""
     key, after_id = _decode(cursor)
+    key = read_key(key)
     ids: list[str] = []
     walked = 0
     chunk = limit
@@ -240,10 +251,32 @@ def _decode(cursor: str | None) -> tuple[Any, str | None]:
     try:
         key, job_id = json.loads(cursor)
     except (ValueError, TypeError):
-        raise InvalidInput("not a page cursor this store gave") from None
+        raise InvalidInput(BAD_CURSOR) from None
     if not isinstance(job_id, str) or not isinstance(key, (str, int, float, type(None))):
-        raise InvalidInput("not a page cursor this store gave")
+        raise InvalidInput(BAD_CURSOR)
     return key, job_id
+
+
+def number_key(key: Any) -> float | None:
+    """A cursor's sort value where the store sorts on a number (SQLite's ``updated_at``)."""
+    if key is None or (isinstance(key, (int, float)) and not isinstance(key, bool)
+                       and math.isfinite(key)):
+        return key
+    raise InvalidInput(BAD_CURSOR)
+
+
+def time_key(key: Any) -> str | None:
+    """A cursor's sort value where the store sorts on a time (PostgreSQL's and MongoDB's
+    ``updated_at``, as ISO 8601 text with its offset); given back in one canonical form."""
+    if key is None:
+        return None
+    try:
+        at = datetime.fromisoformat(key) if isinstance(key, str) else None
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise InvalidInput(BAD_CURSOR)
+    return at.isoformat()
 
 
 def prefix_end(prefix: str) -> str:

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from leaseq.browse import SUMMARY_STATUSES
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.job import safe_reason
 from leaseq.limits import HeldBack
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+#: Store gauges read longer ago than this many refreshes (and at least ``STALE_MIN_S``) are no
+#: longer served: an autoscaler must not go on scaling on counts the store no longer confirms.
+STALE_AFTER_REFRESHES = 3
+STALE_MIN_S = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +66,10 @@ def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSna
 
 class StoreCollector(Collector):
     """Gauges read from the store when scraped, cached for ``refresh_s`` so that frequent
-    scrapes (or several Prometheus servers) cost one round of queries. ``redact`` masks the
-    store errors it logs."""
+    scrapes (or several Prometheus servers) cost one round of queries. When the store cannot
+    be read, the last counts are served until they are ``stale_after_s`` old, then none;
+    ``leaseq_store_up`` says whether the last read succeeded. ``redact`` masks the store
+    errors it logs."""
 
     def __init__(self, store: Store, queues: Callable[[], Sequence[str] | None],
                  refresh_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
@@ -73,20 +80,29 @@ class StoreCollector(Collector):
         self.refresh_s = refresh_s
         self.clock = clock
         self._lock = threading.Lock()
+        self.stale_after_s = max(STALE_AFTER_REFRESHES * refresh_s, STALE_MIN_S)
         self._cached: list[QueueSnapshot] = []
         self._at: float | None = None
+        self._up = False
 
     def _snapshots(self) -> list[QueueSnapshot]:
+        """The cached counts, read again once ``refresh_s`` old; none once ``stale_after_s``
+        old (the store could not be read since)."""
         with self._lock:
             now = self.clock()
             if self._at is None or now - self._at >= self.refresh_s:
-                try:
-                    self._cached = snapshot(self.store, self.queues())
-                    self._at = now
-                except LeaseqError as exc:  # keep serving the counters; say why gauges are old
-                    log.warning("metrics: cannot read queue gauges from the store: %s",
-                                safe_reason(exc, redact=self.redact))
-            return self._cached
+                self._refresh(now)
+            fresh = self._at is not None and now - self._at <= self.stale_after_s
+            return self._cached if fresh else []
+
+    def _refresh(self, now: float) -> None:
+        try:
+            self._cached = snapshot(self.store, self.queues())
+            self._at, self._up = now, True
+        except LeaseqError as exc:  # keep serving the counters; say why gauges are old
+            self._up = False
+            log.warning("metrics: cannot read queue gauges from the store: %s",
+                        safe_reason(exc, redact=self.redact))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         jobs = GaugeMetricFamily("leaseq_jobs", "Jobs by queue and status.",
@@ -109,16 +125,22 @@ class StoreCollector(Collector):
             "leaseq_runnable_jobs",
             "Ready jobs no claim limit holds back: with leaseq_in_flight_jobs, the number to "
             "scale workers on.", labels=["queue"])
-        for snap in self._snapshots():
-            for status, n in sorted(snap.counts.items()):
-                jobs.add_metric([snap.queue, status], n)
+        snapshots = self._snapshots()
+        up = GaugeMetricFamily("leaseq_store_up", "1 when the last read of the store gauges "
+                               "succeeded, else 0 (they go once that read is stale).",
+                               value=int(self._up))
+        for snap in snapshots:
+            # leaseq's statuses always (a count that falls to 0 reads 0, not a gap); an app's
+            # own terminal statuses while it has jobs in them.
+            for status in sorted({*SUMMARY_STATUSES, *snap.counts}):
+                jobs.add_metric([snap.queue, status], snap.counts.get(status, 0))
             ready.add_metric([snap.queue], snap.ready)
             oldest.add_metric([snap.queue], snap.oldest_pending_age_s)
             in_flight.add_metric([snap.queue], snap.in_flight)
             held.add_metric([snap.queue, "key"], snap.held_back.by_key)
             held.add_metric([snap.queue, "rate"], snap.held_back.by_rate)
             runnable.add_metric([snap.queue], snap.runnable)
-        yield from (jobs, ready, oldest, in_flight, held, runnable)
+        yield from (up, jobs, ready, oldest, in_flight, held, runnable)
 
 
 class ScheduleCollector(Collector):

@@ -81,10 +81,16 @@ def batch_size(value: Any, name: str = "limit") -> int:
     return value
 
 
+def status_name(value: Any) -> str:
+    """A status's name: leaseq's own, or an app's terminal one."""
+    if not isinstance(value, str) or not _STATUS_RE.fullmatch(value):
+        raise InvalidInput(f"status {str(value)[:80]!r} must match [a-z][a-z0-9_]{{0,63}}")
+    return value
+
+
 def terminal_status(status: Any) -> str:
     """An app-chosen finishing status: ``done`` or a lower-case name that is not a live state."""
-    if not isinstance(status, str) or not _STATUS_RE.fullmatch(status):
-        raise InvalidInput(f"status {str(status)[:80]!r} must match [a-z][a-z0-9_]{{0,63}}")
+    status_name(status)
     if status in ("pending", "processing"):
         raise InvalidInput(f"a job cannot be finished with the live status {status!r}")
     return status

@@ -6,12 +6,15 @@ import socket
 import urllib.request
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from worker_helpers import running, wait_until
 
 import leaseq
 from leaseq import sweeper
-from leaseq.metrics import Metrics
+from leaseq.browse import SUMMARY_STATUSES
+from leaseq.errors import StoreUnavailable
+from leaseq.metrics import Metrics, StoreCollector
 
 
 def free_port() -> int:
@@ -87,6 +90,54 @@ def test_store_gauges_are_cached_between_scrapes(app: leaseq.App) -> None:
     ok.enqueue(job_id="a")
     # Within refresh_s the gauges are not read again
     assert metrics.registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) == 0
+
+
+def test_store_gauges_go_once_the_store_has_been_unreadable_too_long(app: leaseq.App) -> None:
+    # Given store gauges read with 5 ready jobs, on a clock the test moves
+    for n in range(5):
+        app.queue("work").enqueue(f"r{n}", {})
+    now = [0.0]
+    collector = StoreCollector(app.store, lambda: ["work"], refresh_s=5, clock=lambda: now[0])
+    registry = CollectorRegistry()
+    registry.register(collector)
+    assert registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) == 5
+    assert registry.get_sample_value("leaseq_store_up") == 1
+
+    # When the store cannot be read any more
+    def down(*args: object) -> None:
+        raise StoreUnavailable("db down")
+
+    app.store.queues = down  # type: ignore[method-assign]
+    app.store.counts = down  # type: ignore[method-assign]
+    now[0] = 6.0
+    # Then a read that failed says so at once, and the last counts stand a while
+    assert registry.get_sample_value("leaseq_store_up") == 0
+    assert registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) == 5
+    # And once they are three refreshes old (and at least 15 s) they are no longer served
+    now[0] = 3600.0
+    assert registry.get_sample_value("leaseq_ready_jobs", {"queue": "work"}) is None
+    assert registry.get_sample_value("leaseq_jobs", {"queue": "work", "status": "pending"}) \
+        is None
+    assert registry.get_sample_value("leaseq_store_up") == 0
+
+
+def test_a_status_count_that_falls_to_zero_reads_zero(app: leaseq.App) -> None:
+    # Given a queue with one failed job and one finished with an app's own status
+    q = app.queue("work")
+    q.enqueue("f", {})
+    q.fail(q.claim_one("f", "w", lease_s=60), "boom")  # type: ignore[arg-type]
+    q.enqueue("s", {})
+    q.complete(q.claim_one("s", "w", lease_s=60), None, status="skipped")  # type: ignore[arg-type]
+    metrics = Metrics()
+    metrics.watch_store(app.store, lambda: ["work"], refresh_s=0)
+    jobs = lambda status: metrics.registry.get_sample_value(  # noqa: E731
+        "leaseq_jobs", {"queue": "work", "status": status})
+    assert (jobs("failed"), jobs("pending"), jobs("skipped")) == (1, 0, 1)
+    # When the failed job is deleted
+    app.store.act_on_jobs("work", "delete", ["f"], "me")
+    # Then its status reads 0: every status of leaseq's is there, whatever its count
+    assert [jobs(s) for s in SUMMARY_STATUSES] == [0] * len(SUMMARY_STATUSES)
+    assert jobs("skipped") == 1  # an app's own status is there while it has jobs
 
 
 def test_in_flight_gauge_counts_running_work(app: leaseq.App) -> None:

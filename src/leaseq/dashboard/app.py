@@ -3,8 +3,11 @@
 Every request passes ``_guard``: signed in (else 401), not forbidden (else 403), and for a
 POST the CSRF token and ``Sec-Fetch-Site`` checked and the action permitted (else 403), all on
 the server. Job data reaches the page only through Jinja2's autoescaping; payloads are shown
-through the redactor, by key then as text (display only: the editor starts from the real
-values, shown only to a user allowed to edit, and nothing redacted is ever written back).
+through the redactor, by key then as text, and errors and journal reasons as text (display
+only: the editor starts from the real values, shown only to a user allowed to edit, and nothing
+redacted is ever written back). A job's page is ``/job/<queue>?id=<job id>``: an id is any
+text, and in a query it needs no path rules (a path segment ``..`` is resolved away by every
+URL parser, even percent-encoded).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -50,7 +54,7 @@ from leaseq.dashboard.security import (
 )
 from leaseq.dashboard.stats import StatsSnapshot
 from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
-from leaseq.errors import LeaseqError
+from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.journal import JournalEvent
 from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
 from leaseq.redact import fields_masker, redact
@@ -63,6 +67,9 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 #: How long a counted bulk snapshot may wait for its confirmation.
 SNAPSHOT_TTL_S = 600.0
 PAGE_SIZE = 50
+#: The permission that shows real values (the payload editor) and so may search the real
+#: error text; everyone else sees jobs only through the redactor.
+UNREDACTED = "edit"
 
 
 def create_app(store: Store, auth: Auth | None = None, permissions: Permissions = "read_only",
@@ -96,13 +103,15 @@ class Dashboard:
         self.env = Environment(loader=PackageLoader("leaseq.dashboard", "templates"),
                                autoescape=select_autoescape(default=True))
         self.env.filters["duration"] = format_duration
+        self.env.filters["redact"] = lambda text: redactor(text or "")
+        self.env.globals.update(job_path=job_path, unredacted=UNREDACTED)
 
     def routes(self) -> list[tuple[str, Callable[..., Any], Mapping[str, str] | None]]:
         """Each page: its path, its handler, and for a POST form what it may ask (``*_ASKS``);
         None for a GET page."""
         return [
             ("/", self.overview, None), ("/jobs", self.jobs, None),
-            ("/job/{queue}/{job_id:path}", self.job, None),
+            ("/job/{queue}", self.job, None), ("/job/{queue}/{job_id:path}", self.job, None),
             ("/quarantine", self.quarantine, None), ("/workers", self.workers, None),
             ("/health", self.health, None), ("/api/stats", self.api_stats, None),
             ("/events", self.events, None), ("/action", self.action, BULK_ASKS),
@@ -184,13 +193,16 @@ class Dashboard:
         return self.render(request, access, "overview.html", stats=self.stats.get())
 
     def jobs(self, request: Request, access: Access) -> Response:
-        where = _filter(request, self.store)
+        where = _filter_from(request.query_params, self.store, access)
         page = self.store.find_jobs(where, PAGE_SIZE, request.query_params.get("cursor"))
         return self.render(request, access, "jobs.html", where=where, page=page,
                            queues=self.store.queues(), query=dict(request.query_params))
 
     def job(self, request: Request, access: Access) -> Response:
-        queue, job_id = request.path_params["queue"], request.path_params["job_id"]
+        queue = validate.queue_name(request.path_params["queue"])
+        # The id in the query (the links' form), or in the path (an older link).
+        job_id = validate.job_id(request.path_params.get("job_id") or
+                                 request.query_params.get("id"))
         job = self.store.get(queue, job_id)
         if job is None:
             return PlainTextResponse("no such job", 404)
@@ -258,15 +270,15 @@ class Dashboard:
 
     def action(self, request: Request, access: Access) -> Response:
         form = request.state.form
-        queue, action = str(form["queue"]), BulkAction(str(form["action"]))
-        ids = [str(i) for i in form.getlist("job_id")]
+        queue, action = validate.queue_name(_field(form, "queue")), BulkAction(str(form["action"]))
+        ids = [validate.job_id(str(i)) for i in form.getlist("job_id")]
         result = self.store.act_on_jobs(queue, action, ids, access.user)
         return self.render(request, access, "done.html", action=action, result=result,
                            queue=queue)
 
     def bulk_count(self, request: Request, access: Access) -> Response:
         form = request.state.form
-        where = _filter_from(form, self.store)
+        where = _filter_from(form, self.store, access)
         action = BulkAction(str(form["action"]))
         ids = self.store.snapshot_ids(where, SNAPSHOT_MAX)
         self._forget_old_snapshots()
@@ -288,20 +300,21 @@ class Dashboard:
 
     def edit(self, request: Request, access: Access) -> Response:
         form = request.state.form
-        queue, job_id = str(form["queue"]), str(form["job_id"])
+        queue = validate.queue_name(_field(form, "queue"))
+        job_id, text = validate.job_id(_field(form, "job_id")), _field(form, "payload")
         try:
-            payload = json.loads(str(form["payload"]))
+            payload = json.loads(text)
         except ValueError:
             return PlainTextResponse("refused: the payload is not JSON", 400)
-        text = validate.payload(payload, self.store.queue(queue).policy.max_payload_bytes)
-        done = self.store.requeue_edited(queue, job_id, text, access.user)
-        return RedirectResponse(f"{_root(request)}/job/{queue}/{job_id}", 303) if done else \
+        checked = validate.payload(payload, self.store.queue(queue).policy.max_payload_bytes)
+        done = self.store.requeue_edited(queue, job_id, checked, access.user)
+        return RedirectResponse(_root(request) + job_path(queue, job_id), 303) if done else \
             PlainTextResponse("refused: the job is live; only a terminal job is edited", 409)
 
     def pause(self, request: Request, access: Access) -> Response:
         """Pause or resume a schedule; the ledger journals the change, and this the who."""
         form = request.state.form
-        name, paused = str(form["name"]), form["action"] == "pause"
+        name, paused = _field(form, "name"), form["action"] == "pause"
         state = self.store.schedule_state(name)
         if state is None:
             return PlainTextResponse("no such schedule", 404)
@@ -345,18 +358,37 @@ def _root(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
 
 
-def _filter(request: Request, store: Store) -> JobFilter:
-    return _filter_from(request.query_params, store)
+def url_part(value: str) -> str:
+    """``value`` as one part of a URL (a path segment, a query value): every character that
+    means something in a URL (``/``, ``?``, ``#``, ``%``, ``&``) is percent-encoded."""
+    return quote(value, safe="")
 
 
-def _filter_from(values: Any, store: Store) -> JobFilter:
+def job_path(queue: str, job_id: str) -> str:
+    """The path of a job's page, below the dashboard's root."""
+    return f"/job/{url_part(queue)}?id={url_part(job_id)}"
+
+
+def _field(form: Any, name: str) -> str:
+    """A form field the route needs; a form without it is refused (400)."""
+    value = form.get(name)
+    if value is None:
+        raise InvalidInput(f"the form has no {name!r} field")
+    return str(value)
+
+
+def _filter_from(values: Any, store: Store, access: Access) -> JobFilter:
     queues = store.queues()
     queue = str(values.get("queue") or (queues[0] if queues else "default"))
-    return JobFilter(queue, status=values.get("status") or None,
-                     task=values.get("task") or None, id_prefix=values.get("id") or None,
-                     error_text=values.get("error") or None,
-                     updated_from=_when(values.get("from")),
-                     updated_until=_when(values.get("until")))
+    where = JobFilter(queue, status=values.get("status") or None,
+                      task=values.get("task") or None, id_prefix=values.get("id") or None,
+                      error_text=values.get("error") or None,
+                      updated_from=_when(values.get("from")),
+                      updated_until=_when(values.get("until")))
+    if where.error_text and not access.may(UNREDACTED):
+        # The search runs on the real text: its answer would tell what the redaction hides.
+        raise InvalidInput(f"searching the error text needs the {UNREDACTED!r} permission")
+    return where
 
 
 def _when(text: Any) -> datetime | None:
@@ -365,7 +397,5 @@ def _when(text: Any) -> datetime | None:
     try:
         value = datetime.fromisoformat(str(text))
     except ValueError:
-        from leaseq.errors import InvalidInput
-
         raise InvalidInput(f"not a date and time: {str(text)[:40]!r}") from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -34,6 +34,7 @@ from leaseq.browse import (
     actor_reason,
     batches,
     prefix_end,
+    time_key,
     walk,
 )
 from leaseq.errors import JobNotFound
@@ -65,7 +66,7 @@ class OperatorTools(OffsetClock):
     @guarded
     def find_jobs(self, where: JobFilter, limit: int = 50,
                   cursor: str | None = None) -> JobPage:
-        ids, next_cursor, capped = walk(self._walker(where), limit, cursor)
+        ids, next_cursor, capped = walk(self._walker(where), limit, cursor, read_key=time_key)
         coll = self._coll(where.queue)
         docs = {d["_id"]: d for d in coll.find({"_id": {"$in": ids}})} if ids else {}
         jobs = [records.job(where.queue, docs[i]) for i in ids if i in docs]

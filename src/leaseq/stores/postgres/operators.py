@@ -34,6 +34,7 @@ from leaseq.browse import (
     actor_reason,
     batches,
     prefix_end,
+    time_key,
     walk,
 )
 from leaseq.errors import JobNotFound
@@ -66,7 +67,7 @@ class PostgresOperatorTools:
 
     def find_jobs(self, where: JobFilter, limit: int = 50,
                   cursor: str | None = None) -> JobPage:
-        ids, next_cursor, capped = walk(self._walker(where), limit, cursor)
+        ids, next_cursor, capped = walk(self._walker(where), limit, cursor, read_key=time_key)
         return JobPage(self._get_many(where.queue, ids), next_cursor, capped)
 
     def _walker(self, where: JobFilter) -> Fetch:

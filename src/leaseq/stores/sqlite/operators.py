@@ -30,6 +30,7 @@ from leaseq.browse import (
     WorkerInfo,
     actor_reason,
     batches,
+    number_key,
     prefix_end,
     walk,
 )
@@ -55,7 +56,7 @@ class SQLiteOperatorTools:
 
     def find_jobs(self, where: JobFilter, limit: int = 50,
                   cursor: str | None = None) -> JobPage:
-        ids, next_cursor, capped = walk(self._walker(where), limit, cursor)
+        ids, next_cursor, capped = walk(self._walker(where), limit, cursor, read_key=number_key)
         return JobPage(self._get_many(where.queue, ids), next_cursor, capped)
 
     def _walker(self, where: JobFilter) -> Fetch:
