@@ -33,8 +33,8 @@ def _jobs_in_file_alone(tmp_path: Path) -> int:
     with _file_alone(tmp_path / "jobs.db", tmp_path) as copy:
         try:
             return int(copy.execute("SELECT count(*) FROM leaseq_jobs").fetchone()[0])
-        except sqlite3.OperationalError:  # the table itself is not checkpointed yet
-            return 0
+        except sqlite3.DatabaseError:  # the table not checkpointed yet, or a copy taken
+            return 0                    # while a checkpoint was writing the file (torn)
 
 
 def _wal_with_rows(db: Path) -> sqlite3.Connection:
