@@ -167,3 +167,16 @@ def test_a_django_url_without_django_settings_says_what_to_do() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=60).stdout
     assert "django:// needs Django's settings" in out
+
+
+@pytest.mark.parametrize("limits", [{"key_limit": 1}, {"rate_per_s": 1}])
+def test_a_limited_queue_claims_on_a_django_store(app: App, limits: dict[str, int]) -> None:
+    # Given a queue with a key limit (or a rate limit) on the django:// store
+    app.configure_queue("lim", limits)
+    q = app.queue("lim")
+    q.enqueue("a", {}, task="t", concurrency_key="k")
+    q.enqueue("b", {}, task="t", concurrency_key="k")
+    # When a worker claims all it may
+    # Then the limit holds one of them back (the SQLite store's limit state is set on
+    # django:// too: an AttributeError killed the worker there)
+    assert [job.id for job in q.claim("w1", 5)] == ["a"]
