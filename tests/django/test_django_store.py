@@ -43,11 +43,9 @@ def app(alias: str) -> Iterator[App]:
 def _listen(alias: str):  # a LISTEN connection of its own, on the test database
     import psycopg
 
-    from leaseq.contrib.django.postgres import _LIBPQ_KEYS
+    from leaseq.contrib.django.postgres import alias_conninfo
 
-    params = connections[alias].get_connection_params()
-    conn = psycopg.connect(autocommit=True, **{k: params[k] for k in _LIBPQ_KEYS
-                                               if params.get(k) not in (None, "")})
+    conn = psycopg.connect(alias_conninfo(alias), autocommit=True)
     conn.execute("LISTEN leaseq_leaseq")
     return conn
 
@@ -180,3 +178,26 @@ def test_a_limited_queue_claims_on_a_django_store(app: App, limits: dict[str, in
     # Then the limit holds one of them back (the SQLite store's limit state is set on
     # django:// too: an AttributeError killed the worker there)
     assert [job.id for job in q.claim("w1", 5)] == ["a"]
+
+
+def test_leaseqs_own_connections_keep_every_libpq_setting_of_the_alias(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an alias whose OPTIONS set libpq keywords beyond the usual ones
+    if alias != "pg":
+        pytest.skip("leaseq's own connections are PostgreSQL's")
+    from psycopg.conninfo import conninfo_to_dict
+
+    from leaseq.contrib.django.postgres import alias_conninfo
+
+    options = connections[alias].settings_dict.setdefault("OPTIONS", {})
+    for key, value in {"application_name": "shop", "channel_binding": "prefer",
+                       "keepalives_idle": "30"}.items():
+        monkeypatch.setitem(options, key, value)
+    # When leaseq builds the conninfo of its own connections
+    built = conninfo_to_dict(alias_conninfo(alias))
+    # Then the alias's settings are kept, leaseq's defaults fill the rest, Django's own go
+    assert (built["application_name"], built["channel_binding"], built["keepalives_idle"]) == (
+        "shop", "prefer", "30")
+    assert built["connect_timeout"] == "10" and built["keepalives"] == "1"
+    assert built["dbname"] == connections[alias].settings_dict["NAME"]
+    assert not {"cursor_factory", "context", "prepare_threshold"} & set(built)
