@@ -180,6 +180,29 @@ def test_a_limited_queue_claims_on_a_django_store(app: App, limits: dict[str, in
     assert [job.id for job in q.claim("w1", 5)] == ["a"]
 
 
+def test_a_store_opened_inside_atomic_holds_no_lock_past_its_migration(alias: str) -> None:
+    # Given a django:// PostgreSQL store opened inside a transaction that stays open
+    if alias != "pg":
+        pytest.skip("the migration's advisory lock is PostgreSQL's")
+    opened: list[float] = []
+
+    def open_elsewhere() -> None:  # another thread: another Django connection
+        started = time.monotonic()
+        connect(f"django://{alias}").close()
+        opened.append(time.monotonic() - started)
+        connections.close_all()
+
+    with transaction.atomic(using=alias):
+        connect(f"django://{alias}").close()
+        # When another connection opens the store meanwhile
+        other = threading.Thread(target=open_elsewhere)
+        other.start()
+        other.join(timeout=5)
+        # Then it does not wait for this transaction (the migration committed on its own)
+        assert opened, "the other open waited for the caller's transaction"
+    other.join()
+
+
 def test_leaseqs_own_connections_keep_every_libpq_setting_of_the_alias(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given an alias whose OPTIONS set libpq keywords beyond the usual ones

@@ -27,9 +27,10 @@ T = TypeVar("T")
 
 
 def alias_conninfo(alias: str) -> str:
-    """The conninfo of leaseq's own connections for ``alias`` (LISTEN, the async pool):
-    every libpq keyword of Django's connection parameters (Django's and psycopg's own, such
-    as ``cursor_factory`` or ``prepare_threshold``, are none), leaseq's ``LIBPQ_DEFAULTS`` where the alias sets nothing."""
+    """The conninfo of leaseq's own connections for ``alias`` (LISTEN, the async pool, a
+    migration inside ``atomic()``): every libpq keyword of Django's connection parameters
+    (Django's and psycopg's own, such as ``cursor_factory`` or ``prepare_threshold``, are
+    none), leaseq's ``LIBPQ_DEFAULTS`` where the alias sets nothing."""
     params = connections[alias].get_connection_params()
     keywords = libpq_keywords()
     given = {k: str(v) for k, v in params.items() if k in keywords and v not in (None, "")}
@@ -47,12 +48,24 @@ class DjangoSession:
     outside ``atomic()`` runs in autocommit (Django's default). A lost connection is not
     retried (Django reconnects on the next call): it raises ``StoreUnavailable``."""
 
-    def __init__(self, alias: str):
+    def __init__(self, alias: str, conninfo: str):
         self.alias = alias
         self.url = f"django://{alias}"
+        self._conninfo = conninfo
 
     def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
-        self.run(work)
+        """The migration (or the schema check): inside the caller's ``atomic()`` on a
+        connection of leaseq's own, committed at once; in a savepoint it would hold the
+        migration's advisory lock, and every other process's first use, until the caller's
+        transaction ends."""
+        if not in_atomic(self.alias):
+            self.run(work)
+            return
+        try:
+            with psycopg.connect(self._conninfo) as conn:  # commits at the end of the block
+                work(conn)
+        except psycopg.OperationalError as exc:
+            raise unavailable(self.alias, exc) from None
 
     def close(self) -> None:
         """Nothing to close: the connections are Django's."""
@@ -103,7 +116,7 @@ class DjangoPostgresStore(PostgresStore):
 
     def _open_session(  # type: ignore[override]  # Session's interface, not its class
             self, conninfo: str, url: str, options: PostgresOptions) -> DjangoSession:
-        return DjangoSession(self.alias)
+        return DjangoSession(self.alias, conninfo)
 
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec],
                      on_conflict: OnConflict = "raise", connection: Any = None
