@@ -13,12 +13,12 @@ import pytest
 pytest.importorskip("httpx", reason="httpx is not installed")
 pytest.importorskip("fastapi", reason="leaseq[fastapi] is not installed")
 
-from fastapi import FastAPI, Header, HTTPException  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi import FastAPI, Header, HTTPException
+from fastapi.testclient import TestClient
 
-import leaseq  # noqa: E402
-from leaseq import connect  # noqa: E402
-from leaseq.contrib.fastapi import jobs_router, lifespan, new_job_id  # noqa: E402
+import leaseq
+from leaseq import connect
+from leaseq.contrib.fastapi import jobs_router, lifespan, new_job_id
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 ALICE, BOB = {"Authorization": "alice"}, {"Authorization": "bob"}

@@ -71,9 +71,10 @@ def _call(task: Task, result: TaskResult) -> Any:
     return task.call(*result.args, **result.kwargs)
 
 
-def _finish(backend: BaseTaskBackend, result: TaskResult, status: TaskResultStatus) -> None:
-    """Mark the running result finished and send ``task_finished`` (a failure's receivers
-    log it with ``logger.exception``: call this while handling the exception)."""
+def _finish(backend: BaseTaskBackend, result: TaskResult, status: Any) -> None:
+    """Mark the running result finished with ``status`` (a ``TaskResultStatus``) and send
+    ``task_finished`` (a failure's receivers log it with ``logger.exception``: call this
+    while handling the exception)."""
     object.__setattr__(result, "status", status)
     object.__setattr__(result, "finished_at", timezone.now())
     task_finished.send(type(backend), task_result=result)
