@@ -5,7 +5,8 @@
     POST /reports                    a path operation of the app's own, enqueueing itself
 
 Every route needs ``Authorization: Bearer <token>`` with a token of ``TOKENS`` (a stand-in for
-the app's real authentication); the caller it names scopes the Idempotency-Key.
+the app's real authentication); the caller it names owns the jobs it submits (only it can
+read them) and scopes the Idempotency-Key.
 ``EMBEDDED_WORKER=1`` runs the worker inside the server process.
 """
 
@@ -18,7 +19,7 @@ from jobs import app as jobs
 from jobs import build_report
 
 from leaseq import Queue
-from leaseq.contrib.fastapi import jobs_router, lifespan, queue_dependency
+from leaseq.contrib.fastapi import jobs_router, lifespan, new_job_id, queue_dependency
 from leaseq.worker import WorkerConfig
 
 TOKENS = {"secret-token-alice": "alice", "secret-token-bob": "bob"}
@@ -40,6 +41,7 @@ api.include_router(jobs_router(jobs, tasks=[build_report], principal=current_use
 @api.post("/reports", status_code=202)
 async def request_report(customer_id: int, month: str, user: str = Depends(current_user),
                          reports: Queue = Depends(queue_dependency("reports"))) -> dict[str, str]:
-    result = await build_report.aenqueue(customer_id, month)
+    # the caller's own id, so it can poll GET /jobs/build_report/{job_id}
+    result = await build_report.aenqueue(customer_id, month, job_id=new_job_id(user))
     job = await reports.aget(result.job_id)
     return {"job_id": result.job_id, "status": job.status if job else "unknown"}

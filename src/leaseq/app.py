@@ -134,6 +134,15 @@ class App(AsyncAppMethods):
             self._store = store
             self._queues.clear()
 
+    def close_store(self) -> None:
+        """Close the store and forget it (and the queue handles on it): the next use opens a
+        fresh one from ``url``, as a second start of a server's lifespan does."""
+        with self._lock:
+            store, self._store = self._store, None
+            self._queues.clear()
+        if store is not None:
+            store.close()
+
     def configure_queue(self, name: str, options: Mapping[str, Any] | QueuePolicy) -> None:
         """Set a queue's policy (before tasks of that queue are registered)."""
         validate.queue_name(name)

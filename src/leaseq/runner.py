@@ -147,8 +147,10 @@ class Runner:
             try:
                 # as in run_sync: ``_prepare`` made a job with no task invalid
                 value = await item.task.func(**kwargs)  # type: ignore[union-attr]
-            except asyncio.CancelledError:
-                raise  # the worker gave the job back (drain); nothing to write
+            except asyncio.CancelledError as exc:
+                if cancelled_by_worker():
+                    raise  # given back (drain, the loop's stop) or its lease lost: no write
+                ran = Ran(error=exc, duration_s=self.clock() - started)
             except BaseException as exc:  # as in run_sync
                 ran = Ran(error=exc, duration_s=self.clock() - started)
             else:
@@ -362,6 +364,15 @@ class Runner:
         if not item.job.lease_lost:
             item.job.lease_lost = True
             self.metrics.lease_lost(item.queue.name)
+
+
+def cancelled_by_worker() -> bool:
+    """Whether the running handler's task was cancelled from outside: only the worker cancels
+    it (a give-back, a lost lease, the stop of its loop). A ``CancelledError`` the handler's
+    own code let out (a child task it awaited was cancelled) leaves the count at 0: that is a
+    failed attempt, retried by the policy, not a shutdown."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def holds_a_thread(item: InFlight) -> bool:

@@ -43,11 +43,9 @@ def app(alias: str) -> Iterator[App]:
 def _listen(alias: str):  # a LISTEN connection of its own, on the test database
     import psycopg
 
-    from leaseq.contrib.django.postgres import _LIBPQ_KEYS
+    from leaseq.contrib.django.postgres import alias_conninfo
 
-    params = connections[alias].get_connection_params()
-    conn = psycopg.connect(autocommit=True, **{k: params[k] for k in _LIBPQ_KEYS
-                                               if params.get(k) not in (None, "")})
+    conn = psycopg.connect(alias_conninfo(alias), autocommit=True)
     conn.execute("LISTEN leaseq_leaseq")
     return conn
 
@@ -167,3 +165,62 @@ def test_a_django_url_without_django_settings_says_what_to_do() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=60).stdout
     assert "django:// needs Django's settings" in out
+
+
+@pytest.mark.parametrize("limits", [{"key_limit": 1}, {"rate_per_s": 1}])
+def test_a_limited_queue_claims_on_a_django_store(app: App, limits: dict[str, int]) -> None:
+    # Given a queue with a key limit (or a rate limit) on the django:// store
+    app.configure_queue("lim", limits)
+    q = app.queue("lim")
+    q.enqueue("a", {}, task="t", concurrency_key="k")
+    q.enqueue("b", {}, task="t", concurrency_key="k")
+    # When a worker claims all it may
+    # Then the limit holds one of them back (the SQLite store's limit state is set on
+    # django:// too: an AttributeError killed the worker there)
+    assert [job.id for job in q.claim("w1", 5)] == ["a"]
+
+
+def test_a_store_opened_inside_atomic_holds_no_lock_past_its_migration(alias: str) -> None:
+    # Given a django:// PostgreSQL store opened inside a transaction that stays open
+    if alias != "pg":
+        pytest.skip("the migration's advisory lock is PostgreSQL's")
+    opened: list[float] = []
+
+    def open_elsewhere() -> None:  # another thread: another Django connection
+        started = time.monotonic()
+        connect(f"django://{alias}").close()
+        opened.append(time.monotonic() - started)
+        connections.close_all()
+
+    with transaction.atomic(using=alias):
+        connect(f"django://{alias}").close()
+        # When another connection opens the store meanwhile
+        other = threading.Thread(target=open_elsewhere)
+        other.start()
+        other.join(timeout=5)
+        # Then it does not wait for this transaction (the migration committed on its own)
+        assert opened, "the other open waited for the caller's transaction"
+    other.join()
+
+
+def test_leaseqs_own_connections_keep_every_libpq_setting_of_the_alias(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an alias whose OPTIONS set libpq keywords beyond the usual ones
+    if alias != "pg":
+        pytest.skip("leaseq's own connections are PostgreSQL's")
+    from psycopg.conninfo import conninfo_to_dict
+
+    from leaseq.contrib.django.postgres import alias_conninfo
+
+    options = connections[alias].settings_dict.setdefault("OPTIONS", {})
+    for key, value in {"application_name": "shop", "channel_binding": "prefer",
+                       "keepalives_idle": "30"}.items():
+        monkeypatch.setitem(options, key, value)
+    # When leaseq builds the conninfo of its own connections
+    built = conninfo_to_dict(alias_conninfo(alias))
+    # Then the alias's settings are kept, leaseq's defaults fill the rest, Django's own go
+    assert (built["application_name"], built["channel_binding"], built["keepalives_idle"]) == (
+        "shop", "prefer", "30")
+    assert built["connect_timeout"] == "10" and built["keepalives"] == "1"
+    assert built["dbname"] == connections[alias].settings_dict["NAME"]
+    assert not {"cursor_factory", "context", "prepare_threshold"} & set(built)

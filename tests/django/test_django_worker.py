@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 from django.test import TestCase
-from django_tasks import TaskResultStatus
+from django_tasks import TaskResult, TaskResultStatus
+from django_tasks.signals import task_enqueued, task_finished, task_started
 from djangotest_app import jobs
 from djangotest_helpers import aliases, worker_env
 
@@ -135,3 +136,52 @@ def test_async_jobs_get_fresh_connections_on_the_thread_of_their_orm_queries(
     assert [name for _, name in refreshed] == [orm_thread] * 4
     before_1, after_1, before_2, after_2 = (at for at, _ in refreshed)
     assert before_1 < broke.result["at"] < after_1 <= before_2 < following.result["at"] < after_2
+
+
+class DjangoTasksInsideATestCase(TestCase):
+    def test_a_task_that_takes_context_gets_its_task_result(self) -> None:
+        # Given a takes_context task enqueued through the leaseq backend
+        enqueued = jobs.knows_its_context.enqueue("x")
+        # When it runs
+        [ran] = run_jobs(queues=["default"])
+        # Then it was called with a TaskContext of its own result, on its first attempt
+        self.assertEqual(ran.status, "done", ran.error)
+        self.assertEqual(ran.result, {"tag": "x", "id": enqueued.id, "attempt": 1})
+
+    def test_djangos_task_signals_are_sent_as_by_djangos_own_backends(self) -> None:
+        # Given receivers of Django's task signals
+        seen: list[tuple[str, str, str]] = []
+
+        def receiver(signal_name: str):  # one receiver per signal, kept alive by the test
+            def receive(sender: object, task_result: TaskResult, **kwargs: object) -> None:
+                seen.append((signal_name, task_result.task.name, task_result.status))
+            return receive
+
+        receivers = {name: receiver(name) for name in ("enqueued", "started", "finished")}
+        for name, signal in (("enqueued", task_enqueued), ("started", task_started),
+                             ("finished", task_finished)):
+            signal.connect(receivers[name])
+            self.addCleanup(signal.disconnect, receivers[name])
+        # When a task that succeeds and one that fails are enqueued and run
+        jobs.add.enqueue(1, 2)
+        jobs.explode.enqueue()
+        run_jobs(queues=["default"])
+        # Then each was enqueued, started and finished with its status
+        S = TaskResultStatus
+        self.assertCountEqual(seen, [
+            ("enqueued", "add", S.READY), ("started", "add", S.RUNNING),
+            ("finished", "add", S.SUCCESSFUL), ("enqueued", "explode", S.READY),
+            ("started", "explode", S.RUNNING), ("finished", "explode", S.FAILED)])
+
+    def test_started_at_is_the_claim_not_the_finish(self) -> None:
+        # Given a task run to its end
+        enqueued = jobs.add.enqueue(2, 2)
+        run_jobs(queues=["default"])
+        # When its result is read
+        result = jobs.add.get_result(enqueued.id)
+        # Then it started when it was claimed, by the worker that claimed it
+        [claim] = [e for e in jobs.app.queue("default").journal(enqueued.id)
+                   if e.event == "claimed"]
+        self.assertEqual((result.started_at, result.last_attempted_at), (claim.at, claim.at))
+        self.assertEqual(result.worker_ids, [claim.worker_id])
+        self.assertLess(result.started_at, result.finished_at)

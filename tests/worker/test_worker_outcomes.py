@@ -306,3 +306,48 @@ def test_concurrency_bounds_jobs_in_flight(app: leaseq.App) -> None:
 def _counter(worker: Worker, name: str, **labels: str) -> float:
     value = worker.metrics.registry.get_sample_value(name, labels)
     return value or 0.0
+
+
+def test_a_cancelled_error_of_the_handlers_own_is_a_failed_attempt(app: leaseq.App) -> None:
+    # Given an async handler whose own child task is cancelled (by a library, say), so a
+    # CancelledError leaves the handler on its first attempt
+    @app.task(queue="work", max_attempts=2, backoff_base_s=0.0)
+    async def cancels_its_child(job: leaseq.Job) -> int:
+        if job.attempt == 1:
+            child = asyncio.ensure_future(asyncio.sleep(10))
+            await asyncio.sleep(0)
+            child.cancel()
+            await child
+        return job.attempt
+
+    cancels_its_child.enqueue(job_id="c")
+    # When a burst worker runs it
+    burst(app)
+    # Then the attempt failed with its error and was retried (not given back as at shutdown)
+    job = app.queue("work").get("c")
+    assert job is not None and (job.status, job.result, job.givebacks) == ("done", 2, 0)
+    assert events(app.queue("work"), "c") == [
+        "enqueued", "claimed", "retry_scheduled", "claimed", "result_saved"]
+    retried = [e for e in app.queue("work").journal("c") if e.event == "retry_scheduled"]
+    assert "CancelledError" in (retried[0].reason or "")
+
+
+def test_a_running_async_handler_the_worker_cancels_is_given_back(app: leaseq.App) -> None:
+    # Given an async handler awaiting a child task of its own when the worker stops
+    started = threading.Event()
+
+    @app.task(queue="work")
+    async def waits_on_a_child(job: leaseq.Job) -> None:
+        if job.givebacks == 0:
+            started.set()
+            await asyncio.ensure_future(asyncio.sleep(60))
+
+    waits_on_a_child.enqueue(job_id="w")
+    # When the worker's grace period ends and it cancels the handler
+    with running(app, grace_s=0.1):
+        assert started.wait(10)
+    # Then the job is given back (counted: it ran), with no failed attempt written
+    job = app.queue("work").get("w")
+    assert job is not None and (job.status, job.attempts, job.givebacks, job.error) == (
+        "pending", 0, 1, None)
+    assert events(app.queue("work"), "w")[-1] == "given_back"

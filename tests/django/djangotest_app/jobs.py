@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from django_tasks import task
+from django_tasks import TaskContext, task
 
 from leaseq import App
 
@@ -58,3 +58,8 @@ async def orm_probe(break_connection: bool = False) -> dict[str, object]:
     if break_connection:
         await sync_to_async(lambda: connection.connection.close())()
     return {"count": count, "thread": thread, "at": at}
+
+
+@task(takes_context=True)
+def knows_its_context(context: TaskContext, tag: str) -> dict[str, object]:
+    return {"tag": tag, "id": context.task_result.id, "attempt": context.attempt}

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import psycopg
 from django.db import connections, transaction
 from psycopg.conninfo import make_conninfo
+from psycopg.pq import Conninfo
 
 from leaseq.contrib.django.store import (
     aenqueue_on_django_thread,
@@ -19,16 +20,26 @@ from leaseq.contrib.django.store import (
 )
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.postgres import PostgresStore
-from leaseq.stores.postgres.options import PostgresOptions, parse_url
+from leaseq.stores.postgres.options import LIBPQ_DEFAULTS, PostgresOptions, parse_url
 from leaseq.stores.postgres.session import error_line
 
 T = TypeVar("T")
 
-#: libpq settings read from the alias's DATABASES entry for leaseq's own connections (LISTEN,
-#: the async pool); Django's own keys (isolation_level, pool, …) are left out.
-_LIBPQ_KEYS = ("dbname", "user", "password", "host", "port", "sslmode", "sslrootcert",
-               "sslcert", "sslkey", "options", "service", "passfile", "connect_timeout",
-               "target_session_attrs")
+
+def alias_conninfo(alias: str) -> str:
+    """The conninfo of leaseq's own connections for ``alias`` (LISTEN, the async pool, a
+    migration inside ``atomic()``): every libpq keyword of Django's connection parameters
+    (Django's and psycopg's own, such as ``cursor_factory`` or ``prepare_threshold``, are
+    none), leaseq's ``LIBPQ_DEFAULTS`` where the alias sets nothing."""
+    params = connections[alias].get_connection_params()
+    keywords = libpq_keywords()
+    given = {k: str(v) for k, v in params.items() if k in keywords and v not in (None, "")}
+    return make_conninfo(**{**LIBPQ_DEFAULTS, **given})
+
+
+def libpq_keywords() -> frozenset[str]:
+    """Every connection keyword the installed libpq knows."""
+    return frozenset(option.keyword.decode() for option in Conninfo.get_defaults())
 
 
 class DjangoSession:
@@ -37,12 +48,24 @@ class DjangoSession:
     outside ``atomic()`` runs in autocommit (Django's default). A lost connection is not
     retried (Django reconnects on the next call): it raises ``StoreUnavailable``."""
 
-    def __init__(self, alias: str):
+    def __init__(self, alias: str, conninfo: str):
         self.alias = alias
         self.url = f"django://{alias}"
+        self._conninfo = conninfo
 
     def first_use(self, work: Callable[[psycopg.Connection], object]) -> None:
-        self.run(work)
+        """The migration (or the schema check): inside the caller's ``atomic()`` on a
+        connection of leaseq's own, committed at once; in a savepoint it would hold the
+        migration's advisory lock, and every other process's first use, until the caller's
+        transaction ends."""
+        if not in_atomic(self.alias):
+            self.run(work)
+            return
+        try:
+            with psycopg.connect(self._conninfo) as conn:  # commits at the end of the block
+                work(conn)
+        except psycopg.OperationalError as exc:
+            raise unavailable(self.alias, exc) from None
 
     def close(self) -> None:
         """Nothing to close: the connections are Django's."""
@@ -79,9 +102,7 @@ class DjangoPostgresStore(PostgresStore):
     def for_alias(cls, alias: str, options: Mapping[str, Any],
                   create: bool = True) -> DjangoPostgresStore:
         """Options as for ``postgresql://`` URLs (``schema``, ``pool_max``, …)."""
-        params = connections[alias].get_connection_params()
-        conninfo = make_conninfo(**{k: str(params[k]) for k in _LIBPQ_KEYS
-                                    if params.get(k) not in (None, "")})
+        conninfo = alias_conninfo(alias)
         query = "&".join(f"{k}={v}" for k, v in options.items() if k != "time_offset_s")
         _, parsed = parse_url(f"postgresql:///?{query}" if query else "postgresql:///",
                               **({"time_offset_s": options["time_offset_s"]}
@@ -95,7 +116,7 @@ class DjangoPostgresStore(PostgresStore):
 
     def _open_session(  # type: ignore[override]  # Session's interface, not its class
             self, conninfo: str, url: str, options: PostgresOptions) -> DjangoSession:
-        return DjangoSession(self.alias)
+        return DjangoSession(self.alias, conninfo)
 
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec],
                      on_conflict: OnConflict = "raise", connection: Any = None

@@ -123,16 +123,14 @@ class DjangoSQLiteStore(SQLiteStore):
     "IMMEDIATE"``: set it when several processes write (Django's own advice for SQLite).
     """
 
-    # no super().__init__: Django owns the connection
+    # no super().__init__: Django owns the connection; _init_state sets everything else
     def __init__(self, alias: str, create: bool = True):
         self.alias = alias
-        self.url = f"django://{alias}"
-        self.path = str(connections[alias].settings_dict["NAME"])
-        self.time_offset_s = 0.0
         # One connection per thread (Django's), so nothing to serialise in this process; a
         # shared lock would even deadlock a thread waiting on SQLite's write lock with one
         # holding it inside atomic().
-        self._lock = nullcontext()
+        self._init_state(str(connections[alias].settings_dict["NAME"]), f"django://{alias}",
+                         0.0, nullcontext())
         if not create:
             require_schema(self.url, self.schema_version(), schema.LATEST)
         elif not in_atomic(alias):  # inside atomic() (a TestCase): Django's migration made them

@@ -8,7 +8,12 @@ A Django task becomes a leaseq job on the queue of its ``queue_name``, run by
 ``manage.py leaseq_worker`` through one leaseq task per queue (``django_tasks:<queue>``)
 registered on ``settings.LEASEQ_APP``'s App. The result id is the job id. Django's tasks have
 no retries: an exception fails the task for good (``failed``, reason ``permanent``), as with
-Django's own backends; ``run_after`` becomes the job's delay.
+Django's own backends; ``run_after`` becomes the job's delay. A ``takes_context=True`` task
+gets a ``TaskContext``; ``task_enqueued`` is sent where the task is enqueued,
+``task_started`` and ``task_finished`` in the worker that runs it, as Django's own backends
+do. The result's ``started_at`` is the job's first claim, ``last_attempted_at`` its latest,
+and ``worker_ids`` the worker of each claim (its journal's ``claimed`` events), so
+``attempts`` counts claims, a redelivery after a lost lease included.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskResult, TaskResultStatus, task_backends
 from django_tasks.backends.base import BaseTaskBackend
-from django_tasks.base import Task, TaskError
+from django_tasks.base import Task, TaskContext, TaskError
 from django_tasks.exceptions import TaskResultDoesNotExist
+from django_tasks.signals import task_enqueued, task_finished, task_started
+from django_tasks.utils import get_exception_traceback, get_module_path, normalize_json
 
 from leaseq.app import App
 from leaseq.job import Job, JobStatus, Permanent
+from leaseq.journal import JournalEvent
 
 RUNNER_PREFIX = "django_tasks:"
 _STATUSES: dict[str, Any] = {JobStatus.PENDING: TaskResultStatus.READY,
@@ -34,14 +42,42 @@ _STATUSES: dict[str, Any] = {JobStatus.PENDING: TaskResultStatus.READY,
                               JobStatus.DONE: TaskResultStatus.SUCCESSFUL}
 
 
-def run_django_task(path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """The leaseq handler of every Django task: import the task and call it."""
+def run_django_task(path: str, args: list[Any], kwargs: dict[str, Any], job: Job) -> Any:
+    """The leaseq handler of every Django task: import the task and call it (``args`` and
+    ``kwargs`` are the job's too), between the ``task_started`` and ``task_finished``
+    signals."""
     task: Task = import_string(path)
+    backend = task.get_backend()
+    if not isinstance(backend, LeaseqBackend):
+        raise Permanent(f"task {path}: its backend {task.backend!r} is no LeaseqBackend now")
+    result = backend.result_of(task, job)
+    task_started.send(type(backend), task_result=result)
     try:
-        return task.call(*args, **kwargs)
+        value = _call(task, result)
     except Exception as exc:
+        result.errors.append(TaskError(exception_class_path=get_module_path(type(exc)),
+                                       traceback=get_exception_traceback(exc)))
+        _finish(backend, result, TaskResultStatus.FAILED)
         kind = type(exc)
         raise Permanent(f"{kind.__module__}.{kind.__qualname__}: {exc}") from exc
+    object.__setattr__(result, "_return_value", normalize_json(value))
+    _finish(backend, result, TaskResultStatus.SUCCESSFUL)
+    return value
+
+
+def _call(task: Task, result: TaskResult) -> Any:
+    if task.takes_context:
+        return task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+    return task.call(*result.args, **result.kwargs)
+
+
+def _finish(backend: BaseTaskBackend, result: TaskResult, status: Any) -> None:
+    """Mark the running result finished with ``status`` (a ``TaskResultStatus``) and send
+    ``task_finished`` (a failure's receivers log it with ``logger.exception``: call this
+    while handling the exception)."""
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", timezone.now())
+    task_finished.send(type(backend), task_result=result)
 
 
 def register_runners(app: App, queues: Iterable[str]) -> None:
@@ -91,25 +127,30 @@ class LeaseqBackend(BaseTaskBackend):
                          delay_s=_delay_s(task.run_after))
         job = self.app.queue(task.queue_name).get(job_id)
         # not None: enqueued just above
-        return self._result(task, job, job_id)  # type: ignore[arg-type]
+        result = self.result_of(task, job)  # type: ignore[arg-type]
+        task_enqueued.send(type(self), task_result=result)
+        return result
 
     def get_result(self, result_id: str) -> TaskResult:
         for queue in sorted(self.queues):
             job = self.app.queue(queue).get(result_id)
             if job is not None and (job.task or "").startswith(RUNNER_PREFIX):
                 task = import_string(job.payload["path"])
-                return self._result(task, job, result_id)
+                return self.result_of(task, job)
         raise TaskResultDoesNotExist(result_id)
 
-    def _result(self, task: Task, job: Job, job_id: str) -> TaskResult:
+    def result_of(self, task: Task, job: Job) -> TaskResult:
+        """The ``TaskResult`` of the job: its times and workers from the job's claims."""
         finished = job.status not in (JobStatus.PENDING, JobStatus.PROCESSING)
+        claims = [e for e in self.app.queue(job.queue).journal(job.id)
+                  if e.event == JournalEvent.CLAIMED]
         result: TaskResult = TaskResult(
-            task=task, id=job_id, status=_STATUSES.get(job.status, TaskResultStatus.FAILED),
-            enqueued_at=job.created_at, started_at=job.updated_at if job.attempts else None,
-            last_attempted_at=job.updated_at if job.attempts else None,
+            task=task, id=job.id, status=_STATUSES.get(job.status, TaskResultStatus.FAILED),
+            enqueued_at=job.created_at, started_at=claims[0].at if claims else None,
+            last_attempted_at=claims[-1].at if claims else None,
             finished_at=job.updated_at if finished else None,
             args=job.payload["args"], kwargs=job.payload["kwargs"], backend=self.alias,
-            errors=_errors(job), worker_ids=[job.worker_id] if job.worker_id else [])
+            errors=_errors(job), worker_ids=[e.worker_id or "" for e in claims])
         if job.status == JobStatus.DONE:
             object.__setattr__(result, "_return_value", job.result)
         return result

@@ -7,7 +7,8 @@
 * ``queue_dependency(name)``: ``q: Queue = Depends(queue_dependency("mail"))`` in a path
   operation, then ``await q.aenqueue(...)``.
 * ``jobs_router(jobs, tasks=[...], principal=current_user)``: the HTTP face of "accepted, job
-  id" (``router``).
+  id" (``router``); a caller reads only its own jobs. ``new_job_id(principal)``: the id for a
+  job a path operation of the app's own enqueues, for its caller to poll through the router.
 
 ::
 
@@ -17,6 +18,6 @@
 """
 
 from leaseq.contrib.fastapi.lifespan import lifespan, queue_dependency
-from leaseq.contrib.fastapi.router import jobs_router
+from leaseq.contrib.fastapi.router import jobs_router, new_job_id
 
-__all__ = ["jobs_router", "lifespan", "queue_dependency"]
+__all__ = ["jobs_router", "lifespan", "new_job_id", "queue_dependency"]

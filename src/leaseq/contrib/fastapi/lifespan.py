@@ -22,13 +22,16 @@ STATE_KEY = "leaseq"
 def lifespan(jobs: App, *, worker: WorkerConfig | bool = False
              ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """A ``FastAPI(lifespan=...)`` that opens ``jobs``'s store at start-up (off the event
-    loop) and closes it at shutdown. ``worker``: ``True`` or a ``WorkerConfig`` runs an
-    embedded worker on a thread of its own, stopped (and drained within its ``grace_s``)
-    before the store closes."""
+    loop) and, at shutdown, releases the async connections it used on the server's loop and
+    closes the store if it opened it (``App.close_store``: the next start-up opens a fresh
+    one; a store the App had open already stays open). ``worker``: ``True`` or a
+    ``WorkerConfig`` runs an embedded worker on a thread of its own, stopped (and drained
+    within its ``grace_s``) before the store closes."""
     config = WorkerConfig() if worker is True else worker or None
 
     @asynccontextmanager
     async def run(api: FastAPI) -> AsyncIterator[None]:
+        opens = not jobs.has_open_store()
         store = await asyncio.to_thread(lambda: jobs.store)
         setattr(api.state, STATE_KEY, jobs)
         embedded = EmbeddedWorker(jobs, config) if config is not None else None
@@ -40,7 +43,8 @@ def lifespan(jobs: App, *, worker: WorkerConfig | bool = False
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)
             await store.aclose()
-            await asyncio.to_thread(store.close)
+            if opens:
+                await asyncio.to_thread(jobs.close_store)
 
     return run
 

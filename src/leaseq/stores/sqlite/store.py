@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -69,11 +69,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0,
                  create: bool = True):
-        self.path = path
-        self.url = f"sqlite:///{path}"
-        self.time_offset_s = time_offset_s
-        self._lock = threading.RLock()
-        self._front_first = FrontFirst()
+        self._init_state(path, f"sqlite:///{path}", time_offset_s, threading.RLock())
         try:
             self._conn = self._open(path, busy_timeout_ms, create)
         except sqlite3.Error as exc:
@@ -82,6 +78,16 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
             self.migrate()
         if path != ":memory:":
             self._checkpoints = Checkpointer(path)
+
+    def _init_state(self, path: str, url: str, time_offset_s: float,
+                    lock: AbstractContextManager[Any]) -> None:
+        """Everything a SQLite store keeps besides its connection: the one place it is set,
+        so a store that borrows its connection (``DjangoSQLiteStore``) cannot miss any."""
+        self.path = path
+        self.url = url
+        self.time_offset_s = time_offset_s
+        self._lock = lock
+        self._front_first = FrontFirst()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
