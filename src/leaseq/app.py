@@ -210,6 +210,8 @@ class App(AsyncAppMethods):
             raise InvalidInput(f"schedule {name!r}: register the task with this app first")
         if name in self._schedules:
             raise InvalidInput(f"a schedule named {name!r} is already registered")
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidInput(f"schedule {name!r}: payload must be a mapping")
         takes_tick = TICK_PARAM in found.signature.params
         schedule = Schedule(
             name=name, task=found.name, queue=found.queue, cron=cron, every_s=every_s,

@@ -14,7 +14,7 @@ from leaseq.errors import InvalidInput
 from leaseq.job import JobSpec
 from leaseq.ledger import ScheduleState, format_tick
 from leaseq.scheduler.plan import plan
-from leaseq.scheduler.spec import Schedule
+from leaseq.scheduler.spec import MAX_EVERY_S, Schedule
 
 KYIV = ZoneInfo("Europe/Kyiv")
 
@@ -89,7 +89,8 @@ def test_six_fields_read_seconds_first():
 @pytest.mark.parametrize("options", [
     {"cron": "0 3 * * *", "every_s": 60}, {}, {"cron": "61 * * * *"},
     {"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, {"every_s": 0.5},
-    {"every_s": float("nan")}, {"every_s": True}, {"every_s": 60, "catch_up": "some"},
+    {"every_s": float("nan")}, {"every_s": True}, {"every_s": 1e12},
+    {"every_s": float("inf")}, {"every_s": MAX_EVERY_S + 1}, {"every_s": 60, "catch_up": "some"},
     {"every_s": 60, "overlap": "queue"}, {"every_s": 60, "max_catch_up": 0},
     {"every_s": 60, "payload": []}, {"every_s": 60, "takes_tick": True,
                                      "payload": {"tick": 1}},
@@ -97,6 +98,11 @@ def test_six_fields_read_seconds_first():
 def test_bad_schedules_are_refused_with_a_typed_error(options):
     with pytest.raises(InvalidInput):
         Schedule("s", "t", "q", **options)  # type: ignore[arg-type]
+
+
+def test_the_longest_every_s_computes_its_ticks():
+    schedule = Schedule("s", "t", "q", every_s=MAX_EVERY_S)
+    assert schedule.next_after(datetime(2026, 1, 1, tzinfo=UTC)).year == 2070
 
 
 def test_a_bad_name_is_refused():
@@ -192,5 +198,8 @@ def test_schedule_checks_the_payload_and_refuses_a_second_name(tmp_path):
         app.schedule("other", sync_drive, every_s=300)
     with pytest.raises(InvalidInput):
         app.schedule("nope", "missing", every_s=300)
+    for payload in ("ab", 5, [("drive", "main")]):  # a mapping only, refused with a type
+        with pytest.raises(InvalidInput, match="payload must be a mapping"):
+            app.schedule("odd", sync_drive, every_s=300, payload=payload)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):  # not JSON: refused when declared, not at every tick
         app.schedule("set", sync_drive, every_s=300, payload={"drive": {"a"}})

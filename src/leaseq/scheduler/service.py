@@ -105,6 +105,10 @@ class Scheduler:
             except LeaseqError as exc:
                 log.warning("schedule %s: %s", schedule.name, self._why(exc),
                             extra={"action": "schedule_failed", "schedule": schedule.name})
+            except Exception as exc:  # one schedule's bug must not stop the others' ticks
+                log.error("schedule %s: unexpected error (%s)\n%s", schedule.name,
+                          self._why(exc), traceback_text(exc, self.app.redact),
+                          extra={"action": "schedule_failed", "schedule": schedule.name})
         return max(min(waits), 0.0)
 
     def run(self, stop: threading.Event) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -33,6 +32,9 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 TICK_PARAM = "tick"
 #: The shortest ``every_s``: one job per second per schedule is already a lot of rows.
 MIN_EVERY_S = 1.0
+#: The longest ``every_s``, 100 years: every tick computed from now stays far inside
+#: ``datetime``'s range (year 9999).
+MAX_EVERY_S = 100 * 365.25 * 86_400
 #: Spec fields compared when the code registers a schedule again (a change is journaled).
 SPEC_FIELDS = ("task", "cron", "every_s", "timezone", "catch_up", "max_catch_up", "overlap",
                "payload", "max_attempts", "takes_tick")
@@ -59,7 +61,7 @@ class Schedule:
     cron: str | None = None
     """Cron expression, 5 fields or 6 with seconds first. Defaults to None."""
     every_s: float | None = None
-    """Seconds between ticks (≥ 1), aligned to the Unix epoch. Defaults to None."""
+    """Seconds between ticks (1 to 100 years), aligned to the Unix epoch. Defaults to None."""
     timezone: str = "UTC"
     """IANA zone the cron expression is read in. Defaults to UTC."""
     catch_up: CatchUp = "latest"
@@ -115,9 +117,9 @@ class Schedule:
             return
         every = self.every_s
         if (isinstance(every, bool) or not isinstance(every, int | float)
-                or not math.isfinite(every) or every < MIN_EVERY_S):
-            raise InvalidInput(f"schedule {self.name!r}: every_s must be a number ≥ "
-                               f"{MIN_EVERY_S:g}")
+                or not MIN_EVERY_S <= every <= MAX_EVERY_S):
+            raise InvalidInput(f"schedule {self.name!r}: every_s must be a number from "
+                               f"{MIN_EVERY_S:g} to {MAX_EVERY_S:g} (100 years)")
 
     # --- when it ticks ----------------------------------------------------------------------
 
