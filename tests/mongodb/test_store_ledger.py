@@ -76,6 +76,21 @@ def test_a_changed_spec_is_compare_and_set_and_journaled_by_field(store, db) -> 
                               {"changed": ["every_s"], "reactivated": False})]
 
 
+def test_a_reactivation_moves_the_cursor_to_now_and_a_change_keeps_it(store, db) -> None:
+    # Given an inactive record
+    db[LEDGER].answer("find_one_and_update", doc(active=False), doc(version=5))
+    db[LEDGER].answer("find_one", doc())
+    # When the code declares it again
+    store.register_schedule("hourly", "q", '{"every_s":3600}')
+    # Then the cursor is the later of itself and the server's now when it was inactive
+    (_, change) = db.of(LEDGER, "find_one_and_update")
+    active, kept, moved = change[0][1][0]["$set"]["cursor"]["$cond"]
+    assert (active, kept, moved["$max"][0]) == ("$active", "$cursor", "$cursor")
+    assert moved["$max"][1]["$dateAdd"]["startDate"] == "$$NOW"
+    assert journaled(db) == [("schedule_changed", "schedule:hourly",
+                              {"changed": [], "reactivated": True})]
+
+
 def test_the_same_spec_writes_nothing_more_and_a_lost_change_logs_nothing(store, db) -> None:
     # Given one registration with the same spec, one whose change lost to another registrar
     db[LEDGER].answer("find_one_and_update", doc(), doc(active=False), None)

@@ -59,11 +59,17 @@ class ScheduleLedger(OffsetClock):
             changed = self._ledger.find_one_and_update(
                 {"_id": name, "version": before["version"]},
                 [{"$set": {"spec": lit(spec_json), "queue": lit(queue), "active": True,
-                           **self._bumped()}}], return_document=AFTER)
+                           "cursor": self._reactivated_cursor(), **self._bumped()}}],
+                return_document=AFTER)
             if changed is not None:  # else another registrar changed it first, and logged it
                 self._log_schedule(queue, name, ScheduleEvent.CHANGED, SCHEDULE_CHANGED,
                                    schedule_changes(before, queue, spec_json))
         return _state(self._ledger.find_one({"_id": name}))
+
+    def _reactivated_cursor(self) -> Doc:
+        """A reactivation moves the cursor to now, as a resume does: the ticks of the time
+        the schedule was not in the code never fire."""
+        return {"$cond": ["$active", "$cursor", {"$max": ["$cursor", now(self._off)]}]}
 
     def _insert_schedule(self, name: str, queue: str, spec_json: str) -> Doc | None:
         """The document before this call (None: it was inserted now, cursor = now)."""

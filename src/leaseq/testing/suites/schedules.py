@@ -308,6 +308,24 @@ class ScheduleLedgerSuite:
         revived.run_once()
         assert _state(store, "old").active
 
+    def test_a_schedule_declared_again_skips_the_ticks_it_was_gone(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given an hourly catch_up="all" schedule that code without it marked inactive
+        store = leaseq_store.store
+        _at_half_past(store)
+        _register(_app(store, "old", catch_up="all"))
+        _register(_app(store, "new"))
+        # When code that declares it again starts three hours later, and looks
+        advance(store, 3 * HOUR_S)
+        back = _register(_app(store, "old", catch_up="all"))
+        back.run_once()
+        # Then the ticks of its absence never fire (as a pause's); the next one does
+        assert _state(store, "old").active and _tick_ids(store, "old@") == []
+        advance(store, HOUR_S)
+        back.run_once()
+        assert len(_tick_ids(store, "old@")) == 1
+
     def test_pause_stops_ticks_and_resume_skips_the_paused_ones(
         self, leaseq_store: FreshStore
     ) -> None:

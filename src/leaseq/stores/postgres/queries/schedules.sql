@@ -13,10 +13,13 @@ RETURNING name;
 -- name: schedule_lock
 SELECT * FROM {schedules} WHERE name = %(schedule)s FOR UPDATE;
 
+-- A reactivation moves the cursor to now, as a resume does: the ticks of the time the
+-- schedule was not in the code never fire.
 -- name: schedule_respec
 UPDATE {schedules}
 SET spec = %(spec)s, queue = %(queue)s, active = true, version = version + 1,
-    updated_at = {now}
+    updated_at = {now},
+    cursor = CASE WHEN active THEN cursor ELSE greatest(cursor, {now}) END
 WHERE name = %(schedule)s AND (spec <> %(spec)s OR queue <> %(queue)s OR NOT active)
 RETURNING name;
 

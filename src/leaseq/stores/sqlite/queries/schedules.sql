@@ -9,9 +9,12 @@ VALUES (:schedule, :queue, :spec, {now}, 0, {now}, {now})
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
+-- A reactivation moves the cursor to now, as a resume does: the ticks of the time the
+-- schedule was not in the code never fire.
 -- name: schedule_respec
 UPDATE leaseq_schedules
-SET spec = :spec, queue = :queue, active = 1, version = version + 1, updated_at = {now}
+SET spec = :spec, queue = :queue, active = 1, version = version + 1, updated_at = {now},
+    cursor = CASE WHEN active = 0 THEN max(cursor, {now}) ELSE cursor END
 WHERE name = :schedule AND (spec <> :spec OR queue <> :queue OR active = 0)
 RETURNING name;
 
