@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from leaseq.errors import ScheduleConflict
 from leaseq.job import JobSpec
 
 # The schedule's journal events live with the job's (leaseq.journal); imported from here too.
@@ -45,6 +46,14 @@ def schedule_changes(old: Mapping[str, Any], queue: str, spec_json: str) -> dict
     if old["queue"] != queue:
         changed.append("queue")
     return {"changed": changed, "reactivated": not old["active"]}
+
+
+def owned(state: ScheduleState, queue: str) -> ScheduleState:
+    """``state`` after a registration into ``queue``: a record left in another queue was
+    refused to the registrar (``register_schedule``), so the schedule is another app's."""
+    if state.queue != queue:
+        raise ScheduleConflict(state.name, state.queue)
+    return state
 
 
 def schedule_journal_id(name: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 from mongo_fakes import FakeDB
 from pymongo.errors import DuplicateKeyError
 
-from leaseq.errors import StoreUnavailable
+from leaseq.errors import ScheduleConflict, StoreUnavailable
 from leaseq.job import JobSpec
 from leaseq.ledger import TickAdvance
 from leaseq.stores.mongodb import MongoStore
@@ -89,6 +89,26 @@ def test_a_reactivation_moves_the_cursor_to_now_and_a_change_keeps_it(store, db)
     assert moved["$max"][1]["$dateAdd"]["startDate"] == "$$NOW"
     assert journaled(db) == [("schedule_changed", "schedule:hourly",
                               {"changed": [], "reactivated": True})]
+
+
+def test_a_record_active_in_another_apps_queue_is_refused_and_left_alone(store, db) -> None:
+    # Given the name active in queue "billing", which the registrar does not use
+    db[LEDGER].answer("find_one_and_update", doc(queue="billing"))
+    db[LEDGER].answer("find_one", doc(queue="billing"))
+    # When it registers the name in its queue "mail"
+    with pytest.raises(ScheduleConflict, match="'billing'.*schedule_name"):
+        store.register_schedule("hourly", "mail", '{"every_s":60}', ["mail", "other"])
+    # Then only the insert-if-absent was tried: the record is not changed, nor journaled
+    assert len(db.of(LEDGER, "find_one_and_update")) == 1 and journaled(db) == []
+
+
+def test_a_record_of_another_queue_of_the_registrar_moves(store, db) -> None:
+    db[LEDGER].answer("find_one_and_update", doc(queue="billing"), doc(queue="mail"))
+    db[LEDGER].answer("find_one", doc(queue="mail"))
+    assert store.register_schedule("hourly", "mail", '{"every_s":3600}',
+                                   ["billing"]).queue == "mail"
+    assert journaled(db) == [("schedule_changed", "schedule:hourly",
+                              {"changed": ["queue"], "reactivated": False})]
 
 
 def test_the_same_spec_writes_nothing_more_and_a_lost_change_logs_nothing(store, db) -> None:

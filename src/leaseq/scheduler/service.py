@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from leaseq.errors import InvalidInput, LeaseqError
+from leaseq.errors import InvalidInput, LeaseqError, ScheduleConflict
 from leaseq.job import JobSpec, safe_reason
 from leaseq.journal import OPERATOR
 from leaseq.ledger import ScheduleEvent, ScheduleState, format_tick, schedule_journal_id
@@ -81,16 +81,31 @@ class Scheduler:
     def register(self) -> None:
         """Write the app's schedules into the ledger (a new one starts ticking from now; a
         changed one is journaled) and mark the ledger's other schedules of the app's queues
-        inactive."""
+        inactive. A name another app's schedule holds is logged, and that schedule does not
+        tick (each look tries again); the others do."""
         for schedule in self.app.schedules.values():
-            self.store.register_schedule(schedule.name, schedule.queue, schedule.spec_json())
-        queues = sorted({s.queue for s in self.app.schedules.values()} | set(
-            self.app.queue_names()))
-        gone = self.store.deactivate_schedules(queues, sorted(self.app.schedules))
+            try:
+                self._register(schedule)
+            except ScheduleConflict as exc:
+                log.error("%s", self._why(exc), extra={"action": "schedule_conflict",
+                                                       "schedule": schedule.name})
+        gone = self.store.deactivate_schedules(self._queues(), sorted(self.app.schedules))
         for name in gone:
             log.info("schedule %s is no longer in the code: marked inactive", name,
                      extra={"action": "schedule_inactive", "schedule": name})
         self._registered = True
+
+    def _queues(self) -> list[str]:
+        """The queues of the app: its schedules' and its tasks'. A schedule's record in one
+        of them is this app's to move, to retire or to take."""
+        return sorted({s.queue for s in self.app.schedules.values()} | set(
+            self.app.queue_names()))
+
+    def _register(self, schedule: Schedule) -> ScheduleState:
+        """The schedule's record as this code declares it; ``ScheduleConflict`` when it is
+        active in a queue the app does not use (another app's)."""
+        return self.store.register_schedule(schedule.name, schedule.queue,
+                                            schedule.spec_json(), self._queues())
 
     def run_once(self) -> float:
         """Enqueue every due tick once; returns the seconds until the next tick (at most
@@ -135,11 +150,11 @@ class Scheduler:
 
     def _look(self, schedule: Schedule, now: datetime) -> float:
         state = self.store.schedule_state(schedule.name)
-        if state is None or not state.active:
-            # Deleted by hand (it starts again from now), or marked inactive by a scheduler
-            # of older code that lacks it: this code declares it, so it is active again.
-            state = self.store.register_schedule(schedule.name, schedule.queue,
-                                                 schedule.spec_json())
+        if state is None or not state.active or state.queue != schedule.queue:
+            # Deleted by hand (it starts again from now), marked inactive by a scheduler of
+            # code that lacks it, or moved to another queue: this code declares it here. The
+            # ticks go to the record's queue, so one of another app is never advanced.
+            state = self._register(schedule)
         if state.paused:
             return self.config.max_sleep_s
         running = self._running(schedule, state)

@@ -41,14 +41,20 @@ class SchedulePrimitives(abc.ABC):
     # --- periodic jobs: the schedule ledger (docs/periodic.md) ------------------------------
 
     @abc.abstractmethod
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
         """Write a schedule into the ledger as the code declares it, atomically per schedule.
 
         None of that name → inserted with cursor = now (it ticks only after its
         registration), version 0, active, not paused; journal ``schedule_registered``. One
         with another ``spec_json`` or queue, or inactive → spec and queue replaced, active
-        again, version + 1; journal ``schedule_changed`` naming the changed fields (never
-        their values). The same → no write. Returns the record as it is after.
+        again (cursor = max(cursor, now): the ticks while it was inactive never fire),
+        version + 1; journal ``schedule_changed`` naming the changed fields (never their
+        values). The same → no write. Returns the record as it is after.
+
+        A record is another app's, and nothing is written, when it is active in a queue
+        that is neither ``queue`` nor one of ``queues`` (the registrar's other queues):
+        raises ``ScheduleConflict`` (see ``leaseq.ledger.owned``).
         """
 
     @abc.abstractmethod

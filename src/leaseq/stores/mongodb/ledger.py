@@ -26,6 +26,7 @@ from leaseq.ledger import (
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    owned,
     schedule_changes,
     schedule_journal_id,
 )
@@ -51,11 +52,12 @@ class ScheduleLedger(OffsetClock):
         return self._primary(self._prefix + "_schedules")
 
     @guarded
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
         before = self._insert_schedule(name, queue, spec_json)
         if before is None:
             self._log_schedule(queue, name, ScheduleEvent.REGISTERED, SCHEDULE_REGISTERED)
-        elif before["spec"] != spec_json or before["queue"] != queue or not before["active"]:
+        elif _differs(before, queue, spec_json) and _takes(before, [queue, *queues]):
             changed = self._ledger.find_one_and_update(
                 {"_id": name, "version": before["version"]},
                 [{"$set": {"spec": lit(spec_json), "queue": lit(queue), "active": True,
@@ -64,7 +66,7 @@ class ScheduleLedger(OffsetClock):
             if changed is not None:  # else another registrar changed it first, and logged it
                 self._log_schedule(queue, name, ScheduleEvent.CHANGED, SCHEDULE_CHANGED,
                                    schedule_changes(before, queue, spec_json))
-        return _state(self._ledger.find_one({"_id": name}))
+        return owned(_state(self._ledger.find_one({"_id": name})), queue)
 
     def _reactivated_cursor(self) -> Doc:
         """A reactivation moves the cursor to now, as a resume does: the ticks of the time
@@ -167,6 +169,16 @@ class ScheduleLedger(OffsetClock):
                       data: Mapping[str, Any] | None = None) -> None:
         self._log([Event(queue, schedule_journal_id(name), str(event),
                           {"reason": reason, "data": dict(data) if data else None})])
+
+
+def _differs(doc: Doc, queue: str, spec_json: str) -> bool:
+    return doc["spec"] != spec_json or doc["queue"] != queue or not doc["active"]
+
+
+def _takes(doc: Doc, queues: Sequence[str]) -> bool:
+    """Whether a registrar using ``queues`` may change the record: an active one of another
+    queue is another app's."""
+    return not doc["active"] or doc["queue"] in queues
 
 
 def _intent_job(tick: datetime, spec: JobSpec) -> Doc:

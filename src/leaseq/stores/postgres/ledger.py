@@ -17,6 +17,7 @@ from leaseq.ledger import (
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    owned,
     schedule_changes,
     schedule_journal_id,
 )
@@ -34,8 +35,9 @@ class ScheduleLedger:
                        list[EnqueueResult]]
     notify_local: Callable[[str], None]
 
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
-        params = {"schedule": name, "queue": queue, "spec": spec_json}
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
+        params = {"schedule": name, "queue": queue, "spec": spec_json, "queues": list(queues)}
 
         def work(conn: psycopg.Connection) -> ScheduleState:
             if self._rows(conn, "schedule_insert", **params):
@@ -46,7 +48,7 @@ class ScheduleLedger:
                     self._log_schedule(conn, queue, name, ScheduleEvent.CHANGED,
                                        SCHEDULE_CHANGED, schedule_changes(old, queue, spec_json))
             return _schedule(self._rows(conn, "schedule_get", schedule=name)[0])
-        return self._session.run(work)
+        return owned(self._session.run(work), queue)
 
     def _log_schedule(self, conn: psycopg.Connection, queue: str, name: str, event: str,
                       reason: str, data: Mapping[str, Any] | None = None) -> None:

@@ -17,6 +17,7 @@ from leaseq.ledger import (
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    owned,
     schedule_changes,
     schedule_journal_id,
 )
@@ -35,10 +36,12 @@ class ScheduleLedger:
     _time: Callable[[Any], datetime | None]
     _stamp: Callable[[Any], datetime]
 
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
         with self._tx() as conn:
             old = self._rows(conn, "schedule_get", schedule=name)
-            params = {"schedule": name, "queue": queue, "spec": spec_json}
+            params = {"schedule": name, "queue": queue, "spec": spec_json,
+                      "queues": json.dumps(list(queues))}
             if not old and self._rows(conn, "schedule_insert", **params):
                 self._journal(conn, queue, schedule_journal_id(name),
                               ScheduleEvent.REGISTERED.value, reason=SCHEDULE_REGISTERED)
@@ -46,7 +49,8 @@ class ScheduleLedger:
                 self._journal(conn, queue, schedule_journal_id(name),
                               ScheduleEvent.CHANGED.value, reason=SCHEDULE_CHANGED,
                               data=schedule_changes(old[0], queue, spec_json))
-            return self._schedule(self._rows(conn, "schedule_get", schedule=name)[0])
+            state = self._schedule(self._rows(conn, "schedule_get", schedule=name)[0])
+        return owned(state, queue)
 
     def schedule_state(self, name: str) -> ScheduleState | None:
         rows = self._read("schedule_get", schedule=name)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from leaseq.app import App
+from leaseq.errors import ScheduleConflict
 from leaseq.ledger import ScheduleEvent, ScheduleState, schedule_journal_id
 from leaseq.scheduler.plan import plan
 from leaseq.scheduler.service import Scheduler, SchedulerConfig, set_paused, trigger
@@ -38,6 +39,17 @@ def _app(store: Store, name: str = "hourly", **schedule: Any) -> App:
         """A periodic task that takes its tick."""
 
     app.schedule(name, report, **{"every_s": HOUR_S, **schedule})
+    return app
+
+
+def _app_in(store: Store, queue: str, name: str, also: str | None = None) -> App:
+    """An app whose task ``{queue}_task`` runs in ``queue``, with the hourly schedule
+    ``name`` of it; ``also``: a second queue it uses."""
+    app = App(store=store)
+    app.task(lambda: None, name=f"{queue}_task", queue=queue)
+    if also is not None:
+        app.task(lambda: None, name=f"{also}_task", queue=also)
+    app.schedule(name, f"{queue}_task", every_s=HOUR_S)
     return app
 
 
@@ -325,6 +337,43 @@ class ScheduleLedgerSuite:
         advance(store, HOUR_S)
         back.run_once()
         assert len(_tick_ids(store, "old@")) == 1
+
+    def test_a_name_active_in_another_apps_queue_is_refused_and_left_alone(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given app "billing" whose schedule "cleanup" ticks in its queue, and app "mail",
+        # on the same store, that declares a schedule of that name in its own queue
+        store = leaseq_store.store
+        _at_half_past(store)
+        billing = _register(_app_in(store, "billing", "cleanup"))
+        before = _state(store, "cleanup")
+        mail = _register(_app_in(store, "mail", "cleanup"))
+        # When mail registers it in the ledger, then both schedulers look an hour later
+        with pytest.raises(ScheduleConflict, match="'billing'.*schedule_name"):
+            store.register_schedule("cleanup", "mail", before.spec_json, ["mail"])
+        advance(store, HOUR_S)
+        mail.run_once()
+        billing.run_once()
+        # Then the record is billing's as it was, and its tick went to billing with its task
+        after = _state(store, "cleanup")
+        assert (after.queue, after.spec_json, after.version) == (
+            "billing", before.spec_json, before.version + 1)  # + 1: billing's advance
+        assert store.list_jobs("mail") == []
+        assert [j.task for j in store.list_jobs("billing")] == ["billing_task"]
+
+    def test_a_schedule_moves_between_its_apps_queues_and_takes_an_inactive_record(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule in queue "a" of an app that uses queues "a" and "b"
+        store = leaseq_store.store
+        _register(_app_in(store, "a", "moving", also="b"))
+        # When the app declares it in "b", its record moves there
+        assert _register(_app_in(store, "b", "moving", also="a")) is not None
+        assert _state(store, "moving").queue == "b"
+        # and when code without it retires it, another app may take the name
+        store.deactivate_schedules(["a", "b"], [])
+        taken = store.register_schedule("moving", "c", _state(store, "moving").spec_json)
+        assert (taken.queue, taken.active) == ("c", True)
 
     def test_pause_stops_ticks_and_resume_skips_the_paused_ones(
         self, leaseq_store: FreshStore

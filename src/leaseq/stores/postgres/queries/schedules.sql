@@ -14,13 +14,15 @@ RETURNING name;
 SELECT * FROM {schedules} WHERE name = %(schedule)s FOR UPDATE;
 
 -- A reactivation moves the cursor to now, as a resume does: the ticks of the time the
--- schedule was not in the code never fire.
+-- schedule was not in the code never fire. An active record of a queue the registrar does
+-- not use (queues) is another app's and is left alone.
 -- name: schedule_respec
 UPDATE {schedules}
 SET spec = %(spec)s, queue = %(queue)s, active = true, version = version + 1,
     updated_at = {now},
     cursor = CASE WHEN active THEN cursor ELSE greatest(cursor, {now}) END
 WHERE name = %(schedule)s AND (spec <> %(spec)s OR queue <> %(queue)s OR NOT active)
+  AND (NOT active OR queue = %(queue)s OR queue = ANY(%(queues)s::text[]))
 RETURNING name;
 
 -- name: schedule_get
