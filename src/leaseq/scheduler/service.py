@@ -53,9 +53,13 @@ class SchedulerConfig:
     """Sleep after the store could not be reached. Defaults to 5 s."""
     jitter_s: float = 0.05
     """Up to this much random delay after each tick. Defaults to 50 ms."""
+    retire_s: float = 300.0
+    """How often the schedules of the app's queues that its code no longer declares are
+    marked inactive again (a scheduler of older code reactivates them during a rolling
+    deploy; once it is gone, the newest code's word stands). Defaults to 5 minutes."""
 
     def __post_init__(self) -> None:
-        for name in ("on_time_s", "max_sleep_s", "retry_s", "jitter_s"):
+        for name in ("on_time_s", "max_sleep_s", "retry_s", "jitter_s", "retire_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInput(f"{name} must be a number ≥ 0")
@@ -73,6 +77,7 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self._rng = rng
         self._registered = False
+        self._retired_at: datetime | None = None  # None: at the next look (register did)
 
     @property
     def store(self) -> Store:
@@ -89,11 +94,27 @@ class Scheduler:
             except ScheduleConflict as exc:
                 log.error("%s", self._why(exc), extra={"action": "schedule_conflict",
                                                        "schedule": schedule.name})
+        self._retire()
+        self._retired_at = None
+        self._registered = True
+
+    def _retire(self) -> None:
+        """Mark inactive the schedules of the app's queues that its code does not declare."""
         gone = self.store.deactivate_schedules(self._queues(), sorted(self.app.schedules))
         for name in gone:
             log.info("schedule %s is no longer in the code: marked inactive", name,
                      extra={"action": "schedule_inactive", "schedule": name})
-        self._registered = True
+
+    def _retire_now_and_then(self, now: datetime) -> None:
+        """``_retire`` every ``retire_s`` on the database's clock, not only at the start:
+        a scheduler of older code that still declares a removed schedule reactivates it
+        at its looks, and would leave it active (and its lag growing) for good."""
+        last = self._retired_at
+        if last is not None and (now - last).total_seconds() < self.config.retire_s:
+            return
+        if last is not None:  # None: register has just retired them
+            self._retire()
+        self._retired_at = now
 
     def _queues(self) -> list[str]:
         """The queues of the app: its schedules' and its tasks'. A schedule's record in one
@@ -113,6 +134,7 @@ class Scheduler:
         if not self._registered:
             self.register()
         now = self.store.server_now()
+        self._retire_now_and_then(now)
         waits = [self.config.max_sleep_s]
         for schedule in self.app.schedules.values():
             try:

@@ -198,18 +198,20 @@ class ScheduleSuite:
     def test_a_process_clock_off_by_an_hour_makes_the_same_ticks(
         self, leaseq_store: FreshStore
     ) -> None:
-        # Given two identical schedules, a tick due on the store's clock
+        # Given two identical schedules of one app, a tick due on the store's clock
         store = leaseq_store.store
         _at_half_past(store)
-        ahead, behind = _app(store, "ahead"), _app(store, "behind")
-        for app in (ahead, behind):
-            _register(app)
+        both = _app(store, "ahead")
+        both.schedule("behind", "report", every_s=HOUR_S)
+        _register(both)
         advance(store, HOUR_S)
         # When one scheduler's process clock is an hour ahead and the other's an hour behind
-        with shifted_clock(+HOUR_S):
-            Scheduler(ahead, SchedulerConfig(jitter_s=0)).run_once()
-        with shifted_clock(-HOUR_S):
-            Scheduler(behind, SchedulerConfig(jitter_s=0)).run_once()
+        # (each looking at one of them, as registered)
+        for name, shift in (("ahead", +HOUR_S), ("behind", -HOUR_S)):
+            scheduler = Scheduler(_app(store, name), SchedulerConfig(jitter_s=0))
+            scheduler._registered = True
+            with shifted_clock(shift):
+                scheduler.run_once()
         # Then both enqueued the same tick, the one the store's clock says is due
         made = [_tick_ids(store, f"{name}@") for name in ("ahead", "behind")]
         assert [ids[0].split("@")[1] for ids in made if len(ids) == 1] == [
@@ -374,6 +376,27 @@ class ScheduleLedgerSuite:
         store.deactivate_schedules(["a", "b"], [])
         taken = store.register_schedule("moving", "c", _state(store, "moving").spec_json)
         assert (taken.queue, taken.active) == ("c", True)
+
+    def test_the_newest_code_retires_a_schedule_an_old_scheduler_revived(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a rolling deploy: a scheduler of old code that declares "old", started
+        # first, and one of new code without it, whose start marked it inactive
+        store = leaseq_store.store
+        _at_half_past(store)
+        old = _register(_app(store, "old"))
+        new = _register(_app(store, "new"))
+        new.run_once()
+        # When the old one looks (reactivating it), then stops, and the new one runs on
+        old.run_once()
+        assert _state(store, "old").active
+        advance(store, SchedulerConfig().retire_s)
+        new.run_once()
+        # Then the new code's word stands: inactive, never fired again
+        assert not _state(store, "old").active
+        advance(store, 3 * HOUR_S)
+        new.run_once()
+        assert not _state(store, "old").active and _tick_ids(store, "old@") == []
 
     def test_pause_stops_ticks_and_resume_skips_the_paused_ones(
         self, leaseq_store: FreshStore
