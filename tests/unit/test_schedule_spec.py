@@ -83,6 +83,35 @@ def test_six_fields_read_seconds_first():
     assert [t.second for t in found] == [20, 40, 0]
 
 
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+@pytest.mark.parametrize(("expr", "after", "expected"), [
+    # spring forward (02:00 EST → 03:00 EDT on 2024-03-10): once, right after the jump
+    ("0 30 2 * * *", datetime(2024, 3, 10, 6, tzinfo=UTC),
+     ["2024-03-10T03:00:00-04:00", "2024-03-11T02:30:00-04:00"]),
+    ("15 30 2 * * *", datetime(2024, 3, 10, 6, tzinfo=UTC),
+     ["2024-03-10T03:00:15-04:00", "2024-03-11T02:30:15-04:00"]),
+    # fall back (02:00 EDT → 01:00 EST on 2024-11-03): once, in the first pass
+    ("0 30 1 * * *", datetime(2024, 11, 3, 4, tzinfo=UTC),
+     ["2024-11-03T01:30:00-04:00", "2024-11-04T01:30:00-05:00"]),
+    ("0,30 30 1 * * *", datetime(2024, 11, 3, 4, tzinfo=UTC),
+     ["2024-11-03T01:30:00-04:00", "2024-11-03T01:30:30-04:00",
+      "2024-11-04T01:30:00-05:00", "2024-11-04T01:30:30-05:00"]),
+])
+def test_six_fields_at_a_fixed_time_follow_debian_cron_across_dst(expr, after, expected):
+    found = ticks(cron(expr, "America/New_York"), after, after + timedelta(days=1, hours=3))
+    assert [t.astimezone(NEW_YORK).isoformat() for t in found] == expected
+
+
+def test_six_fields_keep_a_second_after_a_cursor_inside_its_minute():
+    # Given a cursor at 03:00:10 and a tick at 03:00:20 each day
+    schedule = cron("20 0 3 * * *", "UTC")
+    # Then the tick 10 s later is the next one, not tomorrow's
+    assert schedule.next_after(datetime(2026, 1, 1, 3, 0, 10, tzinfo=UTC)) == datetime(
+        2026, 1, 1, 3, 0, 20, tzinfo=UTC)
+
+
 # --- validation ----------------------------------------------------------------------------
 
 

@@ -135,10 +135,14 @@ class Schedule:
 
     def _cron_ticks(self, start: datetime) -> Iterator[datetime]:
         """cronsim's ticks from ``start`` as UTC instants, not yet filtered (see
-        ``_strictly_increasing``)."""
+        ``_strictly_increasing``). A tick of a second offset may follow ``start`` while its
+        minute is before it: the minutes are read from that much earlier."""
         assert self.cron is not None
-        for local in CronSim(self.cron, start.astimezone(self.zone)):
-            yield local.astimezone(UTC)
+        minutes, seconds = _minutes_and_seconds(self.cron)
+        earlier = start - timedelta(seconds=seconds[-1])
+        for local in CronSim(minutes, earlier.astimezone(self.zone)):
+            for second in seconds:
+                yield local.astimezone(UTC) + timedelta(seconds=second)
 
     def next_after(self, moment: datetime) -> datetime:
         return next(self.ticks_after(moment))
@@ -206,6 +210,21 @@ class Schedule:
         if self.cron is not None:
             return f"cron {self.cron}"
         return f"every {self.every_s:g} s"
+
+
+def _minutes_and_seconds(cron: str) -> tuple[str, tuple[int, ...]]:
+    """A cron expression as a 5-field one and the seconds of each of its minutes.
+
+    cronsim applies Debian cron's DST rule (docs/periodic.md) only to 5-field expressions at
+    fixed times (minute and hour not starting with ``*``); read as it is, a 6-field one at a
+    fixed time would skip a day at spring forward and fire twice at fall back. So such an
+    expression is read as its 5 last fields, each tick offset by each second of its first.
+    Any other expression is read as it is (``(0,)``: no offset)."""
+    fields = cron.split()
+    if len(fields) != 6 or fields[1].startswith("*") or fields[2].startswith("*"):
+        return cron, (0,)
+    seconds = CronSim(cron, datetime(2000, 1, 1, tzinfo=UTC)).seconds
+    return " ".join(fields[1:]), tuple(sorted(seconds))
 
 
 def _every_ticks_after(step_ms: int, cursor: datetime) -> Iterator[datetime]:
