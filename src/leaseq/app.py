@@ -217,7 +217,8 @@ class App(AsyncAppMethods):
             name=name, task=found.name, queue=found.queue, cron=cron, every_s=every_s,
             timezone=timezone, catch_up=catch_up, max_catch_up=max_catch_up,
             payload=dict(payload or {}), overlap=overlap,
-            max_attempts=found.policy.max_attempts, takes_tick=takes_tick)
+            max_attempts=found.policy.max_attempts, takes_tick=takes_tick,
+            priority=found.priority)
         example = schedule.tick_payload(datetime.now(UTC))  # a tick only for the checks
         found.signature.check(example)
         validate.payload(example, found.policy.max_payload_bytes)

@@ -96,7 +96,7 @@ def test_a_record_active_in_another_apps_queue_is_refused_and_left_alone(store, 
     db[LEDGER].answer("find_one_and_update", doc(queue="billing"))
     db[LEDGER].answer("find_one", doc(queue="billing"))
     # When it registers the name in its queue "mail"
-    with pytest.raises(ScheduleConflict, match="'billing'.*schedule_name"):
+    with pytest.raises(ScheduleConflict, match=r"'billing'.*schedule_name"):
         store.register_schedule("hourly", "mail", '{"every_s":60}', ["mail", "other"])
     # Then only the insert-if-absent was tried: the record is not changed, nor journaled
     assert len(db.of(LEDGER, "find_one_and_update")) == 1 and journaled(db) == []
@@ -109,6 +109,20 @@ def test_a_record_of_another_queue_of_the_registrar_moves(store, db) -> None:
                                    ["billing"]).queue == "mail"
     assert journaled(db) == [("schedule_changed", "schedule:hourly",
                               {"changed": ["queue"], "reactivated": False})]
+
+
+def test_a_manual_tick_records_its_job_then_writes_it_then_journals(store, db) -> None:
+    # Given the record in queue "q"
+    db[LEDGER].answer("find_one_and_update", doc(last_job_id=SPEC.job_id))
+    # When a manual tick is written
+    assert store.trigger_schedule("hourly", "q", SPEC) is True
+    # Then the record was matched in its queue and names the job as its last
+    ((args, _),) = db.of(LEDGER, "find_one_and_update")
+    assert args[0] == {"_id": "hourly", "queue": "q"}
+    assert args[1][0]["$set"]["last_job_id"] == {"$literal": SPEC.job_id}
+    assert [a[0] for a, _ in db.of(Q, "find_one_and_update")] == [{"_id": SPEC.job_id}]
+    assert journaled(db) == [("enqueued", SPEC.job_id, None),
+                             ("tick_manual", "schedule:hourly", {"job": SPEC.job_id})]
 
 
 def test_the_same_spec_writes_nothing_more_and_a_lost_change_logs_nothing(store, db) -> None:

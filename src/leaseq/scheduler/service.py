@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 
 from leaseq.errors import InvalidInput, LeaseqError, ScheduleConflict
 from leaseq.job import JobSpec, safe_reason
-from leaseq.journal import OPERATOR
-from leaseq.ledger import ScheduleEvent, ScheduleState, format_tick, schedule_journal_id
+from leaseq.ledger import ScheduleState, format_tick
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 from leaseq.scheduler.plan import plan
@@ -213,10 +212,7 @@ class Scheduler:
         return job.id if job is not None and job.status in LIVE_STATUSES else None
 
     def _spec(self, schedule: Schedule, tick: datetime) -> JobSpec:
-        task = self.app.get_task(schedule.task)  # its priority, as its own enqueue gives it
-        return self.app.queue(schedule.queue).spec(
-            schedule.job_id(tick), schedule.tick_payload(tick), task=schedule.task,
-            max_attempts=schedule.max_attempts, priority=task.priority if task else 0)
+        return schedule.job_spec(self.app.queue(schedule.queue), schedule.job_id(tick), tick)
 
     @staticmethod
     def _logged(schedule: Schedule, jobs: Sequence[tuple[datetime, JobSpec]]) -> None:
@@ -234,14 +230,12 @@ def trigger(store: Store, name: str) -> str:
         raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
     schedule = Schedule.from_ledger(state.name, state.queue, state.spec_json)
     now = store.server_now()
-    job_id = f"{name}@manual-{format_tick(now)}"
-    spec = Queue(store, state.queue).spec(job_id, schedule.tick_payload(now),
-                                          task=schedule.task,
-                                          max_attempts=schedule.max_attempts)
-    store.enqueue_many(state.queue, [spec], on_conflict="keep")
-    store.append_journal(state.queue, schedule_journal_id(name), ScheduleEvent.TICK_MANUAL.value,
-                 reason=OPERATOR, data={"job": job_id})
-    return job_id
+    spec = schedule.job_spec(Queue(store, state.queue), f"{name}@manual-{format_tick(now)}", now)
+    # the ledger's last job too: with overlap="skip", the ticks wait for this one
+    if not store.trigger_schedule(name, state.queue, spec):
+        raise ScheduleNotFound(f"no schedule named {name[:100]!r} in queue "
+                               f"{state.queue!r} in the ledger (changed meanwhile?)")
+    return spec.job_id
 
 
 def set_paused(store: Store, name: str, paused: bool) -> bool:

@@ -16,13 +16,17 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from leaseq.errors import InvalidInput
 from leaseq.ledger import format_tick
+
+if TYPE_CHECKING:
+    from leaseq.job import JobSpec
+    from leaseq.queue import Queue
 
 CatchUp = Literal["skip", "latest", "all"]
 Overlap = Literal["allow", "skip"]
@@ -37,7 +41,7 @@ MIN_EVERY_S = 1.0
 MAX_EVERY_S = 100 * 365.25 * 86_400
 #: Spec fields compared when the code registers a schedule again (a change is journaled).
 SPEC_FIELDS = ("task", "cron", "every_s", "timezone", "catch_up", "max_catch_up", "overlap",
-               "payload", "max_attempts", "takes_tick")
+               "payload", "max_attempts", "takes_tick", "priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,8 @@ class Schedule:
     """The tick job's attempts (the task's policy). Defaults to 5."""
     takes_tick: bool = False
     """Whether the task takes a ``tick`` argument (the tick, an aware datetime)."""
+    priority: int = 0
+    """The tick job's priority (the task's). Defaults to 0."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -186,6 +192,13 @@ class Schedule:
     def job_id(self, tick: datetime) -> str:
         """The tick's job id: the schedule's name and the UTC instant."""
         return f"{self.name}@{format_tick(tick)}"
+
+    def job_spec(self, queue: Queue, job_id: str, tick: datetime) -> JobSpec:
+        """The job of a tick (or of a manual one, at ``tick``) for the schedule's ``queue``,
+        with the task's attempts and priority, as the task's own enqueue gives them."""
+        return queue.spec(
+            job_id, self.tick_payload(tick), task=self.task, max_attempts=self.max_attempts,
+            priority=self.priority)
 
     def tick_payload(self, tick: datetime) -> dict[str, Any]:
         payload = dict(self.payload)

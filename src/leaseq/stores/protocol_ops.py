@@ -79,6 +79,15 @@ class SchedulePrimitives(abc.ABC):
         crash in between leaves the intent for the next ``schedule_state`` to finish."""
 
     @abc.abstractmethod
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        """A manual tick: when the schedule's record is in ``queue`` → ``spec`` enqueued there
+        (``on_conflict="keep"``), the record's last job = ``spec.job_id`` (so ``overlap=
+        "skip"`` waits for it), version + 1; journal ``tick_manual`` with the job id. The
+        cursor does not move. Returns True; False (nothing written) when there is no such
+        record. Atomic with transactions; without, the record is written first (a crash
+        before the job leaves a last job that is not live, which overlaps nothing)."""
+
+    @abc.abstractmethod
     def pause_schedule(self, name: str, paused: bool) -> bool:
         """Pause (``paused=True``) or resume a schedule; version + 1, so a scheduler's advance
         planned before it fails. A resume moves the cursor to now: ticks during the pause

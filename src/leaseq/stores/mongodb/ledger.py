@@ -135,6 +135,19 @@ class ScheduleLedger(OffsetClock):
         return True
 
     @guarded
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        # The record first: a crash before the job leaves a last job that is not live
+        if self._ledger.find_one_and_update(
+                {"_id": name, "queue": queue},
+                [{"$set": {"last_job_id": lit(spec.job_id), **self._bumped()}}],
+                return_document=AFTER) is None:
+            return False
+        self.enqueue_many(queue, [spec], on_conflict="keep")
+        self._log_schedule(queue, name, ScheduleEvent.TICK_MANUAL, OPERATOR,
+                           {"job": spec.job_id})
+        return True
+
+    @guarded
     def pause_schedule(self, name: str, paused: bool) -> bool:
         cursor = "$cursor" if paused else {"$max": ["$cursor", now(self._off)]}
         doc = self._ledger.find_one_and_update(

@@ -83,6 +83,20 @@ class ScheduleLedger:
             self.notify_local(queue)
         return queue is not None
 
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            if not self._rows(conn, "schedule_trigger", schedule=name, queue=queue,
+                              job_id=spec.job_id):
+                return False
+            self._enqueue(conn, queue, [spec], "keep")  # NOTIFYs the workers at commit
+            self._log_schedule(conn, queue, name, ScheduleEvent.TICK_MANUAL, OPERATOR,
+                               {"job": spec.job_id})
+            return True
+        triggered = self._session.run(work)
+        if triggered:
+            self.notify_local(queue)
+        return triggered
+
     def pause_schedule(self, name: str, paused: bool) -> bool:
         event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED
 

@@ -78,6 +78,18 @@ class ScheduleLedger:
             self.notify_local(queue)
         return True
 
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        with self._tx() as conn:
+            if not self._rows(conn, "schedule_trigger", schedule=name, queue=queue,
+                              job_id=spec.job_id):
+                return False
+            self._enqueue(conn, queue, [spec], "keep")
+            self._journal(conn, queue, schedule_journal_id(name),
+                          ScheduleEvent.TICK_MANUAL.value, reason=OPERATOR,
+                          data={"job": spec.job_id})
+        self.notify_local(queue)
+        return True
+
     def pause_schedule(self, name: str, paused: bool) -> bool:
         event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED
         with self._tx() as conn:

@@ -351,7 +351,7 @@ class ScheduleLedgerSuite:
         before = _state(store, "cleanup")
         mail = _register(_app_in(store, "mail", "cleanup"))
         # When mail registers it in the ledger, then both schedulers look an hour later
-        with pytest.raises(ScheduleConflict, match="'billing'.*schedule_name"):
+        with pytest.raises(ScheduleConflict, match=r"'billing'.*schedule_name"):
             store.register_schedule("cleanup", "mail", before.spec_json, ["mail"])
         advance(store, HOUR_S)
         mail.run_once()
@@ -454,6 +454,26 @@ class ScheduleLedgerSuite:
         assert _state(store).cursor == before.cursor
         assert ScheduleEvent.TICK_MANUAL in events(
             store.journal(QUEUE, schedule_journal_id("hourly")))
+
+    def test_a_manual_job_has_the_tasks_priority_and_overlap_skip_waits_for_it(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule that skips overlapping ticks, of a task of priority 7
+        store = leaseq_store.store
+        _at_half_past(store)
+        app = App(store=store)
+        app.task(lambda: None, name="urgent", queue=QUEUE, priority=7)
+        app.schedule("hourly", "urgent", every_s=HOUR_S, overlap="skip")
+        scheduler = _register(app)
+        # When an operator triggers it, and its tick comes while that job is still pending
+        job_id = trigger(store, "hourly")
+        advance(store, HOUR_S)
+        scheduler.run_once()
+        # Then the manual job has the task's priority, and the tick was skipped for it
+        job = store.get(QUEUE, job_id)
+        assert job is not None and job.priority == 7
+        assert _tick_ids(store, "hourly@2") == [] and _state(store).skipped == 1
+        assert _state(store).last_job_id == job_id
 
 
 def _stale_advance(state: Any) -> Any:

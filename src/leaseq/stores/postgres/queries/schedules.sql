@@ -44,6 +44,13 @@ WHERE name = %(schedule)s AND version = %(version)s AND NOT paused AND active
   AND cursor < %(cursor)s
 RETURNING queue;
 
+-- A manual tick: its job is the last one (overlap="skip" waits for it); the cursor stays.
+-- name: schedule_trigger
+UPDATE {schedules}
+SET last_job_id = %(job_id)s, version = version + 1, updated_at = {now}
+WHERE name = %(schedule)s AND queue = %(queue)s
+RETURNING queue;
+
 -- A resume moves the cursor to now: the ticks of the pause never fire.
 -- name: schedule_pause
 UPDATE {schedules}

@@ -36,6 +36,13 @@ SET cursor = :cursor, version = version + 1,
 WHERE name = :schedule AND version = :version AND paused = 0 AND active = 1 AND cursor < :cursor
 RETURNING queue;
 
+-- A manual tick: its job is the last one (overlap="skip" waits for it); the cursor stays.
+-- name: schedule_trigger
+UPDATE leaseq_schedules
+SET last_job_id = :job_id, version = version + 1, updated_at = {now}
+WHERE name = :schedule AND queue = :queue
+RETURNING queue;
+
 -- A resume moves the cursor to now: the ticks of the pause never fire.
 -- name: schedule_pause
 UPDATE leaseq_schedules
