@@ -18,6 +18,11 @@ from leaseq.job import JobSpec
 # The schedule's journal events live with the job's (leaseq.journal); imported from here too.
 from leaseq.journal import ScheduleEvent as ScheduleEvent
 
+#: A schedule back in the code within this long of being marked inactive (a rolling deploy,
+#: whose old and new schedulers disagree for minutes) keeps its cursor: the ticks it missed
+#: fire as its ``catch_up`` says. Gone longer, it starts from now, as a resume does.
+REVIVE_GRACE_S = 3600.0
+
 
 def format_tick(tick: datetime) -> str:
     """A tick as an ISO 8601 UTC instant, milliseconds only when there are some."""

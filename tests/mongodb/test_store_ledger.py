@@ -14,7 +14,7 @@ from pymongo.errors import DuplicateKeyError
 
 from leaseq.errors import ScheduleConflict, StoreUnavailable
 from leaseq.job import JobSpec
-from leaseq.ledger import TickAdvance
+from leaseq.ledger import REVIVE_GRACE_S, TickAdvance
 from leaseq.stores.mongodb import MongoStore
 
 LEDGER = "leaseq__schedules"
@@ -83,9 +83,13 @@ def test_a_reactivation_moves_the_cursor_to_now_and_a_change_keeps_it(store, db)
     # When the code declares it again
     store.register_schedule("hourly", "q", '{"every_s":3600}')
     # Then the cursor is the later of itself and the server's now when it was inactive
+    # longer than REVIVE_GRACE_S (a shorter absence, a rolling deploy's, keeps it)
     (_, change) = db.of(LEDGER, "find_one_and_update")
-    active, kept, moved = change[0][1][0]["$set"]["cursor"]["$cond"]
-    assert (active, kept, moved["$max"][0]) == ("$active", "$cursor", "$cursor")
+    gone_long, moved, kept = change[0][1][0]["$set"]["cursor"]["$cond"]
+    inactive, before = gone_long["$and"]
+    assert inactive == {"$not": ["$active"]} and before["$lt"][0] == "$updated_at"
+    assert before["$lt"][1]["$dateAdd"]["amount"] == -REVIVE_GRACE_S * 1000
+    assert (moved["$max"][0], kept) == ("$cursor", "$cursor")
     assert moved["$max"][1]["$dateAdd"]["startDate"] == "$$NOW"
     assert journaled(db) == [("schedule_changed", "schedule:hourly",
                               {"changed": [], "reactivated": True})]

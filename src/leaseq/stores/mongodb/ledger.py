@@ -23,6 +23,7 @@ from pymongo.errors import DuplicateKeyError
 from leaseq.job import JobSpec
 from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
+    REVIVE_GRACE_S,
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
@@ -69,9 +70,12 @@ class ScheduleLedger(OffsetClock):
         return owned(_state(self._ledger.find_one({"_id": name})), queue)
 
     def _reactivated_cursor(self) -> Doc:
-        """A reactivation moves the cursor to now, as a resume does: the ticks of the time
-        the schedule was not in the code never fire."""
-        return {"$cond": ["$active", "$cursor", {"$max": ["$cursor", now(self._off)]}]}
+        """A reactivation after ``REVIVE_GRACE_S`` inactive moves the cursor to now, as a
+        resume does: the ticks of the time the schedule was not in the code never fire.
+        Sooner (a rolling deploy's old scheduler retired it), the cursor stays."""
+        gone_long = {"$and": [{"$not": ["$active"]},
+                              {"$lt": ["$updated_at", now(self._off, -REVIVE_GRACE_S)]}]}
+        return {"$cond": [gone_long, {"$max": ["$cursor", now(self._off)]}, "$cursor"]}
 
     def _insert_schedule(self, name: str, queue: str, spec_json: str) -> Doc | None:
         """The document before this call (None: it was inserted now, cursor = now)."""

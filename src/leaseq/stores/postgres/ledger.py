@@ -14,6 +14,7 @@ import psycopg
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
+    REVIVE_GRACE_S,
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
@@ -37,7 +38,8 @@ class ScheduleLedger:
 
     def register_schedule(self, name: str, queue: str, spec_json: str,
                           queues: Sequence[str] = ()) -> ScheduleState:
-        params = {"schedule": name, "queue": queue, "spec": spec_json, "queues": list(queues)}
+        params = {"schedule": name, "queue": queue, "spec": spec_json, "queues": list(queues),
+                  "revive_grace_s": REVIVE_GRACE_S}
 
         def work(conn: psycopg.Connection) -> ScheduleState:
             if self._rows(conn, "schedule_insert", **params):

@@ -14,6 +14,7 @@ from typing import Any
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
+    REVIVE_GRACE_S,
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
@@ -41,7 +42,7 @@ class ScheduleLedger:
         with self._tx() as conn:
             old = self._rows(conn, "schedule_get", schedule=name)
             params = {"schedule": name, "queue": queue, "spec": spec_json,
-                      "queues": json.dumps(list(queues))}
+                      "queues": json.dumps(list(queues)), "revive_grace_s": REVIVE_GRACE_S}
             if not old and self._rows(conn, "schedule_insert", **params):
                 self._journal(conn, queue, schedule_journal_id(name),
                               ScheduleEvent.REGISTERED.value, reason=SCHEDULE_REGISTERED)

@@ -340,6 +340,23 @@ class ScheduleLedgerSuite:
         back.run_once()
         assert len(_tick_ids(store, "old@")) == 1
 
+    def test_a_schedule_retired_for_minutes_by_a_rolling_deploy_keeps_its_ticks(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given an hourly schedule that a scheduler of other code (a rolling deploy's old
+        # one) marked inactive at half past
+        store = leaseq_store.store
+        _at_half_past(store)
+        _register(_app(store, "old", catch_up="all"))
+        _register(_app(store, "new"))
+        # When the code that declares it looks again 40 minutes later, past the hour
+        advance(store, 40 * 60)
+        back = _register(_app(store, "old", catch_up="all"))
+        back.run_once()
+        # Then the tick of the hour still fires: an absence shorter than REVIVE_GRACE_S
+        # keeps the cursor
+        assert _state(store, "old").active and len(_tick_ids(store, "old@")) == 1
+
     def test_a_name_active_in_another_apps_queue_is_refused_and_left_alone(
         self, leaseq_store: FreshStore
     ) -> None:

@@ -13,14 +13,17 @@ RETURNING name;
 -- name: schedule_lock
 SELECT * FROM {schedules} WHERE name = %(schedule)s FOR UPDATE;
 
--- A reactivation moves the cursor to now, as a resume does: the ticks of the time the
--- schedule was not in the code never fire. An active record of a queue the registrar does
+-- A reactivation after more than revive_grace_s inactive (leaseq.ledger.REVIVE_GRACE_S)
+-- moves the cursor to now, as a resume does: the ticks of the time the schedule was not in
+-- the code never fire. Sooner (a rolling deploy's old scheduler retired it), it keeps it. An active record of a queue the registrar does
 -- not use (queues) is another app's and is left alone.
 -- name: schedule_respec
 UPDATE {schedules}
 SET spec = %(spec)s, queue = %(queue)s, active = true, version = version + 1,
     updated_at = {now},
-    cursor = CASE WHEN active THEN cursor ELSE greatest(cursor, {now}) END
+    cursor = CASE WHEN NOT active
+                       AND updated_at < {now} - make_interval(secs => %(revive_grace_s)s)
+                  THEN greatest(cursor, {now}) ELSE cursor END
 WHERE name = %(schedule)s AND (spec <> %(spec)s OR queue <> %(queue)s OR NOT active)
   AND (NOT active OR queue = %(queue)s OR queue = ANY(%(queues)s::text[]))
 RETURNING name;
