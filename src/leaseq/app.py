@@ -219,12 +219,15 @@ class App(AsyncAppMethods):
             raise InvalidInput(f"schedule {name!r}: register the task with this app first")
         if name in self._schedules:
             raise InvalidInput(f"a schedule named {name!r} is already registered")
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidInput(f"schedule {name!r}: payload must be a mapping")
         takes_tick = TICK_PARAM in found.signature.params
         schedule = Schedule(
             name=name, task=found.name, queue=found.queue, cron=cron, every_s=every_s,
             timezone=timezone, catch_up=catch_up, max_catch_up=max_catch_up,
             payload=dict(payload or {}), overlap=overlap,
-            max_attempts=found.policy.max_attempts, takes_tick=takes_tick)
+            max_attempts=found.policy.max_attempts, takes_tick=takes_tick,
+            priority=found.priority)
         example = schedule.tick_payload(datetime.now(UTC))  # a tick only for the checks
         found.signature.check(example)
         validate.payload(example, found.policy.max_payload_bytes)

@@ -34,6 +34,20 @@ class InvalidURL(InvalidInput):
     """A store URL cannot be used. The message shows the URL with its password masked."""
 
 
+class ScheduleConflict(InvalidInput):
+    """A schedule's name is taken, in the ledger, by an active schedule of a queue this app
+    does not use: most likely another app sharing the database. Schedule names are global
+    in the ledger; give this one another ``schedule_name``. Nothing was written."""
+
+    def __init__(self, name: str, queue: str):
+        self.name = name
+        self.queue = queue
+        super().__init__(
+            f"schedule {name!r} is already active in queue {queue!r}, which this app does not "
+            "use (another app on the same database?); nothing was written: give this "
+            "schedule another schedule_name")
+
+
 class JobConflict(LeaseqError):
     """The same job id was enqueued again, without a revision, with a different payload.
 

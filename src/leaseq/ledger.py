@@ -12,10 +12,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from leaseq.errors import ScheduleConflict
 from leaseq.job import JobSpec
 
 # The schedule's journal events live with the job's (leaseq.journal); imported from here too.
 from leaseq.journal import ScheduleEvent as ScheduleEvent
+
+#: A schedule back in the code within this long of being marked inactive (a rolling deploy,
+#: whose old and new schedulers disagree for minutes) keeps its cursor: the ticks it missed
+#: fire as its ``catch_up`` says. Gone longer, it starts from now, as a resume does.
+REVIVE_GRACE_S = 3600.0
 
 
 def format_tick(tick: datetime) -> str:
@@ -45,6 +51,14 @@ def schedule_changes(old: Mapping[str, Any], queue: str, spec_json: str) -> dict
     if old["queue"] != queue:
         changed.append("queue")
     return {"changed": changed, "reactivated": not old["active"]}
+
+
+def owned(state: ScheduleState, queue: str) -> ScheduleState:
+    """``state`` after a registration into ``queue``: a record left in another queue was
+    refused to the registrar (``register_schedule``), so the schedule is another app's."""
+    if state.queue != queue:
+        raise ScheduleConflict(state.name, state.queue)
+    return state
 
 
 def schedule_journal_id(name: str) -> str:

@@ -108,3 +108,13 @@ def test_an_empty_ledger_says_so(invoke, store) -> None:
 def test_scheduler_refuses_an_app_without_schedules(invoke) -> None:
     result = invoke("scheduler", "cli_tasks:app")
     assert result.exit_code == 2 and "declares no schedules" in result.output
+
+
+def test_a_record_the_code_refuses_is_listed_with_what_is_known(invoke, store) -> None:
+    # Given a record an older version accepted: every_s beyond this code's 100 years
+    store.register_schedule("aeons", "default", '{"task":"t","every_s":1e12}')
+    # Then the list shows it, its spec unknown, instead of a traceback
+    result = invoke("schedules", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)["schedules"]
+    assert (row["name"], row["spec"], row["next_tick"]) == ("aeons", "?", None)

@@ -212,6 +212,9 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
     "advance_schedule": (ledger("find_one_and_update", None),
                          lambda s, db: s.advance_schedule(
                              "hourly", 1, TickAdvance(AT + timedelta(hours=1))), False),
+    "trigger_schedule": (ledger("find_one_and_update", None),
+                         lambda s, db: s.trigger_schedule(
+                             "hourly", "q", JobSpec("hourly@manual", {}, "{}")), False),
     "pause_schedule": (ledger("find_one_and_update", ledger_doc(paused=True)),
                        lambda s, db: s.pause_schedule("hourly", True), True),
     "deactivate_schedules": (lambda db: (ledger("find", [ledger_doc("old")])(db),

@@ -12,9 +12,9 @@ import pytest
 from mongo_fakes import FakeDB
 from pymongo.errors import DuplicateKeyError
 
-from leaseq.errors import StoreUnavailable
+from leaseq.errors import ScheduleConflict, StoreUnavailable
 from leaseq.job import JobSpec
-from leaseq.ledger import TickAdvance
+from leaseq.ledger import REVIVE_GRACE_S, TickAdvance
 from leaseq.stores.mongodb import MongoStore
 
 LEDGER = "leaseq__schedules"
@@ -74,6 +74,59 @@ def test_a_changed_spec_is_compare_and_set_and_journaled_by_field(store, db) -> 
     assert second[0][0] == {"_id": "hourly", "version": 4}
     assert journaled(db) == [("schedule_changed", "schedule:hourly",
                               {"changed": ["every_s"], "reactivated": False})]
+
+
+def test_a_reactivation_moves_the_cursor_to_now_and_a_change_keeps_it(store, db) -> None:
+    # Given an inactive record
+    db[LEDGER].answer("find_one_and_update", doc(active=False), doc(version=5))
+    db[LEDGER].answer("find_one", doc())
+    # When the code declares it again
+    store.register_schedule("hourly", "q", '{"every_s":3600}')
+    # Then the cursor is the later of itself and the server's now when it was inactive
+    # longer than REVIVE_GRACE_S (a shorter absence, a rolling deploy's, keeps it)
+    (_, change) = db.of(LEDGER, "find_one_and_update")
+    gone_long, moved, kept = change[0][1][0]["$set"]["cursor"]["$cond"]
+    inactive, before = gone_long["$and"]
+    assert inactive == {"$not": ["$active"]} and before["$lt"][0] == "$updated_at"
+    assert before["$lt"][1]["$dateAdd"]["amount"] == -REVIVE_GRACE_S * 1000
+    assert (moved["$max"][0], kept) == ("$cursor", "$cursor")
+    assert moved["$max"][1]["$dateAdd"]["startDate"] == "$$NOW"
+    assert journaled(db) == [("schedule_changed", "schedule:hourly",
+                              {"changed": [], "reactivated": True})]
+
+
+def test_a_record_active_in_another_apps_queue_is_refused_and_left_alone(store, db) -> None:
+    # Given the name active in queue "billing", which the registrar does not use
+    db[LEDGER].answer("find_one_and_update", doc(queue="billing"))
+    db[LEDGER].answer("find_one", doc(queue="billing"))
+    # When it registers the name in its queue "mail"
+    with pytest.raises(ScheduleConflict, match=r"'billing'.*schedule_name"):
+        store.register_schedule("hourly", "mail", '{"every_s":60}', ["mail", "other"])
+    # Then only the insert-if-absent was tried: the record is not changed, nor journaled
+    assert len(db.of(LEDGER, "find_one_and_update")) == 1 and journaled(db) == []
+
+
+def test_a_record_of_another_queue_of_the_registrar_moves(store, db) -> None:
+    db[LEDGER].answer("find_one_and_update", doc(queue="billing"), doc(queue="mail"))
+    db[LEDGER].answer("find_one", doc(queue="mail"))
+    assert store.register_schedule("hourly", "mail", '{"every_s":3600}',
+                                   ["billing"]).queue == "mail"
+    assert journaled(db) == [("schedule_changed", "schedule:hourly",
+                              {"changed": ["queue"], "reactivated": False})]
+
+
+def test_a_manual_tick_records_its_job_then_writes_it_then_journals(store, db) -> None:
+    # Given the record in queue "q"
+    db[LEDGER].answer("find_one_and_update", doc(last_job_id=SPEC.job_id))
+    # When a manual tick is written
+    assert store.trigger_schedule("hourly", "q", SPEC) is True
+    # Then the record was matched in its queue and names the job as its last
+    ((args, _),) = db.of(LEDGER, "find_one_and_update")
+    assert args[0] == {"_id": "hourly", "queue": "q"}
+    assert args[1][0]["$set"]["last_job_id"] == {"$literal": SPEC.job_id}
+    assert [a[0] for a, _ in db.of(Q, "find_one_and_update")] == [{"_id": SPEC.job_id}]
+    assert journaled(db) == [("enqueued", SPEC.job_id, None),
+                             ("tick_manual", "schedule:hourly", {"job": SPEC.job_id})]
 
 
 def test_the_same_spec_writes_nothing_more_and_a_lost_change_logs_nothing(store, db) -> None:

@@ -14,7 +14,7 @@ from leaseq.errors import InvalidInput
 from leaseq.job import JobSpec
 from leaseq.ledger import ScheduleState, format_tick
 from leaseq.scheduler.plan import plan
-from leaseq.scheduler.spec import Schedule
+from leaseq.scheduler.spec import MAX_EVERY_S, Schedule
 
 KYIV = ZoneInfo("Europe/Kyiv")
 
@@ -83,13 +83,43 @@ def test_six_fields_read_seconds_first():
     assert [t.second for t in found] == [20, 40, 0]
 
 
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+@pytest.mark.parametrize(("expr", "after", "expected"), [
+    # spring forward (02:00 EST → 03:00 EDT on 2024-03-10): once, right after the jump
+    ("0 30 2 * * *", datetime(2024, 3, 10, 6, tzinfo=UTC),
+     ["2024-03-10T03:00:00-04:00", "2024-03-11T02:30:00-04:00"]),
+    ("15 30 2 * * *", datetime(2024, 3, 10, 6, tzinfo=UTC),
+     ["2024-03-10T03:00:15-04:00", "2024-03-11T02:30:15-04:00"]),
+    # fall back (02:00 EDT → 01:00 EST on 2024-11-03): once, in the first pass
+    ("0 30 1 * * *", datetime(2024, 11, 3, 4, tzinfo=UTC),
+     ["2024-11-03T01:30:00-04:00", "2024-11-04T01:30:00-05:00"]),
+    ("0,30 30 1 * * *", datetime(2024, 11, 3, 4, tzinfo=UTC),
+     ["2024-11-03T01:30:00-04:00", "2024-11-03T01:30:30-04:00",
+      "2024-11-04T01:30:00-05:00", "2024-11-04T01:30:30-05:00"]),
+])
+def test_six_fields_at_a_fixed_time_follow_debian_cron_across_dst(expr, after, expected):
+    found = ticks(cron(expr, "America/New_York"), after, after + timedelta(days=1, hours=3))
+    assert [t.astimezone(NEW_YORK).isoformat() for t in found] == expected
+
+
+def test_six_fields_keep_a_second_after_a_cursor_inside_its_minute():
+    # Given a cursor at 03:00:10 and a tick at 03:00:20 each day
+    schedule = cron("20 0 3 * * *", "UTC")
+    # Then the tick 10 s later is the next one, not tomorrow's
+    assert schedule.next_after(datetime(2026, 1, 1, 3, 0, 10, tzinfo=UTC)) == datetime(
+        2026, 1, 1, 3, 0, 20, tzinfo=UTC)
+
+
 # --- validation ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("options", [
     {"cron": "0 3 * * *", "every_s": 60}, {}, {"cron": "61 * * * *"},
     {"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, {"every_s": 0.5},
-    {"every_s": float("nan")}, {"every_s": True}, {"every_s": 60, "catch_up": "some"},
+    {"every_s": float("nan")}, {"every_s": True}, {"every_s": 1e12},
+    {"every_s": float("inf")}, {"every_s": MAX_EVERY_S + 1}, {"every_s": 60, "catch_up": "some"},
     {"every_s": 60, "overlap": "queue"}, {"every_s": 60, "max_catch_up": 0},
     {"every_s": 60, "payload": []}, {"every_s": 60, "takes_tick": True,
                                      "payload": {"tick": 1}},
@@ -97,6 +127,11 @@ def test_six_fields_read_seconds_first():
 def test_bad_schedules_are_refused_with_a_typed_error(options):
     with pytest.raises(InvalidInput):
         Schedule("s", "t", "q", **options)  # type: ignore[arg-type]
+
+
+def test_the_longest_every_s_computes_its_ticks():
+    schedule = Schedule("s", "t", "q", every_s=MAX_EVERY_S)
+    assert schedule.next_after(datetime(2026, 1, 1, tzinfo=UTC)).year == 2070
 
 
 def test_a_bad_name_is_refused():
@@ -192,5 +227,8 @@ def test_schedule_checks_the_payload_and_refuses_a_second_name(tmp_path):
         app.schedule("other", sync_drive, every_s=300)
     with pytest.raises(InvalidInput):
         app.schedule("nope", "missing", every_s=300)
+    for payload in ("ab", 5, [("drive", "main")]):  # a mapping only, refused with a type
+        with pytest.raises(InvalidInput, match="payload must be a mapping"):
+            app.schedule("odd", sync_drive, every_s=300, payload=payload)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):  # not JSON: refused when declared, not at every tick
         app.schedule("set", sync_drive, every_s=300, payload={"drive": {"a"}})

@@ -83,6 +83,29 @@ def test_the_loop_sleeps_until_the_tick_and_survives_failures(app, monkeypatch) 
     assert len(looks) == 5
 
 
+def test_one_schedules_bug_is_logged_and_the_others_still_tick(app, monkeypatch, caplog):
+    # Given a second schedule whose look fails with an unexpected error
+    @app.periodic(every_s=60)
+    def broken() -> None:
+        """Its look raises."""
+
+    scheduler = _due_hourly(app)
+    real = scheduler._look
+
+    def look(schedule, now):
+        if schedule.name == "broken":
+            raise OverflowError("date value out of range")
+        return real(schedule, now)
+
+    monkeypatch.setattr(scheduler, "_look", look)
+    # When the scheduler looks
+    with caplog.at_level(logging.ERROR, logger="leaseq.scheduler"):
+        scheduler.run_once()
+    # Then the hourly tick is enqueued, and the failure is logged with the schedule's name
+    assert [j.task for j in app.store.list_jobs("default")] == ["hourly"]
+    assert [(r.action, r.schedule) for r in caplog.records] == [("schedule_failed", "broken")]
+
+
 def _due_hourly(app: leaseq.App) -> Scheduler:
     """The app's hourly schedule registered, with one tick due."""
     _half_past(app)

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from leaseq.errors import InvalidInput, LeaseqError
+from leaseq.errors import InvalidInput, LeaseqError, ScheduleConflict
 from leaseq.job import JobSpec, safe_reason
-from leaseq.journal import OPERATOR
-from leaseq.ledger import ScheduleEvent, ScheduleState, format_tick, schedule_journal_id
+from leaseq.ledger import ScheduleState, format_tick
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 from leaseq.scheduler.plan import plan
@@ -53,9 +52,13 @@ class SchedulerConfig:
     """Sleep after the store could not be reached. Defaults to 5 s."""
     jitter_s: float = 0.05
     """Up to this much random delay after each tick. Defaults to 50 ms."""
+    retire_s: float = 300.0
+    """How often the schedules of the app's queues that its code no longer declares are
+    marked inactive again (a scheduler of older code reactivates them during a rolling
+    deploy; once it is gone, the newest code's word stands). Defaults to 5 minutes."""
 
     def __post_init__(self) -> None:
-        for name in ("on_time_s", "max_sleep_s", "retry_s", "jitter_s"):
+        for name in ("on_time_s", "max_sleep_s", "retry_s", "jitter_s", "retire_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInput(f"{name} must be a number ≥ 0")
@@ -73,6 +76,7 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self._rng = rng
         self._registered = False
+        self._retired_at: datetime | None = None  # None: at the next look (register did)
 
     @property
     def store(self) -> Store:
@@ -81,16 +85,47 @@ class Scheduler:
     def register(self) -> None:
         """Write the app's schedules into the ledger (a new one starts ticking from now; a
         changed one is journaled) and mark the ledger's other schedules of the app's queues
-        inactive."""
+        inactive. A name another app's schedule holds is logged, and that schedule does not
+        tick (each look tries again); the others do."""
         for schedule in self.app.schedules.values():
-            self.store.register_schedule(schedule.name, schedule.queue, schedule.spec_json())
-        queues = sorted({s.queue for s in self.app.schedules.values()} | set(
-            self.app.queue_names()))
-        gone = self.store.deactivate_schedules(queues, sorted(self.app.schedules))
+            try:
+                self._register(schedule)
+            except ScheduleConflict as exc:
+                log.error("%s", self._why(exc), extra={"action": "schedule_conflict",
+                                                       "schedule": schedule.name})
+        self._retire()
+        self._retired_at = None
+        self._registered = True
+
+    def _retire(self) -> None:
+        """Mark inactive the schedules of the app's queues that its code does not declare."""
+        gone = self.store.deactivate_schedules(self._queues(), sorted(self.app.schedules))
         for name in gone:
             log.info("schedule %s is no longer in the code: marked inactive", name,
                      extra={"action": "schedule_inactive", "schedule": name})
-        self._registered = True
+
+    def _retire_now_and_then(self, now: datetime) -> None:
+        """``_retire`` every ``retire_s`` on the database's clock, not only at the start:
+        a scheduler of older code that still declares a removed schedule reactivates it
+        at its looks, and would leave it active (and its lag growing) for good."""
+        last = self._retired_at
+        if last is not None and (now - last).total_seconds() < self.config.retire_s:
+            return
+        if last is not None:  # None: register has just retired them
+            self._retire()
+        self._retired_at = now
+
+    def _queues(self) -> list[str]:
+        """The queues of the app: its schedules' and its tasks'. A schedule's record in one
+        of them is this app's to move, to retire or to take."""
+        return sorted({s.queue for s in self.app.schedules.values()} | set(
+            self.app.queue_names()))
+
+    def _register(self, schedule: Schedule) -> ScheduleState:
+        """The schedule's record as this code declares it; ``ScheduleConflict`` when it is
+        active in a queue the app does not use (another app's)."""
+        return self.store.register_schedule(schedule.name, schedule.queue,
+                                            schedule.spec_json(), self._queues())
 
     def run_once(self) -> float:
         """Enqueue every due tick once; returns the seconds until the next tick (at most
@@ -98,6 +133,7 @@ class Scheduler:
         if not self._registered:
             self.register()
         now = self.store.server_now()
+        self._retire_now_and_then(now)
         waits = [self.config.max_sleep_s]
         for schedule in self.app.schedules.values():
             try:
@@ -105,6 +141,10 @@ class Scheduler:
             except LeaseqError as exc:
                 log.warning("schedule %s: %s", schedule.name, self._why(exc),
                             extra={"action": "schedule_failed", "schedule": schedule.name})
+            except Exception as exc:  # one schedule's bug must not stop the others' ticks
+                log.error("schedule %s: unexpected error (%s)\n%s", schedule.name,
+                          self._why(exc), traceback_text(exc, self.app.redact),
+                          extra={"action": "schedule_failed", "schedule": schedule.name})
         return max(min(waits), 0.0)
 
     def run(self, stop: threading.Event) -> None:
@@ -131,11 +171,11 @@ class Scheduler:
 
     def _look(self, schedule: Schedule, now: datetime) -> float:
         state = self.store.schedule_state(schedule.name)
-        if state is None or not state.active:
-            # Deleted by hand (it starts again from now), or marked inactive by a scheduler
-            # of older code that lacks it: this code declares it, so it is active again.
-            state = self.store.register_schedule(schedule.name, schedule.queue,
-                                                 schedule.spec_json())
+        if state is None or not state.active or state.queue != schedule.queue:
+            # Deleted by hand (it starts again from now), marked inactive by a scheduler of
+            # code that lacks it, or moved to another queue: this code declares it here. The
+            # ticks go to the record's queue, so one of another app is never advanced.
+            state = self._register(schedule)
         if state.paused:
             return self.config.max_sleep_s
         running = self._running(schedule, state)
@@ -172,10 +212,7 @@ class Scheduler:
         return job.id if job is not None and job.status in LIVE_STATUSES else None
 
     def _spec(self, schedule: Schedule, tick: datetime) -> JobSpec:
-        task = self.app.get_task(schedule.task)  # its priority, as its own enqueue gives it
-        return self.app.queue(schedule.queue).spec(
-            schedule.job_id(tick), schedule.tick_payload(tick), task=schedule.task,
-            max_attempts=schedule.max_attempts, priority=task.priority if task else 0)
+        return schedule.job_spec(self.app.queue(schedule.queue), schedule.job_id(tick), tick)
 
     @staticmethod
     def _logged(schedule: Schedule, jobs: Sequence[tuple[datetime, JobSpec]]) -> None:
@@ -193,14 +230,12 @@ def trigger(store: Store, name: str) -> str:
         raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
     schedule = Schedule.from_ledger(state.name, state.queue, state.spec_json)
     now = store.server_now()
-    job_id = f"{name}@manual-{format_tick(now)}"
-    spec = Queue(store, state.queue).spec(job_id, schedule.tick_payload(now),
-                                          task=schedule.task,
-                                          max_attempts=schedule.max_attempts)
-    store.enqueue_many(state.queue, [spec], on_conflict="keep")
-    store.append_journal(state.queue, schedule_journal_id(name), ScheduleEvent.TICK_MANUAL.value,
-                 reason=OPERATOR, data={"job": job_id})
-    return job_id
+    spec = schedule.job_spec(Queue(store, state.queue), f"{name}@manual-{format_tick(now)}", now)
+    # the ledger's last job too: with overlap="skip", the ticks wait for this one
+    if not store.trigger_schedule(name, state.queue, spec):
+        raise ScheduleNotFound(f"no schedule named {name[:100]!r} in queue "
+                               f"{state.queue!r} in the ledger (changed meanwhile?)")
+    return spec.job_id
 
 
 def set_paused(store: Store, name: str, paused: bool) -> bool:

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from leaseq.errors import InvalidInput
 from leaseq.ledger import format_tick
+
+if TYPE_CHECKING:
+    from leaseq.job import JobSpec
+    from leaseq.queue import Queue
 
 CatchUp = Literal["skip", "latest", "all"]
 Overlap = Literal["allow", "skip"]
@@ -33,9 +36,12 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 TICK_PARAM = "tick"
 #: The shortest ``every_s``: one job per second per schedule is already a lot of rows.
 MIN_EVERY_S = 1.0
+#: The longest ``every_s``, 100 years: every tick computed from now stays far inside
+#: ``datetime``'s range (year 9999).
+MAX_EVERY_S = 100 * 365.25 * 86_400
 #: Spec fields compared when the code registers a schedule again (a change is journaled).
 SPEC_FIELDS = ("task", "cron", "every_s", "timezone", "catch_up", "max_catch_up", "overlap",
-               "payload", "max_attempts", "takes_tick")
+               "payload", "max_attempts", "takes_tick", "priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,7 @@ class Schedule:
     cron: str | None = None
     """Cron expression, 5 fields or 6 with seconds first. Defaults to None."""
     every_s: float | None = None
-    """Seconds between ticks (≥ 1), aligned to the Unix epoch. Defaults to None."""
+    """Seconds between ticks (1 to 100 years), aligned to the Unix epoch. Defaults to None."""
     timezone: str = "UTC"
     """IANA zone the cron expression is read in. Defaults to UTC."""
     catch_up: CatchUp = "latest"
@@ -76,6 +82,8 @@ class Schedule:
     """The tick job's attempts (the task's policy). Defaults to 5."""
     takes_tick: bool = False
     """Whether the task takes a ``tick`` argument (the tick, an aware datetime)."""
+    priority: int = 0
+    """The tick job's priority (the task's). Defaults to 0."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -115,9 +123,9 @@ class Schedule:
             return
         every = self.every_s
         if (isinstance(every, bool) or not isinstance(every, int | float)
-                or not math.isfinite(every) or every < MIN_EVERY_S):
-            raise InvalidInput(f"schedule {self.name!r}: every_s must be a number ≥ "
-                               f"{MIN_EVERY_S:g}")
+                or not MIN_EVERY_S <= every <= MAX_EVERY_S):
+            raise InvalidInput(f"schedule {self.name!r}: every_s must be a number from "
+                               f"{MIN_EVERY_S:g} to {MAX_EVERY_S:g} (100 years)")
 
     # --- when it ticks ----------------------------------------------------------------------
 
@@ -133,10 +141,14 @@ class Schedule:
 
     def _cron_ticks(self, start: datetime) -> Iterator[datetime]:
         """cronsim's ticks from ``start`` as UTC instants, not yet filtered (see
-        ``_strictly_increasing``)."""
+        ``_strictly_increasing``). A tick of a second offset may follow ``start`` while its
+        minute is before it: the minutes are read from that much earlier."""
         assert self.cron is not None
-        for local in CronSim(self.cron, start.astimezone(self.zone)):
-            yield local.astimezone(UTC)
+        minutes, seconds = _minutes_and_seconds(self.cron)
+        earlier = start - timedelta(seconds=seconds[-1])
+        for local in CronSim(minutes, earlier.astimezone(self.zone)):
+            for second in seconds:
+                yield local.astimezone(UTC) + timedelta(seconds=second)
 
     def next_after(self, moment: datetime) -> datetime:
         return next(self.ticks_after(moment))
@@ -181,6 +193,13 @@ class Schedule:
         """The tick's job id: the schedule's name and the UTC instant."""
         return f"{self.name}@{format_tick(tick)}"
 
+    def job_spec(self, queue: Queue, job_id: str, tick: datetime) -> JobSpec:
+        """The job of a tick (or of a manual one, at ``tick``) for the schedule's ``queue``,
+        with the task's attempts and priority, as the task's own enqueue gives them."""
+        return queue.spec(
+            job_id, self.tick_payload(tick), task=self.task, max_attempts=self.max_attempts,
+            priority=self.priority)
+
     def tick_payload(self, tick: datetime) -> dict[str, Any]:
         payload = dict(self.payload)
         if self.takes_tick:
@@ -204,6 +223,21 @@ class Schedule:
         if self.cron is not None:
             return f"cron {self.cron}"
         return f"every {self.every_s:g} s"
+
+
+def _minutes_and_seconds(cron: str) -> tuple[str, tuple[int, ...]]:
+    """A cron expression as a 5-field one and the seconds of each of its minutes.
+
+    cronsim applies Debian cron's DST rule (docs/periodic.md) only to 5-field expressions at
+    fixed times (minute and hour not starting with ``*``); read as it is, a 6-field one at a
+    fixed time would skip a day at spring forward and fire twice at fall back. So such an
+    expression is read as its 5 last fields, each tick offset by each second of its first.
+    Any other expression is read as it is (``(0,)``: no offset)."""
+    fields = cron.split()
+    if len(fields) != 6 or fields[1].startswith("*") or fields[2].startswith("*"):
+        return cron, (0,)
+    seconds = CronSim(cron, datetime(2000, 1, 1, tzinfo=UTC)).seconds
+    return " ".join(fields[1:]), tuple(sorted(seconds))
 
 
 def _every_ticks_after(step_ms: int, cursor: datetime) -> Iterator[datetime]:

@@ -41,14 +41,20 @@ class SchedulePrimitives(abc.ABC):
     # --- periodic jobs: the schedule ledger (docs/periodic.md) ------------------------------
 
     @abc.abstractmethod
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
         """Write a schedule into the ledger as the code declares it, atomically per schedule.
 
         None of that name → inserted with cursor = now (it ticks only after its
         registration), version 0, active, not paused; journal ``schedule_registered``. One
         with another ``spec_json`` or queue, or inactive → spec and queue replaced, active
-        again, version + 1; journal ``schedule_changed`` naming the changed fields (never
-        their values). The same → no write. Returns the record as it is after.
+        again (cursor = max(cursor, now): the ticks while it was inactive never fire),
+        version + 1; journal ``schedule_changed`` naming the changed fields (never their
+        values). The same → no write. Returns the record as it is after.
+
+        A record is another app's, and nothing is written, when it is active in a queue
+        that is neither ``queue`` nor one of ``queues`` (the registrar's other queues):
+        raises ``ScheduleConflict`` (see ``leaseq.ledger.owned``).
         """
 
     @abc.abstractmethod
@@ -71,6 +77,15 @@ class SchedulePrimitives(abc.ABC):
         True; False (nothing written) when the compare failed. Without transactions the CAS
         also stores the jobs as the record's *intent*, then writes them, then clears it; a
         crash in between leaves the intent for the next ``schedule_state`` to finish."""
+
+    @abc.abstractmethod
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        """A manual tick: when the schedule's record is in ``queue`` → ``spec`` enqueued there
+        (``on_conflict="keep"``), the record's last job = ``spec.job_id`` (so ``overlap=
+        "skip"`` waits for it), version + 1; journal ``tick_manual`` with the job id. The
+        cursor does not move. Returns True; False (nothing written) when there is no such
+        record. Atomic with transactions; without, the record is written first (a crash
+        before the job leaves a last job that is not live, which overlaps nothing)."""
 
     @abc.abstractmethod
     def pause_schedule(self, name: str, paused: bool) -> bool:

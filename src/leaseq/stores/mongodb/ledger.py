@@ -23,9 +23,11 @@ from pymongo.errors import DuplicateKeyError
 from leaseq.job import JobSpec
 from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
+    REVIVE_GRACE_S,
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    owned,
     schedule_changes,
     schedule_journal_id,
 )
@@ -51,19 +53,29 @@ class ScheduleLedger(OffsetClock):
         return self._primary(self._prefix + "_schedules")
 
     @guarded
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
         before = self._insert_schedule(name, queue, spec_json)
         if before is None:
             self._log_schedule(queue, name, ScheduleEvent.REGISTERED, SCHEDULE_REGISTERED)
-        elif before["spec"] != spec_json or before["queue"] != queue or not before["active"]:
+        elif _differs(before, queue, spec_json) and _takes(before, [queue, *queues]):
             changed = self._ledger.find_one_and_update(
                 {"_id": name, "version": before["version"]},
                 [{"$set": {"spec": lit(spec_json), "queue": lit(queue), "active": True,
-                           **self._bumped()}}], return_document=AFTER)
+                           "cursor": self._reactivated_cursor(), **self._bumped()}}],
+                return_document=AFTER)
             if changed is not None:  # else another registrar changed it first, and logged it
                 self._log_schedule(queue, name, ScheduleEvent.CHANGED, SCHEDULE_CHANGED,
                                    schedule_changes(before, queue, spec_json))
-        return _state(self._ledger.find_one({"_id": name}))
+        return owned(_state(self._ledger.find_one({"_id": name})), queue)
+
+    def _reactivated_cursor(self) -> Doc:
+        """A reactivation after ``REVIVE_GRACE_S`` inactive moves the cursor to now, as a
+        resume does: the ticks of the time the schedule was not in the code never fire.
+        Sooner (a rolling deploy's old scheduler retired it), the cursor stays."""
+        gone_long = {"$and": [{"$not": ["$active"]},
+                              {"$lt": ["$updated_at", now(self._off, -REVIVE_GRACE_S)]}]}
+        return {"$cond": [gone_long, {"$max": ["$cursor", now(self._off)]}, "$cursor"]}
 
     def _insert_schedule(self, name: str, queue: str, spec_json: str) -> Doc | None:
         """The document before this call (None: it was inserted now, cursor = now)."""
@@ -127,6 +139,19 @@ class ScheduleLedger(OffsetClock):
         return True
 
     @guarded
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        # The record first: a crash before the job leaves a last job that is not live
+        if self._ledger.find_one_and_update(
+                {"_id": name, "queue": queue},
+                [{"$set": {"last_job_id": lit(spec.job_id), **self._bumped()}}],
+                return_document=AFTER) is None:
+            return False
+        self.enqueue_many(queue, [spec], on_conflict="keep")
+        self._log_schedule(queue, name, ScheduleEvent.TICK_MANUAL, OPERATOR,
+                           {"job": spec.job_id})
+        return True
+
+    @guarded
     def pause_schedule(self, name: str, paused: bool) -> bool:
         cursor = "$cursor" if paused else {"$max": ["$cursor", now(self._off)]}
         doc = self._ledger.find_one_and_update(
@@ -161,6 +186,16 @@ class ScheduleLedger(OffsetClock):
                       data: Mapping[str, Any] | None = None) -> None:
         self._log([Event(queue, schedule_journal_id(name), str(event),
                           {"reason": reason, "data": dict(data) if data else None})])
+
+
+def _differs(doc: Doc, queue: str, spec_json: str) -> bool:
+    return doc["spec"] != spec_json or doc["queue"] != queue or not doc["active"]
+
+
+def _takes(doc: Doc, queues: Sequence[str]) -> bool:
+    """Whether a registrar using ``queues`` may change the record: an active one of another
+    queue is another app's."""
+    return not doc["active"] or doc["queue"] in queues
 
 
 def _intent_job(tick: datetime, spec: JobSpec) -> Doc:

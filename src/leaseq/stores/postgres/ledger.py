@@ -14,9 +14,11 @@ import psycopg
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
+    REVIVE_GRACE_S,
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    owned,
     schedule_changes,
     schedule_journal_id,
 )
@@ -34,8 +36,10 @@ class ScheduleLedger:
                        list[EnqueueResult]]
     notify_local: Callable[[str], None]
 
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
-        params = {"schedule": name, "queue": queue, "spec": spec_json}
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
+        params = {"schedule": name, "queue": queue, "spec": spec_json, "queues": list(queues),
+                  "revive_grace_s": REVIVE_GRACE_S}
 
         def work(conn: psycopg.Connection) -> ScheduleState:
             if self._rows(conn, "schedule_insert", **params):
@@ -46,7 +50,7 @@ class ScheduleLedger:
                     self._log_schedule(conn, queue, name, ScheduleEvent.CHANGED,
                                        SCHEDULE_CHANGED, schedule_changes(old, queue, spec_json))
             return _schedule(self._rows(conn, "schedule_get", schedule=name)[0])
-        return self._session.run(work)
+        return owned(self._session.run(work), queue)
 
     def _log_schedule(self, conn: psycopg.Connection, queue: str, name: str, event: str,
                       reason: str, data: Mapping[str, Any] | None = None) -> None:
@@ -80,6 +84,20 @@ class ScheduleLedger:
         if queue is not None and advance.jobs:
             self.notify_local(queue)
         return queue is not None
+
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            if not self._rows(conn, "schedule_trigger", schedule=name, queue=queue,
+                              job_id=spec.job_id):
+                return False
+            self._enqueue(conn, queue, [spec], "keep")  # NOTIFYs the workers at commit
+            self._log_schedule(conn, queue, name, ScheduleEvent.TICK_MANUAL, OPERATOR,
+                               {"job": spec.job_id})
+            return True
+        triggered = self._session.run(work)
+        if triggered:
+            self.notify_local(queue)
+        return triggered
 
     def pause_schedule(self, name: str, paused: bool) -> bool:
         event = ScheduleEvent.PAUSED if paused else ScheduleEvent.RESUMED

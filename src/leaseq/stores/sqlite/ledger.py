@@ -14,9 +14,11 @@ from typing import Any
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
+    REVIVE_GRACE_S,
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    owned,
     schedule_changes,
     schedule_journal_id,
 )
@@ -35,10 +37,12 @@ class ScheduleLedger:
     _time: Callable[[Any], datetime | None]
     _stamp: Callable[[Any], datetime]
 
-    def register_schedule(self, name: str, queue: str, spec_json: str) -> ScheduleState:
+    def register_schedule(self, name: str, queue: str, spec_json: str,
+                          queues: Sequence[str] = ()) -> ScheduleState:
         with self._tx() as conn:
             old = self._rows(conn, "schedule_get", schedule=name)
-            params = {"schedule": name, "queue": queue, "spec": spec_json}
+            params = {"schedule": name, "queue": queue, "spec": spec_json,
+                      "queues": json.dumps(list(queues)), "revive_grace_s": REVIVE_GRACE_S}
             if not old and self._rows(conn, "schedule_insert", **params):
                 self._journal(conn, queue, schedule_journal_id(name),
                               ScheduleEvent.REGISTERED.value, reason=SCHEDULE_REGISTERED)
@@ -46,7 +50,8 @@ class ScheduleLedger:
                 self._journal(conn, queue, schedule_journal_id(name),
                               ScheduleEvent.CHANGED.value, reason=SCHEDULE_CHANGED,
                               data=schedule_changes(old[0], queue, spec_json))
-            return self._schedule(self._rows(conn, "schedule_get", schedule=name)[0])
+            state = self._schedule(self._rows(conn, "schedule_get", schedule=name)[0])
+        return owned(state, queue)
 
     def schedule_state(self, name: str) -> ScheduleState | None:
         rows = self._read("schedule_get", schedule=name)
@@ -72,6 +77,18 @@ class ScheduleLedger:
                               data=data)
         if advance.jobs:
             self.notify_local(queue)
+        return True
+
+    def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        with self._tx() as conn:
+            if not self._rows(conn, "schedule_trigger", schedule=name, queue=queue,
+                              job_id=spec.job_id):
+                return False
+            self._enqueue(conn, queue, [spec], "keep")
+            self._journal(conn, queue, schedule_journal_id(name),
+                          ScheduleEvent.TICK_MANUAL.value, reason=OPERATOR,
+                          data={"job": spec.job_id})
+        self.notify_local(queue)
         return True
 
     def pause_schedule(self, name: str, paused: bool) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from leaseq.app import App
+from leaseq.errors import ScheduleConflict
 from leaseq.ledger import ScheduleEvent, ScheduleState, schedule_journal_id
 from leaseq.scheduler.plan import plan
 from leaseq.scheduler.service import Scheduler, SchedulerConfig, set_paused, trigger
@@ -38,6 +39,17 @@ def _app(store: Store, name: str = "hourly", **schedule: Any) -> App:
         """A periodic task that takes its tick."""
 
     app.schedule(name, report, **{"every_s": HOUR_S, **schedule})
+    return app
+
+
+def _app_in(store: Store, queue: str, name: str, also: str | None = None) -> App:
+    """An app whose task ``{queue}_task`` runs in ``queue``, with the hourly schedule
+    ``name`` of it; ``also``: a second queue it uses."""
+    app = App(store=store)
+    app.task(lambda: None, name=f"{queue}_task", queue=queue)
+    if also is not None:
+        app.task(lambda: None, name=f"{also}_task", queue=also)
+    app.schedule(name, f"{queue}_task", every_s=HOUR_S)
     return app
 
 
@@ -186,18 +198,20 @@ class ScheduleSuite:
     def test_a_process_clock_off_by_an_hour_makes_the_same_ticks(
         self, leaseq_store: FreshStore
     ) -> None:
-        # Given two identical schedules, a tick due on the store's clock
+        # Given two identical schedules of one app, a tick due on the store's clock
         store = leaseq_store.store
         _at_half_past(store)
-        ahead, behind = _app(store, "ahead"), _app(store, "behind")
-        for app in (ahead, behind):
-            _register(app)
+        both = _app(store, "ahead")
+        both.schedule("behind", "report", every_s=HOUR_S)
+        _register(both)
         advance(store, HOUR_S)
         # When one scheduler's process clock is an hour ahead and the other's an hour behind
-        with shifted_clock(+HOUR_S):
-            Scheduler(ahead, SchedulerConfig(jitter_s=0)).run_once()
-        with shifted_clock(-HOUR_S):
-            Scheduler(behind, SchedulerConfig(jitter_s=0)).run_once()
+        # (each looking at one of them, as registered)
+        for name, shift in (("ahead", +HOUR_S), ("behind", -HOUR_S)):
+            scheduler = Scheduler(_app(store, name), SchedulerConfig(jitter_s=0))
+            scheduler._registered = True
+            with shifted_clock(shift):
+                scheduler.run_once()
         # Then both enqueued the same tick, the one the store's clock says is due
         made = [_tick_ids(store, f"{name}@") for name in ("ahead", "behind")]
         assert [ids[0].split("@")[1] for ids in made if len(ids) == 1] == [
@@ -308,6 +322,99 @@ class ScheduleLedgerSuite:
         revived.run_once()
         assert _state(store, "old").active
 
+    def test_a_schedule_declared_again_skips_the_ticks_it_was_gone(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given an hourly catch_up="all" schedule that code without it marked inactive
+        store = leaseq_store.store
+        _at_half_past(store)
+        _register(_app(store, "old", catch_up="all"))
+        _register(_app(store, "new"))
+        # When code that declares it again starts three hours later, and looks
+        advance(store, 3 * HOUR_S)
+        back = _register(_app(store, "old", catch_up="all"))
+        back.run_once()
+        # Then the ticks of its absence never fire (as a pause's); the next one does
+        assert _state(store, "old").active and _tick_ids(store, "old@") == []
+        advance(store, HOUR_S)
+        back.run_once()
+        assert len(_tick_ids(store, "old@")) == 1
+
+    def test_a_schedule_retired_for_minutes_by_a_rolling_deploy_keeps_its_ticks(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given an hourly schedule that a scheduler of other code (a rolling deploy's old
+        # one) marked inactive at half past
+        store = leaseq_store.store
+        _at_half_past(store)
+        _register(_app(store, "old", catch_up="all"))
+        _register(_app(store, "new"))
+        # When the code that declares it looks again 40 minutes later, past the hour
+        advance(store, 40 * 60)
+        back = _register(_app(store, "old", catch_up="all"))
+        back.run_once()
+        # Then the tick of the hour still fires: an absence shorter than REVIVE_GRACE_S
+        # keeps the cursor
+        assert _state(store, "old").active and len(_tick_ids(store, "old@")) == 1
+
+    def test_a_name_active_in_another_apps_queue_is_refused_and_left_alone(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given app "billing" whose schedule "cleanup" ticks in its queue, and app "mail",
+        # on the same store, that declares a schedule of that name in its own queue
+        store = leaseq_store.store
+        _at_half_past(store)
+        billing = _register(_app_in(store, "billing", "cleanup"))
+        before = _state(store, "cleanup")
+        mail = _register(_app_in(store, "mail", "cleanup"))
+        # When mail registers it in the ledger, then both schedulers look an hour later
+        with pytest.raises(ScheduleConflict, match=r"'billing'.*schedule_name"):
+            store.register_schedule("cleanup", "mail", before.spec_json, ["mail"])
+        advance(store, HOUR_S)
+        mail.run_once()
+        billing.run_once()
+        # Then the record is billing's as it was, and its tick went to billing with its task
+        after = _state(store, "cleanup")
+        assert (after.queue, after.spec_json, after.version) == (
+            "billing", before.spec_json, before.version + 1)  # + 1: billing's advance
+        assert store.list_jobs("mail") == []
+        assert [j.task for j in store.list_jobs("billing")] == ["billing_task"]
+
+    def test_a_schedule_moves_between_its_apps_queues_and_takes_an_inactive_record(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule in queue "a" of an app that uses queues "a" and "b"
+        store = leaseq_store.store
+        _register(_app_in(store, "a", "moving", also="b"))
+        # When the app declares it in "b", its record moves there
+        assert _register(_app_in(store, "b", "moving", also="a")) is not None
+        assert _state(store, "moving").queue == "b"
+        # and when code without it retires it, another app may take the name
+        store.deactivate_schedules(["a", "b"], [])
+        taken = store.register_schedule("moving", "c", _state(store, "moving").spec_json)
+        assert (taken.queue, taken.active) == ("c", True)
+
+    def test_the_newest_code_retires_a_schedule_an_old_scheduler_revived(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a rolling deploy: a scheduler of old code that declares "old", started
+        # first, and one of new code without it, whose start marked it inactive
+        store = leaseq_store.store
+        _at_half_past(store)
+        old = _register(_app(store, "old"))
+        new = _register(_app(store, "new"))
+        new.run_once()
+        # When the old one looks (reactivating it), then stops, and the new one runs on
+        old.run_once()
+        assert _state(store, "old").active
+        advance(store, SchedulerConfig().retire_s)
+        new.run_once()
+        # Then the new code's word stands: inactive, never fired again
+        assert not _state(store, "old").active
+        advance(store, 3 * HOUR_S)
+        new.run_once()
+        assert not _state(store, "old").active and _tick_ids(store, "old@") == []
+
     def test_pause_stops_ticks_and_resume_skips_the_paused_ones(
         self, leaseq_store: FreshStore
     ) -> None:
@@ -364,6 +471,26 @@ class ScheduleLedgerSuite:
         assert _state(store).cursor == before.cursor
         assert ScheduleEvent.TICK_MANUAL in events(
             store.journal(QUEUE, schedule_journal_id("hourly")))
+
+    def test_a_manual_job_has_the_tasks_priority_and_overlap_skip_waits_for_it(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule that skips overlapping ticks, of a task of priority 7
+        store = leaseq_store.store
+        _at_half_past(store)
+        app = App(store=store)
+        app.task(lambda: None, name="urgent", queue=QUEUE, priority=7)
+        app.schedule("hourly", "urgent", every_s=HOUR_S, overlap="skip")
+        scheduler = _register(app)
+        # When an operator triggers it, and its tick comes while that job is still pending
+        job_id = trigger(store, "hourly")
+        advance(store, HOUR_S)
+        scheduler.run_once()
+        # Then the manual job has the task's priority, and the tick was skipped for it
+        job = store.get(QUEUE, job_id)
+        assert job is not None and job.priority == 7
+        assert _tick_ids(store, "hourly@2") == [] and _state(store).skipped == 1
+        assert _state(store).last_job_id == job_id
 
 
 def _stale_advance(state: Any) -> Any:

@@ -13,11 +13,19 @@ RETURNING name;
 -- name: schedule_lock
 SELECT * FROM {schedules} WHERE name = %(schedule)s FOR UPDATE;
 
+-- A reactivation after more than revive_grace_s inactive (leaseq.ledger.REVIVE_GRACE_S)
+-- moves the cursor to now, as a resume does: the ticks of the time the schedule was not in
+-- the code never fire. Sooner (a rolling deploy's old scheduler retired it), it keeps it. An active record of a queue the registrar does
+-- not use (queues) is another app's and is left alone.
 -- name: schedule_respec
 UPDATE {schedules}
 SET spec = %(spec)s, queue = %(queue)s, active = true, version = version + 1,
-    updated_at = {now}
+    updated_at = {now},
+    cursor = CASE WHEN NOT active
+                       AND updated_at < {now} - make_interval(secs => %(revive_grace_s)s)
+                  THEN greatest(cursor, {now}) ELSE cursor END
 WHERE name = %(schedule)s AND (spec <> %(spec)s OR queue <> %(queue)s OR NOT active)
+  AND (NOT active OR queue = %(queue)s OR queue = ANY(%(queues)s::text[]))
 RETURNING name;
 
 -- name: schedule_get
@@ -37,6 +45,13 @@ SET cursor = %(cursor)s, version = version + 1,
     skipped = skipped + %(skipped)s, updated_at = {now}
 WHERE name = %(schedule)s AND version = %(version)s AND NOT paused AND active
   AND cursor < %(cursor)s
+RETURNING queue;
+
+-- A manual tick: its job is the last one (overlap="skip" waits for it); the cursor stays.
+-- name: schedule_trigger
+UPDATE {schedules}
+SET last_job_id = %(job_id)s, version = version + 1, updated_at = {now}
+WHERE name = %(schedule)s AND queue = %(queue)s
 RETURNING queue;
 
 -- A resume moves the cursor to now: the ticks of the pause never fire.

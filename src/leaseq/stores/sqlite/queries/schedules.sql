@@ -9,10 +9,17 @@ VALUES (:schedule, :queue, :spec, {now}, 0, {now}, {now})
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
+-- A reactivation after more than :revive_grace_s inactive (leaseq.ledger.REVIVE_GRACE_S)
+-- moves the cursor to now, as a resume does: the ticks of the time the schedule was not in
+-- the code never fire. Sooner (a rolling deploy's old scheduler retired it), it keeps it. An active record of a queue the registrar does
+-- not use (:queues) is another app's and is left alone.
 -- name: schedule_respec
 UPDATE leaseq_schedules
-SET spec = :spec, queue = :queue, active = 1, version = version + 1, updated_at = {now}
+SET spec = :spec, queue = :queue, active = 1, version = version + 1, updated_at = {now},
+    cursor = CASE WHEN active = 0 AND updated_at < {now} - :revive_grace_s
+                  THEN max(cursor, {now}) ELSE cursor END
 WHERE name = :schedule AND (spec <> :spec OR queue <> :queue OR active = 0)
+  AND (active = 0 OR queue = :queue OR queue IN (SELECT value FROM json_each(:queues)))
 RETURNING name;
 
 -- name: schedule_get
@@ -29,6 +36,13 @@ SET cursor = :cursor, version = version + 1,
     last_tick = coalesce(:last_tick, last_tick), last_job_id = coalesce(:last_job_id, last_job_id),
     skipped = skipped + :skipped, updated_at = {now}
 WHERE name = :schedule AND version = :version AND paused = 0 AND active = 1 AND cursor < :cursor
+RETURNING queue;
+
+-- A manual tick: its job is the last one (overlap="skip" waits for it); the cursor stays.
+-- name: schedule_trigger
+UPDATE leaseq_schedules
+SET last_job_id = :job_id, version = version + 1, updated_at = {now}
+WHERE name = :schedule AND queue = :queue
 RETURNING queue;
 
 -- A resume moves the cursor to now: the ticks of the pause never fire.
