@@ -3,8 +3,6 @@ lifespan started again after a shutdown, on SQLite and PostgreSQL (a fresh schem
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +13,12 @@ pytest.importorskip("fastapi", reason="leaseq[fastapi] is not installed")
 
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.testclient import TestClient
+from fastapi_helpers import fresh_store_url
 
 import leaseq
 from leaseq import connect
 from leaseq.contrib.fastapi import jobs_router, lifespan, new_job_id
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 ALICE, BOB = {"Authorization": "alice"}, {"Authorization": "bob"}
 
 
@@ -32,19 +30,11 @@ def caller(authorization: str = Header(default="")) -> str:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-        return
-    psycopg = pytest.importorskip("psycopg", reason="leaseq[postgres] is not installed")
-    base = os.environ.get("LEASEQ_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
-    try:
-        psycopg.connect(base, connect_timeout=3).close()
-    except psycopg.Error:
-        pytest.skip("PostgreSQL not reachable")
-    schema_url = f"{base}{'&' if '?' in base else '?'}schema=api_{uuid.uuid4().hex[:12]}"
-    yield schema_url
-    with connect(schema_url) as store:
-        store.drop()
+    store_url = fresh_store_url(request.param, tmp_path)
+    yield store_url
+    if request.param == "postgres":
+        with connect(store_url) as store:
+            store.drop()
 
 
 @pytest.fixture

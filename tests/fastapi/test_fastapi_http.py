@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,13 +19,14 @@ httpx = pytest.importorskip("httpx", reason="httpx is not installed")
 pytest.importorskip("fastapi", reason="leaseq[fastapi] is not installed")
 pytest.importorskip("uvicorn", reason="leaseq[fastapi] is not installed")
 
+from fastapi_helpers import fresh_store_url  # noqa: E402
+
 from leaseq import Queue, connect  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app"
 ALICE = {"Authorization": "Bearer secret-token-alice"}
 BOB = {"Authorization": "Bearer secret-token-bob"}
 BODY = {"customer_id": 42, "month": "2026-03"}
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def _free_port() -> int:
@@ -88,16 +88,7 @@ def server(url: str) -> Iterator[Server]:
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_store_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     """The server on SQLite, and on PostgreSQL (a fresh schema) when the server answers."""
-    if request.param == "sqlite":
-        store_url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        psycopg = pytest.importorskip("psycopg", reason="leaseq[postgres] is not installed")
-        base = os.environ.get("LEASEQ_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
-        try:
-            psycopg.connect(base, connect_timeout=3).close()
-        except psycopg.Error:
-            pytest.skip("PostgreSQL not reachable")
-        store_url = f"{base}{'&' if '?' in base else '?'}schema=api_{uuid.uuid4().hex[:12]}"
+    store_url = fresh_store_url(request.param, tmp_path)
     running = Server(store_url)
     yield running
     running.close()

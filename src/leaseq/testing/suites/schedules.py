@@ -77,6 +77,14 @@ def _register(app: App) -> Scheduler:
     return scheduler
 
 
+def _retired_at_half_past(store: Store) -> None:
+    """An hourly ``catch_up="all"`` schedule "old", registered at half past, then marked
+    inactive there by a scheduler of code that declares only "new"."""
+    _at_half_past(store)
+    _register(_app(store, "old", catch_up="all"))
+    _register(_app(store, "new"))
+
+
 def _race(fresh: FreshStore, schedulers: int, **schedule: Any) -> None:
     """``schedulers`` threads, each with its own connection and scheduler, look at once."""
     barrier = threading.Barrier(schedulers)
@@ -327,9 +335,7 @@ class ScheduleLedgerSuite:
     ) -> None:
         # Given an hourly catch_up="all" schedule that code without it marked inactive
         store = leaseq_store.store
-        _at_half_past(store)
-        _register(_app(store, "old", catch_up="all"))
-        _register(_app(store, "new"))
+        _retired_at_half_past(store)
         # When code that declares it again starts three hours later, and looks
         advance(store, 3 * HOUR_S)
         back = _register(_app(store, "old", catch_up="all"))
@@ -346,9 +352,7 @@ class ScheduleLedgerSuite:
         # Given an hourly schedule that a scheduler of other code (a rolling deploy's old
         # one) marked inactive at half past
         store = leaseq_store.store
-        _at_half_past(store)
-        _register(_app(store, "old", catch_up="all"))
-        _register(_app(store, "new"))
+        _retired_at_half_past(store)
         # When the code that declares it looks again 40 minutes later, past the hour
         advance(store, 40 * 60)
         back = _register(_app(store, "old", catch_up="all"))
