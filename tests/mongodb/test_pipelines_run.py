@@ -159,3 +159,27 @@ def test_the_outbox_owes_only_due_unpublished_pending_jobs():
     assert matches(documents.outbox_due(0), due, NOW)
     assert not matches(documents.outbox_due(0), {**due, "published_at": EARLIER}, NOW)
     assert not matches(documents.outbox_due(0), {**due, "lease_until": LATER}, NOW)
+
+
+# --- a new revision's key while the old one runs ------------------------------------------
+
+
+def test_a_revision_for_a_running_job_keeps_its_key_and_saves_the_new_one():
+    fields = upserts.upsert_fields(upserts.STALE, "t", "r2", 3, 0, 0, concurrency_key="new")
+    doc = run([{"$set": fields}], running(concurrency_key="old"), NOW)
+    assert (doc["stale"], doc["concurrency_key"], doc["next_concurrency_key"]) == (
+        True, "old", "new")
+
+
+@pytest.mark.parametrize("pipeline", [
+    documents.stale_give_back(0), documents.return_expired(0), documents.claim("w", 60, 0),
+    documents.operator_cancel(0)])
+def test_the_new_revisions_key_is_taken_when_the_old_attempt_ends(pipeline):
+    stale = running(concurrency_key="old", stale=True, next_concurrency_key="new",
+                    lease_until=EARLIER)
+    assert after(pipeline, stale)["concurrency_key"] == "new"
+    assert after(pipeline, {**stale, "next_concurrency_key": None})["concurrency_key"] is None
+    # A job that is not stale, or a stale one from before the field, keeps its key
+    assert after(pipeline, {**stale, "stale": False})["concurrency_key"] == "old"
+    older = {k: v for k, v in stale.items() if k != "next_concurrency_key"}
+    assert after(pipeline, older)["concurrency_key"] == "old"

@@ -277,3 +277,56 @@ def test_the_limits_document_records_the_limits_of_the_claim(db, store):
     store.claim("q", "w", 1, 60, ClaimLimits(key_limit=3, rate_per_s=7))
     update = db.of(LIMITS, "find_one_and_update")[0][0][1][0]["$set"]
     assert (update["key_limit"], update["rate_per_s"]) == ({"$literal": 3}, {"$literal": 7})
+
+
+# --- a new revision's key (next_concurrency_key) ------------------------------------------
+
+
+def moving(job_id: str, old: str | None, new: str | None) -> dict[str, Any]:
+    """A candidate whose lease ran out after a new revision named key ``new``."""
+    return {"_id": job_id, "priority": 9, "lease_until": T0, "concurrency_key": old,
+            "stale": True, "next_concurrency_key": new}
+
+
+def test_the_front_counts_a_lapsed_job_under_its_new_revisions_key(db, store):
+    # Given at the front a lapsed job moving from key a (room) to key b (full), and one of a
+    db[LIMITS].answer("find_one_and_update", gate())
+    db[Q].answer("find", [moving("m1", "a", "b"),
+                          {"_id": "a1", "priority": 0, "lease_until": T0, "concurrency_key": "a"}])
+    db[Q].answer("aggregate", [{"_id": "a", "running": 1}, {"_id": "b", "running": 2}])
+    db[Q].answer("find_one_and_update", job("a1"))
+    # When it claims up to 3
+    jobs = store.claim("q", "w", 3, 60, KEYS)
+    # Then the moving job waits for b's slot; a's job goes
+    assert [j.id for j in jobs] == ["a1"] and claimed_ids(db) == ["a1"]
+    (count,) = db.of(Q, "aggregate")
+    assert count[0][0] == documents.keys_running(["a", "b"])
+    (front,) = db.of(Q, "find")
+    assert {"stale", "next_concurrency_key"} <= set(front[0][1])
+
+
+def test_the_key_walk_leaves_a_lapsed_job_moving_to_another_key(db, store):
+    # Given a full front of key b, and under key a (room) a lapsed job moving to key b and one
+    # moving to no key (it is one of the jobs without a key then)
+    db[LIMITS].answer("find_one_and_update", gate())
+    full_front = [{"_id": f"b{i}", "priority": 9, "lease_until": T0, "concurrency_key": "b"}
+                  for i in range(2 * 3 + UNKEYED_SCAN)]
+    db[Q].answer("find", full_front, [moving("u1", "a", None)],
+                 [moving("m1", "a", "b"),
+                  {"_id": "a1", "priority": 0, "lease_until": T0, "concurrency_key": "a"}])
+    db[Q].answer("aggregate", [{"_id": "b", "running": 2}], [{"_id": "b"}, {"_id": "a"}],
+                 [{"_id": "b", "running": 2, "ready": 0}, {"_id": "a", "running": 0, "ready": 2}])
+    db[Q].answer("find_one_and_update", job("u1"), job("a1"))
+    # When it claims up to 3
+    jobs = store.claim("q", "w", 3, 60, KEYS)
+    # Then the walk of key a takes a's own job; the job moving to no key comes as unkeyed
+    assert claimed_ids(db) == ["u1", "a1"] and len(jobs) == 2
+
+
+def test_claim_one_counts_a_lapsed_job_under_its_new_revisions_key(db, store):
+    db[LIMITS].answer("find_one_and_update", gate())
+    db[Q].answer("find_one", moving("m1", "a", "b"))
+    db[Q].answer("count_documents", 1)
+    assert store.claim_one("q", "m1", "w", 60, ClaimLimits(key_limit=1)) is None
+    (count,) = db.of(Q, "count_documents")
+    assert count[0][0]["concurrency_key"] == "b"

@@ -39,7 +39,8 @@ DEFAULT_MAX_ATTEMPTS = 5
 PENDING, PROCESSING, FAILED = "pending", "processing", "failed"
 #: The record's own fields; every other top-level field is payload. The counters are listed
 #: here too, so a record field is never read as payload whatever the validator reserves.
-RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks", "priority", "concurrency_key"}
+RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks", "priority", "concurrency_key",
+                               "next_concurrency_key"}
 #: Fields of the record kept when a new payload replaces the old one (the rest is payload).
 RECORD_FIELDS = sorted(RECORD_KEYS)
 #: The stored document's own record fields, without its payload (an expression).
@@ -105,6 +106,14 @@ def refunded() -> Doc:
 
 def is_stale() -> Doc:
     return {"$eq": [{"$ifNull": ["$stale", False]}, True]}
+
+
+def key_after_revision() -> Doc:
+    """The key a job runs with once its current attempt ends: a stale job's new revision's
+    (``next_concurrency_key``; a stale document from before that field keeps its key)."""
+    waiting = {"$ne": [{"$type": "$next_concurrency_key"}, "missing"]}
+    return {"$cond": [{"$and": [is_stale(), waiting]}, "$next_concurrency_key",
+                      "$concurrency_key"]}
 
 
 def spent() -> Doc:
@@ -355,6 +364,7 @@ def claim(worker_id: str, lease_s: float, offset_s: float) -> list[Doc]:
         "lease_epoch": {"$add": [{"$ifNull": ["$lease_epoch", 0]}, 1]},
         "max_attempts": max_attempts(),
         "stale": False,
+        "concurrency_key": key_after_revision(),
         "updated_at": now(offset_s),
         "first_seen_at": first_seen(offset_s),
     }}]
@@ -443,7 +453,8 @@ def give_back(started: bool, max_givebacks: int, offset_s: float) -> list[Doc]:
 def stale_give_back(offset_s: float) -> list[Doc]:
     """What a stale job's finish writes instead: its new revision never ran, so it starts
     afresh (attempts and counters 0), ready now."""
-    return [{"$set": {**_ready_again(offset_s), "attempts": 0, "snoozes": 0, "givebacks": 0}}]
+    return [{"$set": {**_ready_again(offset_s), "attempts": 0, "snoozes": 0, "givebacks": 0,
+                      "concurrency_key": key_after_revision()}}]
 
 
 def _ready_again(offset_s: float) -> Doc:
@@ -477,7 +488,8 @@ def return_expired(offset_s: float) -> list[Doc]:
 
     return [{"$set": {**_ready_again(offset_s), "attempts": unless_stale(attempts()),
                       "snoozes": unless_stale(snoozes()),
-                      "givebacks": unless_stale(givebacks())}}]
+                      "givebacks": unless_stale(givebacks()),
+                      "concurrency_key": key_after_revision()}}]
 
 
 def exhaust_pending(offset_s: float) -> list[Doc]:
@@ -499,7 +511,7 @@ def operator_requeue(offset_s: float) -> list[Doc]:
 
 def operator_cancel(offset_s: float) -> list[Doc]:
     return [{"$set": {"status": "cancelled", "lease_until": None, "stale": False,
-                      "updated_at": now(offset_s)}}]
+                      "concurrency_key": key_after_revision(), "updated_at": now(offset_s)}}]
 
 
 def mark_published(offset_s: float) -> list[Doc]:

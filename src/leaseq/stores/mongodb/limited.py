@@ -25,7 +25,7 @@ Mixed into ``MongoStore`` (see store.py), after ``WorkerWrites``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,8 +52,10 @@ from leaseq.stores.mongodb.connection import guarded
 from leaseq.stores.mongodb.records import Event
 
 AFTER = ReturnDocument.AFTER
-#: What a limited claim reads of a candidate: enough to put candidates in claim order.
-CANDIDATE = {"_id": 1, "priority": 1, "lease_until": 1, "concurrency_key": 1}
+#: What a limited claim reads of a candidate: enough to put candidates in claim order and
+#: tell the key each would run with (``run_key``).
+CANDIDATE = {"_id": 1, "priority": 1, "lease_until": 1, "concurrency_key": 1, "stale": 1,
+             "next_concurrency_key": 1}
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
@@ -128,7 +130,7 @@ class LimitedClaims:
                 return chosen
         found = [d for d in coll.find(claimable, CANDIDATE, sort=order,
                                       limit=room + UNKEYED_SCAN, session=session)
-                 if d.get("concurrency_key") is None][:room]
+                 if run_key(d) is None][:room]
         pending = {k["_id"] for k in coll.aggregate(documents.pending_keys(), session=session)}
         counts = {c["_id"]: c for c in coll.aggregate(
             documents.key_counts(self._off, processing_only=True), session=session)}
@@ -136,9 +138,10 @@ class LimitedClaims:
         for key in sorted(pending | {key for key, c in counts.items() if c["ready"]}):
             running = counts[key]["running"] if key in counts else 0
             free = min(free_slots(limits.key_limit, running), room)
-            if free:
-                found += coll.find(documents.claimable_keyed(key, self._off), CANDIDATE,
-                                   sort=order, limit=free, session=session)
+            if free:  # a lapsed job moving to another key is not this key's (run_key)
+                found += [d for d in coll.find(documents.claimable_keyed(key, self._off),
+                                               CANDIDATE, sort=order, limit=free,
+                                               session=session) if run_key(d) == key]
         found.sort(key=_claim_order)
         return [d["_id"] for d in found[:room]]
 
@@ -151,8 +154,8 @@ class LimitedClaims:
                                sort=documents.CLAIM_SORT, limit=size, session=session))
         # A key that is not a string (an adopted collection's) is left out, as the key walk
         # leaves it out; the window still read it, so it counts against the window's size.
-        window = [(d["_id"], d.get("concurrency_key")) for d in front
-                  if d.get("concurrency_key") is None or isinstance(d["concurrency_key"], str)]
+        window = [(d["_id"], run_key(d)) for d in front
+                  if run_key(d) is None or isinstance(run_key(d), str)]
         keys = sorted({key for _, key in window if key is not None})
         running = {r["_id"]: int(r["running"]) for r in coll.aggregate(
             documents.keys_running(keys), session=session)} if keys else {}
@@ -162,8 +165,8 @@ class LimitedClaims:
     def _key_has_room(self, coll: Any, job_id: str, limits: ClaimLimits, session: Any) -> bool:
         if limits.key_limit is None:
             return True
-        doc = coll.find_one({"_id": job_id}, {"concurrency_key": 1}, session=session)
-        key = None if doc is None else doc.get("concurrency_key")
+        doc = coll.find_one({"_id": job_id}, CANDIDATE, session=session)
+        key = None if doc is None else run_key(doc)
         if not isinstance(key, str):
             return True
         running = coll.count_documents(
@@ -216,3 +219,11 @@ def _claim_order(doc: dict[str, Any]) -> tuple[float, datetime, str]:
     priority = doc.get("priority")
     rank = -float(priority) if isinstance(priority, int | float) else float("inf")
     return rank, records.dt(doc.get("lease_until")) or _EARLIEST, doc["_id"]
+
+
+def run_key(doc: Mapping[str, Any]) -> Any:
+    """The key a candidate runs with if claimed: a lapsed stale job's new revision's
+    (``documents.key_after_revision``, which the claim writes), else its own."""
+    if doc.get("stale") is True and "next_concurrency_key" in doc:
+        return doc["next_concurrency_key"]
+    return doc.get("concurrency_key")

@@ -25,6 +25,7 @@ from leaseq.testing.harness import (
     W2,
     FreshStore,
     advance,
+    advance_past,
     must_get,
     run_processes,
 )
@@ -204,6 +205,52 @@ class LimitsSuite:
         q.complete(must_get(q, "a0"))
         assert [j.id for j in q.claim(W2, limit=10)] == ["a2"]
         assert q.held_back() == HeldBack()
+
+    @pytest.mark.parametrize("back", ["finish", "lapse", "lapse-claim-one", "reclaim"])
+    def test_a_revision_that_arrives_while_its_job_runs_moves_it_to_the_new_key(
+        self, leaseq_store: FreshStore, back: str
+    ) -> None:
+        _needs_limits(leaseq_store)
+        # Given key_limit 2; "a" running under key "old" (a slot to spare there), "n1" and "n2"
+        # running under key "new" (full) and 60 more of "new" waiting (more than a claim's
+        # look at the queue's front, so the claim walks the keys)
+        q = leaseq_store.queue(key_limit=2)
+        q.enqueue("a", {"v": 1}, revision="1", concurrency_key="old")
+        q.enqueue_many([q.spec(f"n{i}", {}, concurrency_key="new") for i in range(1, 63)])
+        first = q.claim_one("a", W1, lease_s=60)
+        running_new = [q.claim_one(n, W2, lease_s=LONG_LEASE_S) for n in ("n1", "n2")]
+        assert first is not None and None not in running_new
+        # When a new revision of "a" names key "new" (first in line there), and "a" goes back
+        # (or its lease lapses)
+        q.enqueue("a", {"v": 2}, revision="2", concurrency_key="new", priority=1)
+        if back == "finish":
+            q.complete(first)
+            assert must_get(q, "a").concurrency_key == "new"
+        else:
+            advance_past(leaseq_store.store, first.lease_until)
+            if back == "reclaim":
+                assert q.reclaim_expired() == (0, 1)
+        # Then "a" waits for a slot of "new", whichever way the claim comes (old's spare slot
+        # is not the one it would run in)
+        if back == "lapse-claim-one":
+            assert q.claim_one("a", W1) is None
+        assert q.claim(W1, limit=10) == []
+        # And once one of "new"'s jobs finishes, "a" runs under "new"
+        q.complete(running_new[0])  # type: ignore[arg-type]
+        if back.startswith("lapse"):
+            assert q.reclaim_expired() == (0, 1)  # a lapsed one comes back at the sweep
+        (again,) = q.claim(W1, limit=10)
+        assert (again.id, again.revision, again.concurrency_key) == ("a", "2", "new")
+
+    def test_a_cancelled_revision_keeps_its_new_key(self, leaseq_store: FreshStore) -> None:
+        q = leaseq_store.queue()
+        q.enqueue("a", {"v": 1}, revision="1", concurrency_key="old")
+        q.claim(W1)
+        q.enqueue("a", {"v": 2}, revision="2", concurrency_key=None)
+        assert q.cancel("a")
+        assert q.requeue("a")
+        (again,) = q.claim(W1)
+        assert (again.revision, again.concurrency_key) == ("2", None)
 
     def test_claim_one_obeys_the_key_limit(self, leaseq_store: FreshStore) -> None:
         _needs_limits(leaseq_store)

@@ -165,26 +165,30 @@ class RetrySuite:
         self, leaseq_store: FreshStore, finish: str
     ) -> None:
         # Given a job on its last attempt, snoozed and given back before, whose payload got a
-        # new revision while it was processing
+        # new revision (with another concurrency key) while it was processing
         q = leaseq_store.queue(max_attempts=2)
-        q.enqueue("j1", {"v": 1}, revision="r1")
+        q.enqueue("j1", {"v": 1}, revision="r1", concurrency_key="old")
         q.snooze(q.claim(W1)[0], 0)
         q.give_back(q.claim(W1)[0], started=True)
         q.retry_later(q.claim(W1)[0], "transient", delay_s=0)
         (job,) = q.claim(W1)
         assert (job.attempts, job.snoozes, job.givebacks) == (2, 1, 1)
-        assert q.enqueue(job.id, {"v": 2}, revision="r2").outcome == "updated"
+        assert q.enqueue(job.id, {"v": 2}, revision="r2",
+                         concurrency_key="new").outcome == "updated"
         marked = must_get(q, job.id)
         assert (marked.status, marked.lease_until, marked.lease_epoch) == (
             "processing", job.lease_until, job.lease_epoch)
+        assert marked.concurrency_key == "old"  # the running attempt keeps its key's slot
         # When its worker finishes it (any way)
         back = FINISHES[finish](q, job)
         # Then it is given back: pending, ready now, the new revision's budget untouched, no
         # follow-up written
         assert (back.status, back.attempts, back.snoozes, back.givebacks) == ("pending", 0, 0, 0)
+        assert back.concurrency_key == "new"
         assert q.get("follow-up") is None
         (again,) = q.claim(W2)
         assert (again.payload, again.revision, again.attempts) == ({"v": 2}, "r2", 1)
+        assert again.concurrency_key == "new"
         assert events(q.journal(job.id))[-2:] == ["given_back", "claimed"]
         assert "stale revision" in (q.journal(job.id)[-2].reason or "")
 
@@ -194,16 +198,19 @@ class RetrySuite:
     ) -> None:
         # Given a job on its last attempt whose worker died after a new revision arrived
         q = leaseq_store.queue(max_attempts=1)
-        job = given_claimed(q, revision="r1", lease_s=60)
-        q.enqueue(job.id, {"v": 2}, revision="r2")
+        job = given_claimed(q, revision="r1", lease_s=60, concurrency_key="old")
+        q.enqueue(job.id, {"v": 2}, revision="r2", concurrency_key="new")
         advance_past(leaseq_store.store, job.lease_until)
         # When the lease is reclaimed (or the next claim takes it)
         if how == "reclaim":
             assert q.reclaim_expired() == (0, 1)
-            assert must_get(q, job.id).status == "pending"
-        # Then the new revision runs: the old revision's spent attempt never fails it
+            back = must_get(q, job.id)
+            assert (back.status, back.concurrency_key) == ("pending", "new")
+        # Then the new revision runs, under its own key: the old revision's spent attempt
+        # never fails it
         (again,) = q.claim(W2)
         assert (again.revision, again.attempts, again.max_attempts) == ("r2", 1, 1)
+        assert again.concurrency_key == "new"
 
     def test_stale_job_keeps_its_lease_until_finished(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()

@@ -21,7 +21,8 @@ taken AS (
     UPDATE {jobs} j
     SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
-        stale = false, updated_at = {now}
+        stale = false, updated_at = {now},
+        concurrency_key = CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
     FROM c WHERE j.queue = %(queue)s AND j.id = c.id
     RETURNING j.*),
 log AS (
@@ -43,7 +44,8 @@ taken AS (
     UPDATE {jobs} j
     SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
-        stale = false, updated_at = {now}
+        stale = false, updated_at = {now},
+        concurrency_key = CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
     FROM c WHERE j.queue = %(queue)s AND j.id = c.id
     RETURNING j.*),
 log AS (

@@ -139,12 +139,13 @@ WHERE queue = %(queue)s AND id = %(id)s;
 -- A processing job keeps its lease; its worker's finish becomes a give-back (see base.py).
 -- The running attempt belongs to the old revision, so the budget is reset now: an expired
 -- lease then returns the job ready for the new revision instead of failing it as expired.
--- It keeps its concurrency key while it runs: the key's running count must not move.
+-- It keeps its concurrency key while it runs (the key's running count must not move); the
+-- new revision's key waits in next_concurrency_key until the job goes back to pending.
 -- name: mark_stale
 UPDATE {jobs}
 SET payload = %(payload)s::json, task = %(task)s, revision = %(revision)s,
     max_attempts = %(max_attempts)s, attempts = 0, snoozes = 0, givebacks = 0, stale = true,
-    updated_at = {now}, priority = %(priority)s
+    updated_at = {now}, priority = %(priority)s, next_concurrency_key = %(concurrency_key)s
 WHERE queue = %(queue)s AND id = %(id)s;
 
 -- name: journal_enqueued

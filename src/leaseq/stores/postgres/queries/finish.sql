@@ -19,7 +19,8 @@ old AS (
 restarted AS (
     UPDATE {jobs} j
     SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
-        stale = false, published_at = NULL, updated_at = {now}
+        stale = false, concurrency_key = j.next_concurrency_key, published_at = NULL,
+        updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
 finished AS (
@@ -51,7 +52,8 @@ WITH old AS (
 restarted AS (
     UPDATE {jobs} j
     SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
-        stale = false, published_at = NULL, updated_at = {now}
+        stale = false, concurrency_key = j.next_concurrency_key, published_at = NULL,
+        updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
 exhausted AS (
@@ -96,7 +98,8 @@ WITH old AS (
 restarted AS (
     UPDATE {jobs} j
     SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
-        stale = false, published_at = NULL, updated_at = {now}
+        stale = false, concurrency_key = j.next_concurrency_key, published_at = NULL,
+        updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
 failed AS (
@@ -130,7 +133,8 @@ WITH old AS (
 restarted AS (
     UPDATE {jobs} j
     SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
-        stale = false, published_at = NULL, updated_at = {now}
+        stale = false, concurrency_key = j.next_concurrency_key, published_at = NULL,
+        updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
 snoozed_out AS (
@@ -179,7 +183,8 @@ WITH old AS (
 restarted AS (
     UPDATE {jobs} j
     SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
-        stale = false, published_at = NULL, updated_at = {now}
+        stale = false, concurrency_key = j.next_concurrency_key, published_at = NULL,
+        updated_at = {now}
     FROM old WHERE j.queue = %(queue)s AND j.id = old.id AND old.stale
     RETURNING j.*),
 exhausted AS (

@@ -50,6 +50,10 @@ WHERE queue = %(queue)s;
 -- is locked by its own primary-key probe (LATERAL), and updated by the row version it locked
 -- (ctid): joined by id instead, a young table's statistics (a queue of "6 rows") made the
 -- planner read the whole queue into a hash join, for the lock and again for the update.
+-- A lapsed job whose new revision names another key (stale, next_concurrency_key:
+-- enqueue.sql) is not taken here, where it is found under its old key: the sweep's reclaim
+-- (return_expired) makes it pending under the new key, and a later claim counts it there.
+-- Without a key now, it is one of the jobs without a key.
 -- name: claim_keyed
 WITH RECURSIVE keys(k) AS (
     (SELECT concurrency_key FROM {jobs}
@@ -79,12 +83,15 @@ cand AS (
           AND j.attempts + 0 < j.max_attempts
           AND j.lease_until <= (SELECT {now})
           AND (j.status = 'pending' OR j.lease_until < (SELECT {now}))
+          AND NOT (j.stale AND j.next_concurrency_key IS DISTINCT FROM j.concurrency_key)
         ORDER BY j.priority DESC, j.lease_until, j.id
         LIMIT least(slots.free, %(limit)s)) c
     WHERE slots.free > 0
     UNION ALL
     SELECT f.id, f.priority, f.lease_until FROM (
-        SELECT id, priority, lease_until, concurrency_key FROM {jobs}
+        SELECT id, priority, lease_until,
+               CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END AS concurrency_key
+        FROM {jobs}
         WHERE queue = %(queue)s
           AND status IN ('pending', 'processing') AND attempts < max_attempts
           AND lease_until <= (SELECT {now})
@@ -96,17 +103,20 @@ best AS (
     SELECT id FROM cand ORDER BY priority DESC, lease_until, id LIMIT %(limit)s),
 c AS (
     SELECT l.tid FROM best CROSS JOIN LATERAL (
-        SELECT j.ctid AS tid, j.status, j.attempts, j.max_attempts, j.lease_until
+        SELECT j.ctid AS tid, j.status, j.attempts, j.max_attempts, j.lease_until, j.stale,
+               j.next_concurrency_key, j.concurrency_key
         FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = best.id
         LIMIT 1 FOR UPDATE SKIP LOCKED) l
     WHERE l.status IN ('pending', 'processing') AND l.attempts < l.max_attempts
       AND l.lease_until <= (SELECT {now})
-      AND (l.status = 'pending' OR l.lease_until < (SELECT {now}))),
+      AND (l.status = 'pending' OR l.lease_until < (SELECT {now}))
+      AND NOT (l.stale AND l.next_concurrency_key IS DISTINCT FROM l.concurrency_key)),
 taken AS (
     UPDATE {jobs} j
     SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
-        stale = false, updated_at = {now}
+        stale = false, updated_at = {now},
+        concurrency_key = CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
     WHERE j.ctid = ANY(ARRAY(SELECT tid FROM c))
     RETURNING j.*),
 log AS (
@@ -116,13 +126,17 @@ log AS (
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
--- One job's key and how many of its key are processing (claim_one under a key limit).
+-- One job's key (the one it will run with: a lapsed stale job's next_concurrency_key) and
+-- how many of that key are processing (claim_one under a key limit).
 -- name: job_key_running
-SELECT j.concurrency_key,
+SELECT k.concurrency_key,
        (SELECT count(*) FROM {jobs} r
-        WHERE r.queue = %(queue)s AND r.concurrency_key = j.concurrency_key
+        WHERE r.queue = %(queue)s AND r.concurrency_key = k.concurrency_key
           AND r.concurrency_key IS NOT NULL AND r.status = 'processing') AS running
-FROM {jobs} j WHERE j.queue = %(queue)s AND j.id = %(id)s;
+FROM {jobs} j CROSS JOIN LATERAL (
+    SELECT CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
+           AS concurrency_key) k
+WHERE j.queue = %(queue)s AND j.id = %(id)s;
 
 -- name: limits_row
 SELECT l.recent, l.key_limit, l.rate_per_s, extract(epoch FROM {now})::float8 AS now

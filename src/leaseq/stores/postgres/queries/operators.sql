@@ -17,7 +17,8 @@ SELECT count(*) AS n FROM changed;
 -- name: operator_cancel
 WITH changed AS (
     UPDATE {jobs}
-    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now}
+    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now},
+        concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
     WHERE queue = %(queue)s AND id = %(id)s AND status IN ('pending', 'processing', 'failed')
     RETURNING queue, id, attempts, lease_epoch),
 log AS (
@@ -93,7 +94,8 @@ SELECT id FROM changed;
 -- name: bulk_cancel
 WITH changed AS (
     UPDATE {jobs}
-    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now}
+    SET status = 'cancelled', lease_until = NULL, stale = false, updated_at = {now},
+        concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
     WHERE queue = %(queue)s AND id = ANY(%(ids)s::text[])
       AND status IN ('pending', 'processing', 'failed')
     RETURNING queue, id, attempts, lease_epoch),

@@ -22,7 +22,8 @@ SELECT count(*) AS n FROM spent;
 WITH returned AS (
     UPDATE {jobs}
     SET status = 'pending', lease_until = {now}, stale = false, published_at = NULL,
-        updated_at = {now}
+        updated_at = {now},
+        concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
     WHERE queue = %(queue)s AND status = 'processing' AND attempts < max_attempts
       AND lease_until < {now}
     RETURNING queue, id, attempts, lease_epoch, worker_id),

@@ -6,7 +6,8 @@
 UPDATE leaseq_jobs
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
-    updated_at = {now}
+    updated_at = {now},
+    concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
 WHERE rowid IN (
     SELECT rowid FROM leaseq_jobs
     WHERE queue = :queue
@@ -20,13 +21,13 @@ RETURNING *;
 UPDATE leaseq_jobs
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
-    updated_at = {now}
+    updated_at = {now},
+    concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
 WHERE queue = :queue AND id = :id
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND (lease_until IS NULL OR (lease_until <= {now} AND (status = 'pending' OR lease_until < {now})))
 RETURNING *;
 
--- :leases is a JSON array of [id, lease_epoch] pairs.
 -- :leases is a JSON array of [id, lease_epoch, worker_id] (worker_id null: unchecked).
 -- name: heartbeat
 WITH l AS MATERIALIZED (  -- materialized so the plan drives from the leases into the primary key

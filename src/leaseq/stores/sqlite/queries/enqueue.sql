@@ -33,10 +33,11 @@ WHERE queue = :queue AND id = :id;
 -- A processing job keeps its lease; its worker's finish becomes a give-back (see base.py).
 -- The running attempt belongs to the old revision, so the budget is reset now: an expired
 -- lease then returns the job ready for the new revision instead of failing it as expired.
--- It keeps its concurrency key while it runs: the key's running count must not move.
+-- It keeps its concurrency key while it runs (the key's running count must not move); the
+-- new revision's key waits in next_concurrency_key until the job goes back to pending.
 -- name: mark_stale
 UPDATE leaseq_jobs
 SET payload = :payload, task = :task, revision = :revision, max_attempts = :max_attempts,
     attempts = 0, snoozes = 0, givebacks = 0, stale = 1, updated_at = {now},
-    priority = :priority
+    priority = :priority, next_concurrency_key = :concurrency_key
 WHERE queue = :queue AND id = :id;

@@ -78,7 +78,7 @@ RETURNING *;
 -- name: restart_revision
 UPDATE leaseq_jobs
 SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = {now},
-    stale = 0, published_at = NULL, updated_at = {now}
+    stale = 0, concurrency_key = next_concurrency_key, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
 RETURNING *;

@@ -13,6 +13,10 @@
 -- :scan, limits.UNKEYED_SCAN). The best :limit of those, in claim order, are taken, each
 -- still claimable. The predicates repeat the indexes'; without statistics the planner would
 -- count a key's jobs by walking the queue's primary key, so the scans name their index.
+-- A lapsed job whose new revision names another key (stale, next_concurrency_key:
+-- enqueue.sql) is not taken by the walk of its old key: the front (keyed_window, which counts
+-- it under the new key) or the sweep's reclaim (return_expired, which makes it pending under
+-- the new key) brings it back. Without a key now, it is one of the jobs without a key.
 -- name: claim_keyed
 WITH RECURSIVE keys(k) AS (
     SELECT min(concurrency_key) FROM leaseq_jobs
@@ -41,6 +45,7 @@ keyed AS (
           AND c.concurrency_key IS NOT NULL AND c.status IN ('pending', 'processing')
           AND c.attempts < c.max_attempts
           AND c.lease_until <= {now} AND (c.status = 'pending' OR c.lease_until < {now})
+          AND NOT (c.stale AND c.next_concurrency_key IS NOT c.concurrency_key)
         ORDER BY c.priority DESC, c.lease_until, c.id
         LIMIT :key_limit)
     WHERE s.free > 0),
@@ -48,7 +53,9 @@ cand AS (
     SELECT rid, priority, lease_until, id FROM keyed WHERE rank <= free
     UNION ALL
     SELECT rid, priority, lease_until, id FROM (
-        SELECT rowid AS rid, priority, lease_until, id, concurrency_key FROM leaseq_jobs
+        SELECT rowid AS rid, priority, lease_until, id,
+               CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END AS concurrency_key
+        FROM leaseq_jobs
         WHERE queue = :queue
           AND status IN ('pending', 'processing') AND attempts < max_attempts
           AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
@@ -58,7 +65,8 @@ cand AS (
 UPDATE leaseq_jobs NOT INDEXED  -- by rowid (else the planner walks leaseq_jobs_status)
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
-    updated_at = {now}
+    updated_at = {now},
+    concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
 WHERE rowid IN (
     SELECT rid FROM cand ORDER BY priority DESC, lease_until, id LIMIT :limit)
   AND queue = :queue
@@ -68,9 +76,13 @@ RETURNING *;
 
 -- The front of a key-limited queue: its first :window claimable jobs in claim order, with
 -- their keys (limits.first_within_key_limits decides the claim from these when it can). The
--- same walk of leaseq_jobs_claimable as the plain claim's.
+-- same walk of leaseq_jobs_claimable as the plain claim's. A lapsed job whose new revision
+-- names another key (stale, next_concurrency_key: enqueue.sql) is counted under the key it
+-- will run with.
 -- name: keyed_window
-SELECT rowid AS rid, concurrency_key FROM leaseq_jobs
+SELECT rowid AS rid,
+       CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END AS concurrency_key
+FROM leaseq_jobs
 WHERE queue = :queue
   AND status IN ('pending', 'processing') AND attempts < max_attempts
   AND lease_until <= {now} AND (status = 'pending' OR lease_until < {now})
@@ -93,7 +105,8 @@ FROM json_each(:keys) k;
 UPDATE leaseq_jobs NOT INDEXED  -- by rowid (else the planner walks leaseq_jobs_status)
 SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
-    updated_at = {now}
+    updated_at = {now},
+    concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
 WHERE rowid IN (SELECT value FROM json_each(:rids))
   AND queue = :queue
   AND status IN ('pending', 'processing') AND attempts < max_attempts
@@ -134,10 +147,12 @@ FROM leaseq_jobs
 WHERE queue = :queue AND concurrency_key IS NOT NULL AND status IN ('pending', 'processing')
 GROUP BY concurrency_key;
 
--- One job's key and how many of its key are processing (claim_one under a key limit).
+-- One job's key (the one it will run with: a lapsed stale job's next_concurrency_key) and
+-- how many of that key are processing (claim_one under a key limit).
 -- name: job_key_running
-SELECT j.concurrency_key,
+SELECT k.concurrency_key,
        (SELECT count(*) FROM leaseq_jobs r INDEXED BY leaseq_jobs_keyed_running
-        WHERE r.queue = :queue AND r.concurrency_key = j.concurrency_key
+        WHERE r.queue = :queue AND r.concurrency_key = k.concurrency_key
           AND r.concurrency_key IS NOT NULL AND r.status = 'processing') AS running
-FROM leaseq_jobs j WHERE j.queue = :queue AND j.id = :id;
+FROM (SELECT CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END AS concurrency_key
+      FROM leaseq_jobs WHERE queue = :queue AND id = :id) k;

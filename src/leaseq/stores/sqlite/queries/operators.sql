@@ -10,7 +10,8 @@ RETURNING attempts, lease_epoch;
 
 -- name: operator_cancel
 UPDATE leaseq_jobs
-SET status = 'cancelled', lease_until = NULL, stale = 0, updated_at = {now}
+SET status = 'cancelled', lease_until = NULL, stale = 0, updated_at = {now},
+    concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
 WHERE queue = :queue AND id = :id AND status IN ('pending', 'processing', 'failed')
 RETURNING attempts, lease_epoch;
 
@@ -77,7 +78,8 @@ RETURNING id, attempts, lease_epoch;
 
 -- name: bulk_cancel
 UPDATE leaseq_jobs
-SET status = 'cancelled', lease_until = NULL, stale = 0, updated_at = {now}
+SET status = 'cancelled', lease_until = NULL, stale = 0, updated_at = {now},
+    concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
 WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids))
   AND status IN ('pending', 'processing', 'failed')
 RETURNING id, attempts, lease_epoch;

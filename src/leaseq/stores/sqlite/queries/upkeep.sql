@@ -13,7 +13,8 @@ RETURNING id, attempts, lease_epoch, worker_id;
 
 -- name: return_expired
 UPDATE leaseq_jobs
-SET status = 'pending', lease_until = {now}, stale = 0, published_at = NULL, updated_at = {now}
+SET status = 'pending', lease_until = {now}, stale = 0, published_at = NULL, updated_at = {now},
+    concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
 WHERE queue = :queue AND status = 'processing' AND attempts < max_attempts
   AND lease_until < {now}
 RETURNING id, attempts, lease_epoch, worker_id;
