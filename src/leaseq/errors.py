@@ -128,6 +128,20 @@ class StoreNotMigrated(LeaseqError):
         )
 
 
+class MigrationRefused(LeaseqError):
+    """The store's schema had to be created or upgraded and the database refused it: the URL's
+    role may not create there. Nothing was changed. Once a role that may (the schema's owner)
+    runs ``leaseq migrate``, a role that only reads and writes rows opens it as it is."""
+
+    def __init__(self, url: str, reason: str):
+        self.url = url
+        super().__init__(
+            f"cannot create or upgrade the leaseq store at {url}: {reason}; nothing was "
+            "changed. Run `leaseq migrate` once with a role that may create there (the "
+            "schema's owner); this URL then works as it is"
+        )
+
+
 class UnsupportedOperation(LeaseqError):
     """This store cannot do what was asked (for example a transaction on a standalone MongoDB)."""
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
-from leaseq.errors import JobNotFound, StoreUnavailable
+from leaseq.errors import JobNotFound, MigrationRefused, StoreUnavailable
 from leaseq.job import (
     Completion,
     EnqueueOutcome,
@@ -70,6 +70,10 @@ NOW = "(now() + make_interval(secs => %(off)s))"
 #: What a ``quarantined`` reason starts with when the query writes the why itself.
 _EXHAUSTED_PREFIX = quarantine_reason(Failure.EXHAUSTED, "")
 T = TypeVar("T")
+#: Longest one migration try waits for a lock on leaseq's tables (and never longer than the
+#: URL's ``reconnect_s``): while it waits, its queued lock holds every other session's reads
+#: and writes of that table behind it.
+MIGRATION_LOCK_S = 5.0
 
 
 class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, LimitedClaims,
@@ -168,11 +172,54 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         return self._session.run(self._migrate_in)
 
     def _migrate_in(self, conn: psycopg.Connection) -> int:
-        schema = self._schema
+        """Apply the migrations this schema lacks; none owed, no DDL at all, so a role that
+        may only read and write rows opens a schema its owner migrated (PostgreSQL checks the
+        CREATE right before it looks whether the object exists). Each try waits at most
+        ``MIGRATION_LOCK_S`` for a table lock: a queued ACCESS EXCLUSIVE request stops every
+        other session's reads and writes of the table behind it, so it must never wait long
+        behind a report or an idle transaction (nor longer than ``reconnect_s``). Such a try
+        is rolled back and made again, until ``reconnect_s`` has passed."""
+        if not self._owed_migrations(conn):
+            return latest_migration(__package__)
         # One migrator at a time per schema: concurrent first users wait here, then find the
         # versions the first one recorded (READ COMMITTED: each statement sees new commits).
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                      [f"leaseq.migrate.{self.options.schema}"])
+        give_up = time.monotonic() + self.options.reconnect_s
+        pause_s = 0.05
+        while True:
+            try:
+                with conn.transaction():  # a savepoint: a refused try leaves no trace
+                    conn.execute(f"SET LOCAL lock_timeout = {self._migration_lock_ms()}")
+                    return self._apply_migrations(conn)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise MigrationRefused(self.url, self._session.error_line(exc)) from None
+            except psycopg.errors.LockNotAvailable:
+                if time.monotonic() + pause_s >= give_up:
+                    raise StoreUnavailable(
+                        f"cannot upgrade the leaseq store at {self.url}: another session holds "
+                        f"a lock on its tables (a long report or an idle transaction); "
+                        f"nothing was changed. End that session, or run `leaseq migrate` "
+                        "when the tables are quiet") from None
+                time.sleep(pause_s)
+                pause_s = min(pause_s * 2, 1.0)
+
+    def _migration_lock_ms(self) -> int:
+        return max(int(min(MIGRATION_LOCK_S, self.options.reconnect_s) * 1000), 100)
+
+    def _owed_migrations(self, conn: psycopg.Connection) -> list[int]:
+        """The migration versions the schema has not recorded (all of them when it has no
+        migrations table), read without a lock and without DDL."""
+        table = f"{self._schema}.schema_migrations"
+        versions = [version for version, _, _ in migrations(__package__)]
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table]).fetchone()
+        if not (row and row[0]):
+            return versions
+        done = {r[0] for r in conn.execute(f"SELECT version FROM {table}")}
+        return [v for v in versions if v not in done]
+
+    def _apply_migrations(self, conn: psycopg.Connection) -> int:
+        schema = self._schema
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         conn.execute(f"CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (version integer "
                      "PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL "
