@@ -121,3 +121,51 @@ def test_the_jobs_table_is_rebuilt_in_write_order_with_every_row_and_index(
             3, "tenant:1", "rk")
     finally:
         store.close()
+
+
+def test_a_migration_applied_again_by_a_process_that_read_stale_versions_changes_nothing(
+        tmp_path: Path) -> None:
+    # Given a database migrated to the latest version, whose running job has a new revision
+    # waiting under another key (next_concurrency_key, migration 010)
+    path = tmp_path / "jobs.db"
+    with leaseq.connect(f"sqlite:///{path}") as store:
+        queue = store.queue("q")
+        queue.enqueue("j", {"v": 1}, revision="r1", concurrency_key="k1")
+        queue.claim("w:1:aaaaaaaa")
+        queue.enqueue("j", {"v": 2}, revision="r2", concurrency_key="k2")
+    conn = sqlite3.connect(path, isolation_level=None)
+    keys = "SELECT stale, concurrency_key, next_concurrency_key FROM leaseq_jobs"
+    before = conn.execute(keys).fetchall()
+    # When a process that read the versions before another applied them applies 009 (a
+    # rebuild of the jobs table from 009's columns) and then 010 once more
+    for number, name, sql in migrations(SQLITE):
+        if number in (9, 10):
+            schema.apply(conn, number, name, sql)
+    # Then nothing ran again: the column and the waiting key are still there
+    assert before == [(1, "k1", "k2")]
+    assert conn.execute(keys).fetchall() == before
+    assert not conn.in_transaction
+    conn.close()
+
+
+def test_a_migration_that_cannot_get_the_write_lock_is_store_unavailable(
+        tmp_path: Path) -> None:
+    # Given a database one migration behind, and another writer holding its write lock
+    path = tmp_path / "jobs.db"
+    conn = given_version(path, migrations(SQLITE)[-1][0] - 1)
+    conn.execute("PRAGMA journal_mode = WAL")  # as leaseq left it: opening needs no lock
+    conn.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        # When a store opens it and cannot migrate in its busy timeout
+        with pytest.raises(leaseq.StoreUnavailable) as refused:
+            leaseq.connect(f"sqlite:///{path}?busy_timeout_ms=50")
+        # Then the error is leaseq's, naming the file and the cause, and nothing was applied
+        assert "cannot migrate" in str(refused.value) and "locked" in str(refused.value)
+    finally:
+        holder.rollback()
+        holder.close()
+    conn = sqlite3.connect(path)
+    assert schema.version(conn) == migrations(SQLITE)[-1][0] - 1
+    conn.close()

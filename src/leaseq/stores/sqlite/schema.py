@@ -11,7 +11,8 @@ LATEST = latest_migration(__package__)
 
 
 def migrate(conn: sqlite3.Connection) -> int:
-    """Apply the migrations ``conn``'s database lacks; safe to race. Returns the version."""
+    """Apply the migrations ``conn``'s database lacks; safe to race (``apply`` decides each
+    under the write lock). Returns the version."""
     conn.execute("CREATE TABLE IF NOT EXISTS leaseq_schema "
                  "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
     done = {r[0] for r in conn.execute("SELECT version FROM leaseq_schema")}
@@ -34,17 +35,25 @@ def version(conn: sqlite3.Connection) -> int | None:
 
 
 def apply(conn: sqlite3.Connection, version: int, name: str, sql: str) -> None:
-    """One migration in one transaction. Another process may have applied it since the
-    versions were read: a statement that cannot run twice (``ADD COLUMN``; the others use
-    ``IF NOT EXISTS``) then fails, and the version, found recorded, is skipped."""
+    """One migration in one transaction, decided under the write lock: its version is
+    recorded first, after ``BEGIN IMMEDIATE``, so a version another process applied since the
+    versions were read fails that insert (primary key) and the migration is skipped before
+    any of it runs. Running it again was not safe: 009 rebuilds the jobs table from a fixed
+    column list, and run after 010 it dropped ``next_concurrency_key``. A migration that fails
+    otherwise is rolled back, its version with it, and raises."""
     try:
         conn.executescript(
-            f"BEGIN IMMEDIATE;\n{sql}\nINSERT OR IGNORE INTO leaseq_schema "
-            f"VALUES ({version}, '{name}', julianday('now'));\nCOMMIT;"
+            f"BEGIN IMMEDIATE;\nINSERT INTO leaseq_schema "
+            f"VALUES ({version}, '{name}', julianday('now'));\n{sql}\nCOMMIT;"
         )
-    except sqlite3.OperationalError:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+    except sqlite3.IntegrityError:
+        if not conn.in_transaction:
+            raise
+        conn.execute("ROLLBACK")
         if not conn.execute("SELECT 1 FROM leaseq_schema WHERE version = ?",
                             (version,)).fetchone():
             raise
+    except sqlite3.Error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

@@ -75,7 +75,12 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite database {path!r}: {exc}") from None
         if create:
-            self.migrate()
+            try:
+                self.migrate()
+            except sqlite3.Error as exc:  # e.g. another writer held the lock past the timeout
+                self._conn.close()
+                raise StoreUnavailable(
+                    f"cannot migrate SQLite database {path!r}: {exc}") from None
         if path != ":memory:":
             self._checkpoints = Checkpointer(path)
 

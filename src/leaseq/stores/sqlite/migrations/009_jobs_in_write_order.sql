@@ -11,8 +11,9 @@
 -- SQLite cannot change a table's kind in place, so the table is rebuilt (the way
 -- https://sqlite.org/lang_altertable.html describes), its rows copied in the order they were
 -- created, and its indexes made again, each as its latest migration left it. The copy holds the
--- write lock for as long as it takes (about a second per 100,000 jobs). Run twice by two
--- processes that raced to migrate, it rebuilds the same table twice: slower, never wrong.
+-- write lock for as long as it takes (about a second per 100,000 jobs). It must never run
+-- twice: after 010 it would drop that migration's column. schema.apply records the version
+-- first, under the write lock, so a process that raced another to migrate skips it.
 CREATE TABLE leaseq_jobs_by_row (
     queue           TEXT    NOT NULL,
     id              TEXT    NOT NULL,
