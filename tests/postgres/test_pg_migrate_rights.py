@@ -134,7 +134,7 @@ def test_an_upgrade_behind_a_held_table_gives_up_in_bounded_time_and_changes_not
         try:
             leaseq.connect(with_schema(pg_url, schema, reconnect_s=1)).close()
             outcome["r"] = "opened"
-        except BaseException as exc:  # noqa: BLE001 - reported to the test's thread
+        except BaseException as exc:  # reported to the test's thread
             outcome["r"] = exc
 
     try:
