@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from leaseq.errors import InvalidInput, InvalidURL, JobNotFound, StoreUnavailable
 from leaseq.job import (
@@ -69,7 +69,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0,
                  create: bool = True):
-        self._init_state(path, f"sqlite:///{path}", time_offset_s, threading.RLock())
+        self._init_state(path, f"sqlite:///{quote(path, safe='/:')}", time_offset_s,
+                         threading.RLock())
         try:
             self._conn = self._open(path, busy_timeout_ms, create)
         except sqlite3.Error as exc:
@@ -102,7 +103,14 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
                 f"SQLite URLs look like sqlite:///relative/jobs.db, sqlite:////abs/jobs.db or "
                 f"sqlite:///:memory:; got {redact_url(url)}"
             )
-        query = dict(parse_qsl(parts.query))
+        if parts.fragment or url.endswith("#"):
+            raise InvalidURL(f"a SQLite URL has no #fragment; a file name with # or ? in it "
+                             f"is written %23 or %3F: got {redact_url(url)}")
+        try:
+            query = dict(parse_qsl(parts.query, strict_parsing=bool(parts.query)))
+        except ValueError:
+            raise InvalidURL(f"SQLite URL options are name=value pairs joined by &; a file "
+                             f"name with ? in it is written %3F: got {redact_url(url)}") from None
         unknown = set(query) - {"busy_timeout_ms"}
         if unknown:
             raise InvalidURL(f"unknown SQLite URL option(s) {', '.join(sorted(unknown))}; "
@@ -112,7 +120,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
                 options.setdefault("busy_timeout_ms", int(query["busy_timeout_ms"]))
             except ValueError:
                 raise InvalidURL("busy_timeout_ms must be a whole number") from None
-        return cls(parts.path[1:], **options)
+        return cls(unquote(parts.path[1:]), **options)
 
     def _open(self, path: str, busy_timeout_ms: int, create: bool) -> sqlite3.Connection:
         if not create:
