@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from djangotest_helpers import aliases
 
-from leaseq.errors import StoreNotFound
+from leaseq.errors import StoreNotFound, StoreNotMigrated
 from leaseq.stores import connect
 from leaseq.stores.base import Store
 from leaseq.stores.sql import migrations
@@ -59,3 +59,21 @@ def test_create_false_reads_the_tables_django_made_and_makes_none(store: Store,
         assert store.schema_version() is None
     finally:
         store.migrate()
+
+
+def test_an_older_sqlite_schema_opened_inside_atomic_is_refused_at_once() -> None:
+    # Given the SQLite alias's schema one migration behind this leaseq (an upgrade whose
+    # manage.py leaseq_migrate has not run yet)
+    latest = migrations(PACKAGES["default"])[-1]
+    connect("django://default").close()
+    with connections["default"].cursor() as cursor:
+        cursor.execute("DELETE FROM leaseq_schema WHERE version = %s", [latest[0]])
+    try:
+        # When a request under ATOMIC_REQUESTS opens the store
+        with transaction.atomic(using="default"), pytest.raises(StoreNotMigrated) as refused:
+            connect("django://default")
+        # Then it is told at once, not by a claim failing later on a missing column
+        assert "leaseq migrate" in str(refused.value)
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("INSERT INTO leaseq_schema VALUES (%s, %s, 0)", list(latest[:2]))
