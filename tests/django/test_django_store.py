@@ -224,3 +224,20 @@ def test_leaseqs_own_connections_keep_every_libpq_setting_of_the_alias(
     assert built["connect_timeout"] == "10" and built["keepalives"] == "1"
     assert built["dbname"] == connections[alias].settings_dict["NAME"]
     assert not {"cursor_factory", "context", "prepare_threshold"} & set(built)
+
+
+@pytest.mark.skipif("pg" not in aliases(), reason="the key-limited claim's one round trip is "
+                    "PostgreSQL's")
+def test_a_key_limited_claim_inside_atomic_joins_the_callers_transaction() -> None:
+    # Given a key-limited queue on the django:// PostgreSQL store, with a job
+    with connect("django://pg") as store:
+        q = store.queue("keyed", key_limit=2)
+        q.enqueue("j1", {}, concurrency_key="tenant:1")
+        # When a caller's atomic() claims it (run_jobs in a TestCase does) and then rolls back
+        with pytest.raises(RuntimeError, match="roll back"), transaction.atomic(using="pg"):
+            [job] = q.claim("w1", 2)
+            assert job.id == "j1"
+            raise RuntimeError("roll back")
+        # Then the claim was part of that transaction: the job is pending again, not left
+        # processing by a COMMIT of the claim's own that ended the caller's transaction
+        assert store.get("keyed", "j1").status == "pending"  # type: ignore[union-attr]

@@ -7,11 +7,11 @@ decides the whole batch again.)"""
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 import psycopg
 import pytest
+from pg_locks import until_blocked_by
 
 from leaseq.errors import JobConflict
 from leaseq.stores.postgres import PostgresStore
@@ -75,22 +75,10 @@ def _blocked_enqueue(store: PostgresStore, pg_url: str,
 
         thread = threading.Thread(target=enqueue)
         thread.start()
-        _until_waiting_on_a_lock(pg_url, other.info.backend_pid)
+        until_blocked_by(pg_url, other.info.backend_pid)
         other.commit()
         thread.join(30)
     return box
-
-
-def _until_waiting_on_a_lock(pg_url: str, holder_pid: int) -> None:
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY("
-                               "pg_blocking_pids(pid))", [holder_pid]).fetchone()
-            if row and row[0]:
-                return
-            time.sleep(0.005)
-    pytest.fail("the enqueue never waited on the concurrent insert")
 
 
 def test_an_insert_race_lost_to_the_same_payload_is_a_replay(
@@ -168,7 +156,7 @@ def test_a_key_limited_claim_never_takes_a_job_that_left_the_ready_set_after_its
         holder.execute("SELECT pg_advisory_lock(%s)", [_PAUSE])
         thread = threading.Thread(target=lambda: box.update(jobs=q.claim("new-worker", 5)))
         thread.start()
-        _until_waiting_on_a_lock(pg_url, holder.info.backend_pid)
+        until_blocked_by(pg_url, holder.info.backend_pid)
         # When the job leaves the ready set meanwhile (cancelled; finished by its old holder)
         other = PostgresStore.from_url(store.url)
         try:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from leaseq.job import Job
@@ -52,8 +53,8 @@ class LimitedClaims:
         if not limit:
             jobs: list[Job] = []
         elif job_id is not None:
-            jobs = (self._jobs(conn, "claim_one", id=job_id, **params)
-                    if self._key_has_room(conn, queue, job_id, limits) else [])
+            jobs = self._jobs(conn, "claim_one", id=job_id, key_limit=limits.key_limit,
+                              **params)
         elif limits.key_limit is None:
             jobs = self._jobs(conn, "claim", limit=limit, **params)
         else:
@@ -72,17 +73,23 @@ class LimitedClaims:
         """A key-limited claim without a rate, its transaction sent in one round trip: the
         server runs the statements in order, so the claim's snapshot (READ COMMITTED: taken
         when the statement starts) comes after the lock on the queue's limits row is held,
-        as in ``_claim_limited``. Nothing the claim needs is decided in between."""
+        as in ``_claim_limited`` (every leaseq session is READ COMMITTED: session.py). Nothing
+        the claim needs is decided in between."""
         params = {"queue": queue, "off": float(self.time_offset_s)}
         claim = conn.cursor(row_factory=tuple_row)
+        # Inside a caller's transaction (a django:// store in atomic(): its savepoint) the
+        # statements join it; a COMMIT of ours would end the caller's transaction.
+        own = conn.info.transaction_status == TransactionStatus.IDLE
         with conn.pipeline():
-            conn.execute("BEGIN")
+            if own:
+                conn.execute("BEGIN")
             conn.execute(self.queries["key_limit_lock"], {**params, "key_limit": key_limit})
             claim.execute(self.queries["claim_keyed"], {
                 **params, "worker_id": free_text(worker_id), "lease_s": lease_s,
                 "limit": limit, "key_limit": key_limit, "scan": limit + UNKEYED_SCAN},
                 prepare=True)
-            conn.execute("COMMIT")
+            if own:
+                conn.execute("COMMIT")
         rows = claim.fetchall()
         return self._decode({c.name: i for i, c in enumerate(claim.description or [])}, rows)
 
@@ -93,13 +100,6 @@ class LimitedClaims:
             self._exec(conn, "limit_row", queue=queue)
             rows = self._rows(conn, "limit_lock", queue=queue)
         return _limits_state(rows[0])
-
-    def _key_has_room(self, conn: psycopg.Connection, queue: str, job_id: str,
-                      limits: ClaimLimits) -> bool:
-        if limits.key_limit is None:
-            return True
-        rows = self._rows(conn, "job_key_running", queue=queue, id=job_id)
-        return not rows or rows[0]["running"] < limits.key_limit
 
     def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
         def work(conn: psycopg.Connection) -> HeldBack:

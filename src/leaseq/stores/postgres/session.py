@@ -277,9 +277,14 @@ def _configure_session(conn: psycopg.Connection, options: PostgresOptions) -> No
 
 def session_settings(options: PostgresOptions) -> str:
     """The settings every leaseq connection starts with, blocking or async, as one simple
-    query (one round trip): UTC, and the server's end to a session idle in a transaction."""
+    query (one round trip): UTC, the server's end to a session idle in a transaction, and
+    READ COMMITTED whatever the server, database or role default: a limited claim's snapshot
+    must be taken after it holds the queue's limits lock (queries/limits.sql), which under
+    REPEATABLE READ it is not (its first statement, the lock, takes it), and the counts it
+    read would miss what the lock's last holder claimed."""
     milliseconds = max(int(options.idle_in_transaction_s * 1000), 1)
-    return f"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = {milliseconds}"
+    return (f"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = {milliseconds}; "
+            "SET default_transaction_isolation = 'read committed'")
 
 
 #: The attribute of a leaseq connection that holds its tuple cursor (``tuple_cursor``).

@@ -286,7 +286,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         else:
             jobs = self._session.run(lambda conn: self._jobs(
                 conn, "claim_one", queue=queue, id=job_id, worker_id=_text(worker_id),
-                lease_s=lease_s), idempotent=True, autocommit=True)
+                lease_s=lease_s, key_limit=None), idempotent=True, autocommit=True)
         return jobs[0] if jobs else None
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:

@@ -32,21 +32,34 @@ log AS (
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
+-- Under a key limit (key_limit not NULL) the job's key is read from the row as locked (its
+-- newest version: a revision that moved it to another key and committed meanwhile is seen),
+-- and the job is taken only while that key has a free slot. Checked in a statement of its
+-- own before, the key could change in between and the job ran in a key already full.
 -- name: claim_one
 WITH c AS (
-    SELECT id FROM {jobs}
+    SELECT id, CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END AS k
+    FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s
       AND status IN ('pending', 'processing') AND attempts < max_attempts
       AND (lease_until IS NULL
            OR (lease_until <= {now} AND (status = 'pending' OR lease_until < {now})))
     FOR UPDATE),
+room AS (
+    SELECT c.id FROM c
+    WHERE CASE WHEN %(key_limit)s::integer IS NULL OR c.k IS NULL THEN true
+               ELSE (SELECT count(*) FROM (
+                         SELECT 1 FROM {jobs} r
+                         WHERE r.queue = %(queue)s AND r.concurrency_key = c.k
+                           AND r.concurrency_key IS NOT NULL AND r.status = 'processing'
+                         LIMIT %(key_limit)s) running) < %(key_limit)s END),
 taken AS (
     UPDATE {jobs} j
     SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
         stale = false, updated_at = {now},
         concurrency_key = CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
-    FROM c WHERE j.queue = %(queue)s AND j.id = c.id
+    FROM room WHERE j.queue = %(queue)s AND j.id = room.id
     RETURNING j.*),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, worker_id, reason)

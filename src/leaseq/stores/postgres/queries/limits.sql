@@ -126,18 +126,6 @@ log AS (
     FROM taken ORDER BY id)
 SELECT * FROM taken ORDER BY lease_until, id;
 
--- One job's key (the one it will run with: a lapsed stale job's next_concurrency_key) and
--- how many of that key are processing (claim_one under a key limit).
--- name: job_key_running
-SELECT k.concurrency_key,
-       (SELECT count(*) FROM {jobs} r
-        WHERE r.queue = %(queue)s AND r.concurrency_key = k.concurrency_key
-          AND r.concurrency_key IS NOT NULL AND r.status = 'processing') AS running
-FROM {jobs} j CROSS JOIN LATERAL (
-    SELECT CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
-           AS concurrency_key) k
-WHERE j.queue = %(queue)s AND j.id = %(id)s;
-
 -- name: limits_row
 SELECT l.recent, l.key_limit, l.rate_per_s, extract(epoch FROM {now})::float8 AS now
 FROM (SELECT 1) one LEFT JOIN {limits} l ON l.queue = %(queue)s;
