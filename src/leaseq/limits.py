@@ -89,9 +89,26 @@ class LimitsState:
     recorded: ClaimLimits
     now: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "recent", on_clock(self.recent, self.now))
+
     def at(self) -> float:
         """The stamp a claim made now is counted at."""
         return stamp(self.recent, self.now)
+
+
+def on_clock(recent: Sequence[float], now: float) -> list[float]:
+    """The rate log as the store's clock reads ``now``. A clock that reads before the newest
+    stamp (a claim that waited on the lock carries an earlier reading; a clock stepped back,
+    or another server's after a failover) moves every stamp back by the difference, so the
+    newest is ``now``: the time since the last claim counts as none. That can only count
+    more claims in the window, never fewer, so the limit holds; kept as they were, the stamps
+    stood in the future and every later claim was stamped at the newest one, admitting
+    ``rate_per_s`` claims in all until the clock caught up (an hour's step: an hour)."""
+    if not recent or now >= recent[-1]:
+        return list(recent)
+    back = recent[-1] - now
+    return [t - back for t in recent]
 
 
 def stamp(recent: Sequence[float], now: float) -> float:
@@ -196,5 +213,6 @@ def held_back(ready: int, by_key: int, recent: Sequence[float], now: float,
     if limits.rate_per_s is None:
         return HeldBack(by_key, 0)
     open_ = ready - by_key
+    recent = on_clock(recent, now)
     room = admit(recent, stamp(recent, now), open_, limits.rate_per_s)
     return HeldBack(by_key, max(0, open_ - room))

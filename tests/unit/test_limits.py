@@ -5,6 +5,8 @@ limiter, fails the first property (shown below); the log of recent stamps meets 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,10 +22,12 @@ from leaseq.limits import (
     first_within_key_limits,
     held_back,
     key_backlog,
+    on_clock,
     record,
     stamp,
     window_size,
 )
+from leaseq.stores.sqlite.store import SQLiteStore
 
 #: A claim: how long after the previous one it reads the clock (clock readings may go back a
 #: little: a claim that waited on the lock read it before the one that held the lock), and
@@ -218,3 +222,36 @@ def test_after_a_front_that_could_not_decide_the_next_claims_walk_every_key() ->
         [False] * FRONT_SKIPS + [True])
     # And the other queue reads its front all along
     assert front.worth_reading("other")
+
+
+def test_a_clock_stepped_back_moves_the_rate_log_back_with_it() -> None:
+    # Given a log whose newest stamps stand an hour ahead of the store's clock
+    log = [3600.0, 3600.5]
+    # When it is read at 0 (the clock corrected), Then the newest stamp is now and the
+    # spacing is kept, so the window still counts both claims
+    assert on_clock(log, 0.0) == [-0.5, 0.0]
+    assert admit(on_clock(log, 0.0), 0.0, 5, 5) == 3
+    # And a clock at or past the newest stamp leaves the log as it is
+    assert on_clock(log, 3601.0) == log
+
+
+def test_a_rate_limited_queue_keeps_its_rate_after_the_store_clock_steps_back(
+        tmp_path: Path) -> None:
+    # Given one claim stamped by a clock an hour ahead, then the clock corrected
+    path = str(tmp_path / "jobs.db")
+    ahead = SQLiteStore(path, time_offset_s=3600.0)
+    corrected = SQLiteStore(path)
+    two_s_later = SQLiteStore(path, time_offset_s=2.0)
+    try:
+        queue = corrected.queue("api", rate_per_s=5)
+        queue.enqueue_many([queue.spec(f"j{i}", {"i": i}) for i in range(20)])
+        assert len(ahead.queue("api", rate_per_s=5).claim("w-ahead", 1)) == 1
+        # When claims go on by the corrected clock, now and two seconds later
+        now = queue.claim("w", 5)
+        later = two_s_later.queue("api", rate_per_s=5).claim("w", 5)
+        # Then the window holds the last claim as just made (4 more now), and two seconds on
+        # the rate admits 5 again: the queue is not held for the hour the clock stepped
+        assert (len(now), len(later)) == (4, 5)
+    finally:
+        for store in (ahead, corrected, two_s_later):
+            store.close()

@@ -43,6 +43,7 @@ from leaseq.limits import (
     free_slots,
     held_back,
     key_backlog,
+    on_clock,
     record,
     stamp,
     window_size,
@@ -112,8 +113,9 @@ class LimitedClaims:
         update = documents.limits_claim(limits.key_limit, limits.rate_per_s, self._off)
         gate = self._limits.find_one_and_update({"_id": queue}, update, upsert=True,
                                                 return_document=AFTER, session=session)
-        recent = [float(t) for t in gate.get("recent") or []]
-        return recent, stamp(recent, _seconds(gate.get("now")))
+        now = _seconds(gate.get("now"))
+        recent = on_clock([float(t) for t in gate.get("recent") or []], now)
+        return recent, stamp(recent, now)
 
     def _limited_ids(self, coll: Any, room: int, limits: ClaimLimits, job_id: str | None,
                      session: Any) -> list[str]:
