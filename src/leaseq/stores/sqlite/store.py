@@ -60,6 +60,13 @@ from leaseq.validate import redact_url
 WAKEUP_POLL_S = 0.002
 
 
+def url_path(path: str) -> str:
+    """``path`` as a sqlite:/// URL writes it: only what ``from_url`` would read otherwise
+    (``%``, ``#``, ``?``) percent-encoded, so the URL opens the same file and still reads as
+    the path it names."""
+    return path.replace("%", "%25").replace("#", "%23").replace("?", "%3F")
+
+
 class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedClaims,
                   SQLStore):
     #: The thread that checkpoints the WAL of a database file (checkpoint.py); None in memory.
@@ -69,7 +76,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0,
                  create: bool = True):
-        self._init_state(path, f"sqlite:///{quote(path, safe='/:')}", time_offset_s,
+        self._init_state(path, f"sqlite:///{url_path(path)}", time_offset_s,
                          threading.RLock())
         try:
             self._conn = self._open(path, busy_timeout_ms, create)
