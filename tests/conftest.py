@@ -6,11 +6,18 @@ import os
 import signal
 
 import pytest
+from hypothesis import settings
 
 # The conformance suites' and the chaos scenarios' asserts live in the library: rewrite them so
 # a failure shows its values. Here, before any test folder imports them (registered later,
 # pytest can only warn that the module was imported already).
 pytest.register_assert_rewrite("leaseq.testing")
+
+# Property tests have no time limit per example: a loaded CI machine (a checkpoint, the other
+# core busy) can hold one past Hypothesis's 200 ms default, and a test that fails for that is
+# a flaky test. A test that sets its own deadline keeps it.
+settings.register_profile("leaseq", deadline=None)
+settings.load_profile("leaseq")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
