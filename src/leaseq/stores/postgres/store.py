@@ -210,13 +210,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
     def _owed_migrations(self, conn: psycopg.Connection) -> list[int]:
         """The migration versions the schema has not recorded (all of them when it has no
         migrations table), read without a lock and without DDL."""
-        table = f"{self._schema}.schema_migrations"
-        versions = [version for version, _, _ in migrations(__package__)]
-        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table]).fetchone()
-        if not (row and row[0]):
-            return versions
-        done = {r[0] for r in conn.execute(f"SELECT version FROM {table}")}
-        return [v for v in versions if v not in done]
+        done = self._recorded_versions(conn) or set()
+        return [v for v, _, _ in migrations(__package__) if v not in done]
 
     def _apply_migrations(self, conn: psycopg.Connection) -> int:
         schema = self._schema
@@ -242,14 +237,18 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         return self._session.run(self._schema_version_in, idempotent=True)
 
     def _schema_version_in(self, conn: psycopg.Connection) -> int | None:
-        # Looked up first rather than caught: a failed statement would abort the caller's
-        # transaction on a borrowed (Django) connection.
+        return max(self._recorded_versions(conn) or {0}) or None
+
+    def _recorded_versions(self, conn: psycopg.Connection) -> set[int] | None:
+        """The versions ``schema_migrations`` records; None when the schema has no such table.
+        Read without DDL, and the table looked up first rather than a failure caught: a
+        failed statement would abort the caller's transaction on a borrowed (Django)
+        connection."""
         table = f"{self._schema}.schema_migrations"
         row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table]).fetchone()
         if not (row and row[0]):
             return None
-        found = conn.execute(f"SELECT max(version) FROM {table}").fetchone()
-        return None if found is None or found[0] is None else int(found[0])
+        return {int(r[0]) for r in conn.execute(f"SELECT version FROM {table}")}
 
     def close(self) -> None:
         self._listener.close()
