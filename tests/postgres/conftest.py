@@ -20,6 +20,8 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="leaseq[postgres] is not installed")
 
+from pg_urls import with_option  # noqa: E402
+
 from leaseq.stores.postgres import PostgresStore  # noqa: E402
 from leaseq.validate import redact_url  # noqa: E402
 
@@ -52,11 +54,6 @@ def pg_url() -> str:
         pytest.skip(f"PostgreSQL not reachable at {redact_url(url)}: "
                     f"{str(exc).splitlines()[0] if str(exc) else exc!r}")
     return url
-
-
-def with_option(url: str, **options: object) -> str:
-    query = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
 def unique_schema() -> str:

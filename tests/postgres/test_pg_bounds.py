@@ -10,15 +10,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from pg_urls import with_option
 
 from leaseq import deadline
 from leaseq.errors import InvalidURL, StoreUnavailable
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.options import LIBPQ_DEFAULTS, parse_url
-
-
-def with_option(url: str, **options: object) -> str:
-    return url + "".join(f"&{k}={v}" for k, v in options.items())
 
 
 def _sleep(seconds: float):  # type: ignore[no-untyped-def]

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from pg_urls import with_option
 
 import leaseq
 from leaseq.errors import MigrationRefused, StoreUnavailable
@@ -37,9 +38,6 @@ def as_role(url: str, role: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{role}:{PASSWORD}@{host}"))
 
 
-def with_schema(url: str, schema: str, **options: object) -> str:
-    query = "&".join([f"schema={schema}", *(f"{k}={v}" for k, v in options.items())])
-    return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
 @pytest.fixture
@@ -92,10 +90,10 @@ def versions(pg_url: str, schema: str) -> list[int]:
 def test_a_role_that_only_writes_rows_opens_a_migrated_store(
         pg_url: str, schema: str, app_role: str) -> None:
     # Given a schema its owner migrated, and a role granted only its rows
-    leaseq.connect(with_schema(pg_url, schema)).close()
+    leaseq.connect(with_option(pg_url, schema=schema)).close()
     grant_rows(pg_url, schema, app_role)
     # When that role opens it as a worker does (create=True) and runs a job through
-    with leaseq.connect(with_schema(as_role(pg_url, app_role), schema)) as store:
+    with leaseq.connect(with_option(as_role(pg_url, app_role), schema=schema)) as store:
         queue = store.queue("rights")
         queue.enqueue("j1", {"n": 1})
         [job] = queue.claim("w1", limit=1)
@@ -107,7 +105,7 @@ def test_a_role_that_only_writes_rows_opens_a_migrated_store(
 def test_a_role_that_may_not_create_is_told_to_run_migrate(
         pg_url: str, schema: str, app_role: str) -> None:
     # Given a URL whose role may not create, naming a schema that is not there
-    url = with_schema(as_role(pg_url, app_role), schema)
+    url = with_option(as_role(pg_url, app_role), schema=schema)
     # When it is opened as a worker would
     with pytest.raises(MigrationRefused) as refused:
         leaseq.connect(url)
@@ -132,7 +130,7 @@ def test_an_upgrade_behind_a_held_table_gives_up_in_bounded_time_and_changes_not
 
     def open_store() -> None:
         try:
-            leaseq.connect(with_schema(pg_url, schema, reconnect_s=1)).close()
+            leaseq.connect(with_option(pg_url, schema=schema, reconnect_s=1)).close()
             outcome["r"] = "opened"
         except BaseException as exc:  # reported to the test's thread
             outcome["r"] = exc
@@ -151,5 +149,5 @@ def test_an_upgrade_behind_a_held_table_gives_up_in_bounded_time_and_changes_not
     finally:
         holder.close()
     # And once the holder is gone, the same URL upgrades the schema
-    leaseq.connect(with_schema(pg_url, schema, reconnect_s=1)).close()
+    leaseq.connect(with_option(pg_url, schema=schema, reconnect_s=1)).close()
     assert versions(pg_url, schema)[-1] == owed
