@@ -413,10 +413,14 @@ def test_a_slot_whose_thread_an_abandoned_handler_holds_takes_no_job(url: str) -
             wait_until(lambda: worker.abandoned_pending() == 2, "both abandoned", timeout_s=10)
             assert {q.get(first).attempts, q.get(second).attempts} == {1}  # type: ignore[union-attr]
             partition.cut.clear()
+            looks = _count_calls(worker, "_room")
             job_id = quick.enqueue().job_id
             # Then the worker has no slot to offer: a job claimed now would wait in the pool's
-            # queue, under lease and heartbeat, for as long as those handlers run
-            assert worker._room() == 0
+            # queue, under lease and heartbeat, for as long as those handlers run. It looks
+            # for room a few times after the enqueue (every idle_max_s) and takes nothing
+            seen = len(looks)
+            wait_until(lambda: len(looks) >= seen + 5, "the worker to look for room 5 times")
+            assert max(looks[seen:]) <= 0
             assert q.get(job_id).status == "pending"  # type: ignore[union-attr]
             # And once one of them returns, its thread runs the job
             release.set()
@@ -424,3 +428,16 @@ def test_a_slot_whose_thread_an_abandoned_handler_holds_takes_no_job(url: str) -
                        timeout_s=10)
     finally:
         release.set()
+
+
+def _count_calls(worker: Any, name: str) -> list[Any]:
+    """Wraps ``worker.<name>`` so that each call's answer is appended to the list returned."""
+    answers: list[Any] = []
+    call = getattr(worker, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        answer = call(*args, **kwargs)
+        answers.append(answer)
+        return answer
+    setattr(worker, name, counted)
+    return answers
