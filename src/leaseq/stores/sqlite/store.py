@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -52,6 +51,7 @@ from leaseq.stores.sqlite.ledger import ScheduleLedger
 from leaseq.stores.sqlite.limited import LimitedClaims
 from leaseq.stores.sqlite.named import Q
 from leaseq.stores.sqlite.operators import SQLiteOperatorTools
+from leaseq.stores.sqlite.waits import StoreLock, busy_within_deadline
 from leaseq.stores.watch import ChangeCounterWatch, FinishWatch
 from leaseq.validate import redact_url
 
@@ -76,8 +76,7 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0,
                  create: bool = True):
-        self._init_state(path, f"sqlite:///{url_path(path)}", time_offset_s,
-                         threading.RLock())
+        self._init_state(path, f"sqlite:///{url_path(path)}", time_offset_s, StoreLock(path))
         try:
             self._conn = self._open(path, busy_timeout_ms, create)
         except sqlite3.Error as exc:
@@ -173,7 +172,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
     @contextmanager
     def _tx(self, connection: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
         """A write transaction, or the caller's own (``connection=``) under a savepoint: an
-        error undoes only what this call wrote, and the caller's transaction goes on."""
+        error undoes only what this call wrote, and the caller's transaction goes on. Its
+        waits for the locks end at the caller's deadline (waits.py)."""
         if connection is not None:
             with _savepoint(connection):
                 yield connection
@@ -181,7 +181,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         with self._lock:
             conn = self._conn
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                with busy_within_deadline(conn):
+                    conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise StoreUnavailable(f"SQLite database {self.path!r} is busy: {exc}") from None
             try:
@@ -189,7 +190,18 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            self._commit(conn)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """COMMIT; one SQLite refuses (a full disk, an I/O error) is rolled back, so the
+        connection is not left inside the transaction, refusing every later BEGIN."""
+        try:
             conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StoreUnavailable(
+                f"SQLite database {self.path!r} could not commit: {exc}") from None
 
     def _rows(self, conn: sqlite3.Connection, name: str, **params: Any) -> list[dict[str, Any]]:
         cursor = conn.execute(Q[name], self._params(**params))
