@@ -5,6 +5,7 @@ runs a real dispatcher against RabbitMQ and PostgreSQL."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -13,11 +14,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from pika.exceptions import AMQPConnectionError
 from rabbit_harness import Harness, wait_for
 from test_reconnect import NoTopology, sessions_failing_with
 
 import leaseq
 from leaseq.delivery import dispatcher as dispatcher_module
+from leaseq.delivery.connection import decode
 from leaseq.delivery.dispatcher import Dispatcher, DispatcherConfig
 from leaseq.errors import StoreUnavailable
 from leaseq.stores.postgres.options import parse_url
@@ -144,3 +147,104 @@ def test_on_postgresql_the_dispatcher_builds_jobs_outbox_before_its_first_read(
     # Then jobs_outbox was there, valid, at its first outbox_due, and is still
     assert seen and seen[0] is True, seen
     assert outbox_index_valid(harness) is True
+
+
+# --- what a round publishes and marks ----------------------------------------------------------
+
+LONG_ID = "L" * 300  # a job id may have 512 bytes; an AMQP message_id at most 255
+
+
+class FramingChannel:
+    """A channel stand-in that frames each message's properties as pika does before sending
+    (``BasicProperties.encode``), confirms it, and fails the ``fail_at``-th publish with a
+    lost connection."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.fail_at = fail_at
+        self.sent: list[tuple[bytes, Any]] = []
+
+    def basic_publish(self, exchange: str, routing_key: str, body: bytes, properties: Any,
+                      mandatory: bool = False) -> None:
+        from pika.exceptions import AMQPConnectionError
+        if self.fail_at is not None and len(self.sent) + 1 == self.fail_at:
+            raise AMQPConnectionError("connection lost")
+        properties.encode()
+        self.sent.append((body, properties))
+
+
+class Exchange(NoTopology):
+    exchange = "leaseq"
+
+
+def _owed(store: leaseq.Store, *ids: str) -> leaseq.Queue:
+    queue = leaseq.Queue(store, "jobs")
+    for job_id in ids:
+        queue.enqueue(job_id, {})
+    return queue
+
+
+def _round(queue: leaseq.Queue, channel: FramingChannel) -> Any:
+    return Dispatcher([queue], "amqp://", topology=Exchange(),  # type: ignore[arg-type]
+                      config=FAST).run_once(channel, queue)  # type: ignore[arg-type]
+
+
+def test_a_job_id_longer_than_a_message_id_is_published_under_its_hash(
+        sqlite_store: leaseq.Store) -> None:
+    # Given a job whose id is longer than AMQP lets a message_id be, between two others
+    queue = _owed(sqlite_store, "a-before", LONG_ID, "z-after")
+    # When a round publishes them
+    channel = FramingChannel()
+    done = _round(queue, channel)
+    # Then all three went out and are marked: the long id's message carries its SHA-256 as
+    # message_id and the id itself in the body, which is what the consumer claims
+    assert (done.published, done.marked, done.refused) == (3, 3, [])
+    message_ids = {decode(body): props.message_id for body, props in channel.sent}
+    assert message_ids == {
+        ("jobs", "a-before"): "a-before", ("jobs", "z-after"): "z-after",
+        ("jobs", LONG_ID): "sha256:" + hashlib.sha256(LONG_ID.encode()).hexdigest()}
+    assert all(j.published_at is not None for j in queue.list_jobs(limit=10))
+
+
+def test_jobs_the_broker_confirmed_before_the_session_was_lost_are_marked(
+        sqlite_store: leaseq.Store) -> None:
+    # Given three owed jobs, and a connection lost at the second publish
+    queue = _owed(sqlite_store, "a", "b", "c")
+    # When a round publishes them
+    with pytest.raises(AMQPConnectionError):
+        _round(queue, FramingChannel(fail_at=2))
+    # Then the first, which the broker confirmed, is marked (not published anew at every
+    # reconnect), and the other two are still owed
+    assert [j.id for j in queue.outbox_due(10)] == ["b", "c"]
+    assert queue.get("a").published_at is not None  # type: ignore[union-attr]
+
+
+def test_a_dispatcher_publishes_a_job_with_a_long_id_and_the_jobs_after_it(
+        harness: Harness) -> None:
+    # Given a job whose id is longer than a message_id may be, between two others
+    queue = harness.queue()
+    for job_id in ("a-before", LONG_ID, "z-after"):
+        queue.enqueue(job_id, {})
+    # When a dispatcher runs against RabbitMQ
+    stop = threading.Event()
+    dispatcher = Dispatcher([queue], harness.amqp_url, config=DispatcherConfig(
+        poll_interval_s=0.05))
+    thread = threading.Thread(target=dispatcher.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for("three jobs published", lambda: all(
+            j.published_at is not None for j in queue.list_jobs(limit=10)), 30)
+    finally:
+        stop.set()
+        thread.join(15)
+    # Then the work queue holds one message per job: none went out twice
+    assert _ready_messages(harness.amqp_url, dispatcher.topology.work_queue("jobs")) == 3
+
+
+def _ready_messages(amqp_url: str, queue_name: str) -> int:
+    import pika
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        return connection.channel().queue_declare(
+            queue_name, passive=True).method.message_count
+    finally:
+        connection.close()

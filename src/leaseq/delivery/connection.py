@@ -3,6 +3,7 @@ leaseq publishes. pika is imported here and only here, when a connection is open
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -129,6 +130,20 @@ def _log_lost(what: str, exc: Exception, backoff: float, redact: Redact) -> None
 
 def encode(queue: str, job_id: str) -> bytes:
     return json.dumps({"queue": queue, "job_id": job_id}, separators=(",", ":")).encode()
+
+
+#: AMQP's ``message_id`` is a short string: at most 255 bytes.
+MAX_MESSAGE_ID_BYTES = 255
+
+
+def message_id(job_id: str) -> str:
+    """A message's ``message_id``: its job id, or ``sha256:<hex>`` of a longer one (a job id
+    may have up to ``validate.MAX_JOB_ID_BYTES``). Only people and tools read it; the body
+    carries the id the consumer claims."""
+    raw = job_id.encode()
+    if len(raw) <= MAX_MESSAGE_ID_BYTES:
+        return job_id
+    return f"sha256:{hashlib.sha256(raw).hexdigest()}"
 
 
 def decode(body: bytes) -> tuple[str, str] | None:

@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from leaseq import validate
-from leaseq.delivery.connection import CONTENT_TYPE, decode, encode, reconnecting, session
+from leaseq.delivery.connection import (
+    CONTENT_TYPE,
+    decode,
+    encode,
+    message_id,
+    reconnecting,
+    session,
+)
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput, StoreUnavailable
 from leaseq.job import safe_reason
@@ -240,19 +247,29 @@ class Dispatcher:
         """Publish one batch of ``queue``'s owed jobs and mark the confirmed ones."""
         done = _Round()
         confirmed: list[Job] = []
-        for job in queue.outbox_due(self.config.batch_size):
-            if self._publish(channel, queue, job):
-                confirmed.append(job)
-            else:
-                done.refused.append(job.id)
+        try:
+            for job in queue.outbox_due(self.config.batch_size):
+                if self._publish(channel, queue, job):
+                    confirmed.append(job)
+                else:
+                    done.refused.append(job.id)
+        except BaseException:
+            # The session is lost, but what the broker confirmed before is not owed again:
+            # unmarked, it would be published anew at every reconnect
+            if confirmed:
+                self._mark(queue, confirmed)
+            raise
         done.published = len(confirmed) + len(done.refused)
         # Only after every confirm: a crash before this line means "publish again", never
         # "marked but never reached the broker".
-        marked = set(queue.store.mark_published(queue.name, [j.lease for j in confirmed])
-                     if confirmed else ())
-        done.marked = len(marked)
-        self._journal_moved_on(queue, [j for j in confirmed if j.id not in marked])
+        done.marked = self._mark(queue, confirmed) if confirmed else 0
         return done
+
+    def _mark(self, queue: Queue, confirmed: list[Job]) -> int:
+        """Mark the ``confirmed`` jobs published; returns how many were still owed."""
+        marked = set(queue.store.mark_published(queue.name, [j.lease for j in confirmed]))
+        self._journal_moved_on(queue, [j for j in confirmed if j.id not in marked])
+        return len(marked)
 
     @staticmethod
     def _journal_moved_on(queue: Queue, unmarked: list[Job]) -> None:
@@ -278,7 +295,7 @@ class Dispatcher:
 
         props = pika.BasicProperties(
             delivery_mode=pika.DeliveryMode.Persistent, content_type=CONTENT_TYPE,
-            message_id=job.id, type="leaseq.job",
+            message_id=message_id(job.id), type="leaseq.job",
             headers={"leaseq-queue": queue.name, "leaseq-attempts": job.attempts})
         try:
             channel.basic_publish(self.topology.exchange, queue.name, encode(queue.name, job.id),
