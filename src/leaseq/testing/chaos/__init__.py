@@ -7,10 +7,11 @@ stopped". It fills ``r.counts`` (the table's columns) and calls ``r.check`` once
 
 Effects are counted, not guessed: a handler records each side effect in ``Ledger`` under the
 key ``job id + effect name`` (a UNIQUE column); a second attempt at a key is kept as a repeat
-with the lease epoch that made it. A repeat by a *later* epoch of a job whose earlier lease was
-lost (its worker was killed) is a "fenced re-run", which at-least-once execution allows and the
-table reports on its own column; a repeat by the *same* epoch, or by an epoch after the one that
-finished the job, is a duplicate effect, which is a violation.
+with the lease epoch that made it, and is judged against the first making of that same key. A
+repeat by a *later* epoch of a job whose earlier lease was lost (its worker was killed) is a
+"fenced re-run", which at-least-once execution allows and the table reports on its own column;
+a repeat by the *same* epoch, or by an epoch after the one that *first* finished the job (its
+journal's first terminal event), is a duplicate effect, which is a violation.
 
 Every run keeps a JSON-lines event log; a failing run keeps its whole folder (store file, ledger,
 worker logs, events) and prints the seed that replays it.

@@ -57,27 +57,38 @@ class Ledger:
             rows = self._conn.execute("SELECT job_id, value FROM facts WHERE name = ?", (name,))
             return [(job_id, json.loads(value)) for job_id, value in rows.fetchall()]
 
-    def effects(self) -> dict[str, int]:
-        """Job id → epoch of its first recorded effect."""
+    def effects(self) -> dict[tuple[str, str], int]:
+        """``(job id, effect)`` → the epoch that first made it; ``{}`` when nothing was made."""
         with self._lock:
-            rows = self._conn.execute("SELECT job_id, lease_epoch FROM effects").fetchall()
-        return dict(rows)
+            rows = self._conn.execute("SELECT job_id, effect, lease_epoch FROM effects")
+            return {(job_id, effect): epoch for job_id, effect, epoch in rows.fetchall()}
 
-    def repeats(self) -> list[tuple[str, int]]:
+    def repeats(self) -> list[tuple[str, str, int]]:
+        """``(job id, effect, epoch)`` of every later attempt at a key, in the order made."""
         with self._lock:
-            return self._conn.execute("SELECT job_id, lease_epoch FROM repeats").fetchall()
+            return self._conn.execute(
+                "SELECT job_id, effect, lease_epoch FROM repeats ORDER BY rowid").fetchall()
 
-    def classify(self, jobs: Mapping[str, Job]) -> tuple[int, int, list[str]]:
-        """``(duplicates, fenced_reruns, details)`` over every repeat, see the module doc."""
+    def classify(self, jobs: Mapping[str, Job], finished: Mapping[str, int] | None = None
+                 ) -> tuple[int, int, list[str]]:
+        """``(duplicates, fenced_reruns, details)`` over every repeat, see the module doc.
+
+        A repeat is compared with the first making of the *same* key. ``finished`` maps a job
+        id to the epoch of its *first* terminal transition (from its journal); without an entry
+        the epoch of a terminal job stands in, which cannot see a job finished twice."""
         first = self.effects()
+        finished = finished or {}
         duplicates, reruns, details = 0, 0, []
-        for job_id, epoch in self.repeats():
+        for job_id, effect, epoch in self.repeats():
             job = jobs.get(job_id)
-            finished_at = job.lease_epoch if job is not None and is_terminal(job.status) else None
-            if epoch == first.get(job_id) or (finished_at is not None and epoch > finished_at):
+            finished_at = finished.get(job_id)
+            if finished_at is None and job is not None and is_terminal(job.status):
+                finished_at = job.lease_epoch
+            made_by = first.get((job_id, effect))
+            if epoch == made_by or (finished_at is not None and epoch > finished_at):
                 duplicates += 1
-                details.append(f"{job_id}: effect repeated by epoch {epoch} "
-                               f"(first by {first.get(job_id)}, finished at {finished_at})")
+                details.append(f"{job_id}: {effect} repeated by epoch {epoch} "
+                               f"(first by {made_by}, finished at {finished_at})")
             else:
                 reruns += 1
         return duplicates, reruns, details

@@ -57,18 +57,18 @@ def settle(r: Run, q: Queue, ids: Sequence[str], ledger: Ledger | None, *,
     r.check("no job lost (every job terminal)", c.lost == 0,
             f"missing {missing[:5]}, still live {[(i, jobs[i].status) for i in live[:5]]}")
     r.check("attempts ≤ max_attempts", not over, f"over: {over[:5]}")
-    finishes = _finishes(q, [i for i in ids if i in jobs])
+    finishes, finished_at = _finishes(q, [i for i in ids if i in jobs])
     twice = [i for i, n in finishes.items() if n != 1 and is_terminal(jobs[i].status)]
     r.check("each job terminal exactly once (journal)", not twice,
             f"{[(i, finishes[i]) for i in twice[:5]]}")
     if ledger is not None:
-        dupes, reruns, details = ledger.classify(jobs)
+        dupes, reruns, details = ledger.classify(jobs, finished_at)
         c.duplicate_effects, c.fenced_reruns = dupes, reruns
         r.check("0 duplicate effects", dupes == 0, "; ".join(details[:5]))
         if not reruns_allowed:
             r.check("0 re-runs (nothing was killed)", reruns == 0, f"{reruns} re-runs")
         expected = effect_expected or (lambda j: j.status == "done")
-        have = ledger.effects()
+        have = {job_id for job_id, _ in ledger.effects()}
         without = [i for i in ids if i in jobs and expected(jobs[i]) and i not in have]
         r.check("every finished job made its effect", not without, f"{without[:5]}")
     return jobs
@@ -77,9 +77,18 @@ def settle(r: Run, q: Queue, ids: Sequence[str], ledger: Ledger | None, *,
 _FINISH_EVENTS = (JournalEvent.RESULT_SAVED, JournalEvent.QUARANTINED, JournalEvent.CANCELLED)
 
 
-def _finishes(q: Queue, ids: Sequence[str]) -> dict[str, int]:
-    """Per job, how many terminal transitions its journal holds (revivals excluded)."""
-    return {i: sum(1 for e in q.journal(i) if e.event in _FINISH_EVENTS) for i in ids}
+def _finishes(q: Queue, ids: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per job, how many terminal transitions its journal holds (revivals excluded), and the
+    lease epoch of the first one (when the journal names it)."""
+    counts: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i in ids:
+        ends = [e for e in q.journal(i) if e.event in _FINISH_EVENTS]
+        counts[i] = len(ends)
+        epochs = [e.lease_epoch for e in ends if e.lease_epoch is not None]
+        if epochs:
+            first[i] = epochs[0]
+    return counts, first
 
 
 def free_port() -> int:
