@@ -3,10 +3,10 @@ run their logic on sample documents here (no server can run here; see mongo_fake
 
 Only the operators the store sends, with MongoDB's documented rules for them: a missing field
 is not null but ``$ifNull`` and ``{field: null}`` treat both alike; comparisons follow BSON
-order across types (null < numbers < strings < objects < arrays < booleans < dates); a ``$set``
-stage reads every expression from the document as it was before the stage, and a value that
-evaluates to missing leaves the field out. Anything else raises, so a builder that starts using
-another operator cannot pass unnoticed.
+order across types (null < numbers < strings < objects < arrays < ObjectIds < booleans <
+dates); a ``$set`` stage reads every expression from the document as it was before the stage,
+and a value that evaluates to missing leaves the field out. Anything else raises, so a builder
+that starts using another operator cannot pass unnoticed.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from bson import ObjectId
+
 MISSING = object()
 _RANK = [(type(None), 0), (bool, 8), (int, 1), (float, 1), (str, 2), (dict, 3), (list, 4),
-         (datetime, 9)]
+         (ObjectId, 7), (datetime, 9)]
 
 
 def _rank(value: Any) -> int:

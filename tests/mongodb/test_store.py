@@ -40,6 +40,11 @@ def spec(job_id: str, payload: dict[str, Any], revision: str | None = None) -> J
     return JobSpec(job_id, payload, text, revision=revision)
 
 
+def token_of(update: list[dict[str, Any]]) -> Any:
+    """The ``moved_by`` token a ``documents.stamped`` update writes."""
+    return update[-1]["$set"]["moved_by"]["$literal"]
+
+
 def journal_events(db: FakeDB) -> list[tuple[str, str]]:
     events = []
     for args, _ in db.of("leaseq_journal", "bulk_write"):
@@ -377,12 +382,14 @@ def test_reclaim_buries_spent_jobs_before_returning_the_others_then_fails_spent_
     db[Q].answer("update_many", Updated(1), Updated(1), Updated(1))
     assert store.reclaim_expired("q") == (2, 1)
     first, second, third = (a for a, _ in db.of(Q, "update_many"))
+    tokens = [token_of(update) for _, update in (first, second, third)]
     assert first == ({**documents.expired(0, spent_=True), "_id": {"$in": ["spent"]}},
-                     documents.expire_spent(0))
+                     documents.stamped(documents.expire_spent(0), tokens[0]))
     assert second == ({**documents.expired(0, spent_=False), "_id": {"$in": ["live"]}},
-                      documents.return_expired(0))
+                      documents.stamped(documents.return_expired(0), tokens[1]))
     assert third == ({**documents.pending_spent(), "_id": {"$in": ["old"]}},
-                     documents.exhaust_pending(0))
+                     documents.stamped(documents.exhaust_pending(0), tokens[2]))
+    assert len(set(tokens)) == 3  # each update_many its own
     assert journal_events(db) == [("spent", "quarantined"), ("live", "reclaimed"),
                                   ("old", "quarantined")]
     reasons = [op._doc[0]["$set"]["reason"]["$literal"]
@@ -402,18 +409,21 @@ def test_reclaim_says_when_a_stale_job_came_back_afresh(db, store):
 
 def test_reclaim_journals_only_what_it_moved_when_a_worker_raced_it(db, store):
     # Given two expired jobs of which one is re-claimed between the read and the update
-    db[Q].answer("find", [], [doc("a"), doc("b")],
-                 [doc("a", status="pending"), doc("b", lease_epoch=4)])
+    db[Q].answer("find", [], [doc("a"), doc("b")], [{"_id": "a"}])
     db[Q].answer("update_many", Updated(1))
     assert store.reclaim_expired("q") == (0, 1)
     assert journal_events(db) == [("a", "reclaimed")]
+    # Then the second read asked which of them this update_many stamped
+    (_, update), = [a for a, _ in db.of(Q, "update_many")]
+    assert db.of(Q, "find")[2][0][0] == documents.stamped_by(["a", "b"], token_of(update))
 
 
 def test_mark_published_counts_what_it_marked(db, store):
     db[Q].answer("find", [doc("a", status="pending")])
     db[Q].answer("update_many", Updated(1))
     assert store.mark_published("q", [Lease("a", 0), Lease("b", 3)]) == ["a"]
-    assert db.of(Q, "update_many")[0][0][1] == documents.mark_published(0)
+    update = db.of(Q, "update_many")[0][0][1]
+    assert update == documents.stamped(documents.mark_published(0), token_of(update))
 
 
 def test_purge_deletes_jobs_and_their_journal(db, store):

@@ -22,7 +22,8 @@ def test_reowe_publish_unpublishes_the_pending_published_and_journals_them() -> 
     assert changed == ["a"]
     query, update = db.of(Q, "update_many")[0][0]
     assert query == {**documents.published(["a", "b"]), "_id": {"$in": ["a"]}}
-    assert update == documents.unpublish()
+    assert update == documents.stamped(documents.unpublish(),
+                                       update[-1]["$set"]["moved_by"]["$literal"])
     (ops,) = [args[0] for args, _ in db.of("leaseq_journal", "bulk_write")]
     fields = ops[0]._doc[0]["$set"]
     assert fields["event"]["$literal"] == "publish_owed"

@@ -37,10 +37,11 @@ __all__ = ["job_indexes", "journal_indexes"]  # kept importable from here
 #: What a document without ``max_attempts`` gets (DESIGN.md §2's default).
 DEFAULT_MAX_ATTEMPTS = 5
 PENDING, PROCESSING, FAILED = "pending", "processing", "failed"
-#: The record's own fields; every other top-level field is payload. The counters are listed
-#: here too, so a record field is never read as payload whatever the validator reserves.
+#: The record's own fields; every other top-level field is payload. The counters and the
+#: move token (``stamped``) are listed here too, so a record field is never read as payload
+#: whatever the validator reserves.
 RECORD_KEYS = RESERVED_KEYS | {"snoozes", "givebacks", "priority", "concurrency_key",
-                               "next_concurrency_key"}
+                               "next_concurrency_key", "moved_by"}
 #: Fields of the record kept when a new payload replaces the old one (the rest is payload).
 RECORD_FIELDS = sorted(RECORD_KEYS)
 #: The stored document's own record fields, without its payload (an expression).
@@ -516,6 +517,18 @@ def operator_cancel(offset_s: float) -> list[Doc]:
 
 def mark_published(offset_s: float) -> list[Doc]:
     return [{"$set": {"published_at": now(offset_s)}}]
+
+
+def stamped(update: list[Doc], token: Any) -> list[Doc]:
+    """``update`` that also writes ``moved_by``: the token of the one ``update_many`` that
+    changed the document (``MongoStore._move``), so a read can tell its documents from
+    those another call moved the same way."""
+    return [*update, {"$set": {"moved_by": lit(token)}}]
+
+
+def stamped_by(job_ids: Sequence[str], token: Any) -> Doc:
+    """Those of ``job_ids`` the update of ``token`` changed (served by the ``_id`` index)."""
+    return {"_id": {"$in": list(job_ids)}, "moved_by": token}
 
 
 def journal_entry(queue: str, job_id: str, event: str, fields: Mapping[str, Any],

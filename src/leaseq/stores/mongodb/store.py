@@ -341,11 +341,11 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         can become pending; return the other expired ones; then quarantine any pending job
         whose attempts are spent (older data), which no claim would ever take."""
         spent = self._move(queue, documents.expired(self._off, spent_=True),
-                           documents.expire_spent(self._off), documents.FAILED)
+                           documents.expire_spent(self._off))
         returned = self._move(queue, documents.expired(self._off, spent_=False),
-                              documents.return_expired(self._off), documents.PENDING)
+                              documents.return_expired(self._off))
         exhausted = self._move(queue, documents.pending_spent(),
-                               documents.exhaust_pending(self._off), documents.FAILED)
+                               documents.exhaust_pending(self._off))
         self._log([Event(queue, d["_id"], JournalEvent.QUARANTINED, records.moved(d, EXPIRED))
                    for d in spent])
         self._log([Event(queue, d["_id"], JournalEvent.RECLAIMED,
@@ -354,24 +354,26 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
                          records.moved(d, SPENT_WHILE_PENDING)) for d in exhausted])
         return len(spent) + len(exhausted), len(returned)
 
-    def _move(self, queue: str, query: dict[str, Any], update: list[dict[str, Any]],
-              status: str) -> list[dict[str, Any]]:
+    def _move(self, queue: str, query: dict[str, Any],
+              update: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``update_many`` the documents ``query`` finds, returning the ones it moved.
 
         The update repeats the whole filter, so a document that changed after the read is
-        skipped; when the count says so, a second read keeps those now in ``status`` at the
-        epoch they were read with (a claim in between would have raised the epoch).
+        skipped, and stamps each document it changes with a token of this call
+        (``moved_by``); when the count says some were skipped, a second read by that token
+        keeps only those this call moved, not those another sweeper, a worker's give-back or
+        retry moved the same way in between (at the same epoch).
         """
         coll = self._coll(queue)
         found = list(coll.find(query, documents.FENCE_PROJECTION))
         if not found:
             return []
-        ids = [d["_id"] for d in found]
-        if coll.update_many({**query, "_id": {"$in": ids}}, update).matched_count == len(found):
+        ids, token = [d["_id"] for d in found], ObjectId()
+        moved = coll.update_many({**query, "_id": {"$in": ids}}, documents.stamped(update, token))
+        if moved.matched_count == len(found):
             return found
-        now = {d["_id"]: d for d in coll.find({"_id": {"$in": ids}}, documents.FENCE_PROJECTION)}
-        return [d for d in found if (n := now.get(d["_id"])) is not None
-                and n.get("status") == status and n.get("lease_epoch") == d.get("lease_epoch")]
+        mine = {d["_id"] for d in coll.find(documents.stamped_by(ids, token), {"_id": 1})}
+        return [d for d in found if d["_id"] in mine]
 
     @guarded
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
@@ -430,7 +432,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
     def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
         pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
         marked = self._move(queue, documents.unpublished(pairs, self._off),
-                            documents.mark_published(self._off), documents.PENDING)
+                            documents.mark_published(self._off))
         self._log([Event(queue, d["_id"], JournalEvent.PUBLISHED, records.moved(d, None))
                    for d in marked])
         return [d["_id"] for d in marked]
@@ -490,8 +492,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
                       reason: str = Store.REOWE_REASON) -> list[str]:
         if not job_ids:
             return []
-        owed = self._move(queue, documents.published(job_ids), documents.unpublish(),
-                          documents.PENDING)
+        owed = self._move(queue, documents.published(job_ids), documents.unpublish())
         self._log([Event(queue, d["_id"], JournalEvent.PUBLISH_OWED, records.moved(d, reason))
                    for d in owed])
         return [d["_id"] for d in owed]
