@@ -196,6 +196,13 @@ class Job:
         return out
 
 
+def newest_change(jobs: Sequence[Job]) -> datetime | None:
+    """The newest ``updated_at`` of ``jobs`` as they were read, or None when one has none: a
+    job changed after it is in another state (``Store.mark_published``'s ``as_of``)."""
+    stamps = [j.updated_at for j in jobs if j.updated_at is not None]
+    return max(stamps) if stamps and len(stamps) == len(jobs) else None
+
+
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One event in a job's history. ``reason`` is safe to show: never the payload."""

@@ -22,6 +22,7 @@ from leaseq.job import (
     LeaseLost,
     OnConflict,
     is_terminal,
+    newest_change,
     safe_reason,
 )
 from leaseq.limits import ClaimLimits, HeldBack
@@ -308,9 +309,14 @@ class Queue(AsyncQueueMethods):
 
     def mark_published(self, jobs: Iterable[Job | Lease]) -> int:
         """After the broker confirmed: mark these jobs (as ``outbox_due`` gave them) published,
-        those still in the state that was published. Returns how many were marked."""
-        leases = [_lease(j) for j in jobs]
-        return len(self.store.mark_published(self.name, leases)) if leases else 0
+        those still in the state that was published (the same epoch, and, given jobs, not
+        changed since they were read). Returns how many were marked."""
+        items = list(jobs)
+        if not items:
+            return 0
+        read = [j for j in items if isinstance(j, Job)]
+        as_of = newest_change(read) if len(read) == len(items) else None
+        return len(self.store.mark_published(self.name, [_lease(j) for j in items], as_of))
 
     # --- inspection ------------------------------------------------------------------------
 

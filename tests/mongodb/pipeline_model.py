@@ -186,6 +186,7 @@ _FIELD_OPS: dict[str, Any] = {
     "$ne": lambda v, arg: not _field_matches(v, arg),
     "$exists": lambda v, arg: (v is not MISSING) == arg,
     "$gte": lambda v, arg: v is not MISSING and _rank(v) == _rank(arg) and _order(v, arg) >= 0,
+    "$lte": lambda v, arg: v is not MISSING and _rank(v) == _rank(arg) and _order(v, arg) <= 0,
 }
 
 

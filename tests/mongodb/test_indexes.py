@@ -4,6 +4,8 @@ checked with it against the store's indexes (issue 11, 7: the claim sorted on
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from leaseq.job import Lease
@@ -119,6 +121,8 @@ QUERIES = {
     "outbox_due": (documents.outbox_due(0), documents.OUTBOX_SORT),
     "republish": (documents.published_before(60, 0), []),
     "mark_published": (documents.unpublished([("a", 0), ("b", 2)], 0), []),
+    "mark_published as of a read": (
+        documents.unpublished([("a", 0)], 0, datetime(2026, 1, 1, tzinfo=UTC)), []),
     "reclaim step 1": (documents.expired(0, spent_=True), []),
     "reclaim step 2": (documents.expired(0, spent_=False), []),
     "reclaim step 3": (documents.pending_spent(), []),

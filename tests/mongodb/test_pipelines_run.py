@@ -161,6 +161,16 @@ def test_the_outbox_owes_only_due_unpublished_pending_jobs():
     assert not matches(documents.outbox_due(0), {**due, "lease_until": LATER}, NOW)
 
 
+
+def test_a_late_confirm_marks_only_a_job_not_changed_since_it_was_read():
+    # A job read at EARLIER, then cancelled and requeued at the same epoch (updated at NOW)
+    read = {"_id": "a", "status": "pending", "lease_until": EARLIER, "published_at": None,
+            "lease_epoch": 2, "updated_at": EARLIER}
+    mark = documents.unpublished([("a", 2)], 0, as_of=EARLIER)
+    assert matches(mark, read, NOW)
+    assert not matches(mark, {**read, "updated_at": NOW}, NOW)
+    assert matches(documents.unpublished([("a", 2)], 0), {**read, "updated_at": NOW}, NOW)
+
 # --- a new revision's key while the old one runs ------------------------------------------
 
 

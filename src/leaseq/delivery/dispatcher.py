@@ -41,7 +41,7 @@ from leaseq.delivery.connection import (
 )
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput, StoreUnavailable
-from leaseq.job import safe_reason
+from leaseq.job import newest_change, safe_reason
 from leaseq.journal import JournalEvent
 from leaseq.redact import combined, traceback_text
 
@@ -267,7 +267,8 @@ class Dispatcher:
 
     def _mark(self, queue: Queue, confirmed: list[Job]) -> int:
         """Mark the ``confirmed`` jobs published; returns how many were still owed."""
-        marked = set(queue.store.mark_published(queue.name, [j.lease for j in confirmed]))
+        marked = set(queue.store.mark_published(queue.name, [j.lease for j in confirmed],
+                                                as_of=newest_change(confirmed)))
         self._journal_moved_on(queue, [j for j in confirmed if j.id not in marked])
         return len(marked)
 
@@ -310,3 +311,4 @@ class Dispatcher:
                         job.id[:200], queue.name)
             return False
         return True
+

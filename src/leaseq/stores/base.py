@@ -366,12 +366,16 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         not-before order; ``[]`` when none. Reads only."""
 
     @abc.abstractmethod
-    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+    def mark_published(self, queue: str, leases: Sequence[Lease],
+                       as_of: datetime | None = None) -> list[str]:
         """Set ``published_at`` = now on those of ``leases`` (the jobs ``outbox_due`` gave,
         with their epochs) still ``pending``, unpublished, due and at that epoch. Call only
         after the broker confirmed. A claim in between bumps the epoch, so a late confirm
-        never marks a later pending state that has no message behind it. Returns the ids
-        marked (``[]`` when none). Journal: ``published``."""
+        never marks a later pending state that has no message behind it. ``as_of``: the
+        newest ``updated_at`` of those jobs as ``outbox_due`` gave them; a job changed since
+        without a claim (cancelled and requeued, its delay updated, edited) is in a state no
+        message stands for either (its consumer may have acked the message as not claimable),
+        and is not marked. Returns the ids marked (``[]`` when none). Journal: ``published``."""
 
     def prepare_outbox(self, stop: threading.Event | None = None) -> None:
         """Make sure what keeps ``outbox_due`` fast is in place, before a dispatcher's first

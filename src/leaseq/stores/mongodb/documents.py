@@ -18,6 +18,7 @@ Rules kept everywhere:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from string import Formatter
 from typing import Any
 
@@ -305,18 +306,23 @@ def unpublish() -> list[Doc]:
     return [{"$set": {"published_at": None}}]
 
 
-def unpublished(leases: Sequence[tuple[str, int]], offset_s: float) -> Doc:
+def unpublished(leases: Sequence[tuple[str, int]], offset_s: float,
+                as_of: datetime | None = None) -> Doc:
     """Only the state that was published: still pending, unpublished and due, at the epoch
     outbox_due read (a claim and give-back in between bumped it; that later pending state is
-    owed its own publish). A document without ``lease_epoch`` is at epoch 0."""
+    owed its own publish) and, given ``as_of``, not changed after it (``Store.mark_published``).
+    A document without ``lease_epoch`` is at epoch 0."""
     at_epoch: list[Doc] = []
     for job_id, epoch in leases:
         at_epoch.append({"_id": job_id, "lease_epoch": epoch})
         if epoch == 0:
             at_epoch.append({"_id": job_id, "lease_epoch": {"$exists": False}})
     due = outbox_due(offset_s)
-    return {"_id": {"$in": [job_id for job_id, _ in leases]}, "status": PENDING,
-            "published_at": None, "$and": [{"$or": at_epoch}, {"$or": due["$or"]}]}
+    query: Doc = {"_id": {"$in": [job_id for job_id, _ in leases]}, "status": PENDING,
+                  "published_at": None, "$and": [{"$or": at_epoch}, {"$or": due["$or"]}]}
+    if as_of is not None:
+        query["updated_at"] = {"$lte": as_of}
+    return query
 
 
 def operator_requeueable(job_id: str) -> Doc:

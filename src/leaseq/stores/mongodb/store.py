@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bson import ObjectId
@@ -429,9 +429,10 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         return self._coll(queue).update_many(query, documents.unpublish()).modified_count
 
     @guarded
-    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+    def mark_published(self, queue: str, leases: Sequence[Lease],
+                       as_of: datetime | None = None) -> list[str]:
         pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
-        marked = self._move(queue, documents.unpublished(pairs, self._off),
+        marked = self._move(queue, documents.unpublished(pairs, self._off, as_of),
                             documents.mark_published(self._off))
         self._log([Event(queue, d["_id"], JournalEvent.PUBLISHED, records.moved(d, None))
                    for d in marked])

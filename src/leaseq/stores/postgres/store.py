@@ -451,12 +451,14 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
             conn, "republish", queue=queue, published_before_s=published_before_s),
             idempotent=True, autocommit=True)
 
-    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+    def mark_published(self, queue: str, leases: Sequence[Lease],
+                       as_of: datetime | None = None) -> list[str]:
         if not leases:
             return []
         rows = self._session.run(lambda conn: self._rows(
             conn, "mark_published", queue=queue, ids=[lease.job_id for lease in leases],
-            epochs=[lease.lease_epoch for lease in leases]), idempotent=True, autocommit=True)
+            epochs=[lease.lease_epoch for lease in leases], as_of=as_of),
+            idempotent=True, autocommit=True)
         return [r["id"] for r in rows]
 
     # --- journal ---------------------------------------------------------------------------

@@ -58,6 +58,9 @@ from leaseq.validate import redact_url
 #: How often an idle worker looks for commits by other processes. Defaults to 2 ms: a
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
+#: How far above a stamp read back from the store (``Job.updated_at``, to the microsecond) a
+#: stored stamp may be and still be that one: the column holds the float it was read from.
+STAMP_SLACK_S = 1e-5
 
 
 def url_path(path: str) -> str:
@@ -511,10 +514,12 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
             return conn.execute(Q["republish"], self._params(
                 queue=queue, published_before_s=published_before_s)).rowcount
 
-    def mark_published(self, queue: str, leases: Sequence[Lease]) -> list[str]:
+    def mark_published(self, queue: str, leases: Sequence[Lease],
+                       as_of: datetime | None = None) -> list[str]:
         pairs = json.dumps([[lease.job_id, lease.lease_epoch] for lease in leases])
         with self._tx() as conn:
-            rows = self._rows(conn, "mark_published", queue=queue, leases=pairs)
+            rows = self._rows(conn, "mark_published", queue=queue, leases=pairs,
+                              as_of=None if as_of is None else as_of.timestamp() + STAMP_SLACK_S)
             self._journal_rows(conn, queue, rows, JournalEvent.PUBLISHED, lambda _: None)
         return [r["id"] for r in rows]
 

@@ -38,6 +38,13 @@ BACK_TO_PENDING: dict[str, Callable[[Any, Job], Any]] = {
     "revive": lambda q, job: (q.complete(job), q.enqueue("j1", {"v": 2}, revision="r2")),
 }
 
+#: Changes that leave a pending job pending, or bring it back there, without a claim: the
+#: epoch stays, so only the job's ``updated_at`` tells the state a message was published for.
+CHANGED_WHILE_PENDING: dict[str, Callable[[Any], Any]] = {
+    "cancel-requeue": lambda q: (q.cancel("j1"), q.requeue("j1")),
+    "new-revision-delayed": lambda q: q.enqueue("j1", {"v": 2}, revision="r2", delay_s=0.5),
+}
+
 
 class OutboxSuite:
     def test_outbox_lists_due_unpublished_jobs(self, leaseq_store: FreshStore) -> None:
@@ -120,6 +127,26 @@ class OutboxSuite:
         # When the dispatcher's confirm for the state it read comes back
         marked = q.mark_published([read])
         # Then the later pending state (no message behind it) is still owed a publish
+        assert marked == 0 and must_get(q, "j1").published_at is None
+        assert [j.id for j in q.outbox_due()] == ["j1"]
+
+    @pytest.mark.parametrize("change", sorted(CHANGED_WHILE_PENDING))
+    def test_a_late_confirm_cannot_mark_a_state_changed_without_a_claim(
+        self, leaseq_store: FreshStore, change: str
+    ) -> None:
+        # Given a dispatcher that read a job from the outbox and published it
+        q = leaseq_store.queue()
+        q.enqueue("j1", {}, revision="r1")
+        (read,) = q.outbox_due()
+        # ... while the job changed and came back due at the same epoch (its consumer may
+        # have acked the message meanwhile as not claimable: cancelled, or not due yet)
+        advance(leaseq_store.store, 1)
+        CHANGED_WHILE_PENDING[change](q)
+        advance(leaseq_store.store, 1)
+        assert must_get(q, "j1").lease_epoch == read.lease_epoch
+        # When the dispatcher's confirm for the state it read comes back
+        marked = q.mark_published([read])
+        # Then the changed state, which no message stands for, is still owed a publish
         assert marked == 0 and must_get(q, "j1").published_at is None
         assert [j.id for j in q.outbox_due()] == ["j1"]
 

@@ -19,8 +19,8 @@ WITH cleared AS (
     RETURNING id)
 SELECT count(*) AS n FROM cleared;
 
--- Only the state that was published: still due and at the epoch outbox_due read (see the
--- SQLite twin of this query).
+-- Only the state that was published: still due, at the epoch outbox_due read and not changed
+-- since (see the SQLite twin of this query).
 -- name: mark_published
 WITH l AS (
     SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[]) AS l(id, lease_epoch)),
@@ -29,6 +29,7 @@ marked AS (
     FROM l
     WHERE j.queue = %(queue)s AND j.id = l.id AND j.lease_epoch = l.lease_epoch
       AND j.status = 'pending' AND j.published_at IS NULL AND j.lease_until <= {now}
+      AND (%(as_of)s::timestamptz IS NULL OR j.updated_at <= %(as_of)s::timestamptz)
     RETURNING j.queue, j.id, j.attempts, j.lease_epoch),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch)

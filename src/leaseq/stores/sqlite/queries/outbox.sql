@@ -16,9 +16,13 @@ WHERE queue = :queue AND status = 'pending' AND published_at < {now} - :publishe
 -- name: mark_published
 -- Only the state that was published: still due (a not-yet-due retry is owed its own publish)
 -- and at the epoch read by outbox_due (a claim and give-back in between bumped it, and that
--- later pending state has no message behind it). :leases is a JSON array of [id, epoch].
+-- later pending state has no message behind it), and not changed since (:as_of, the newest
+-- updated_at read, or NULL: a cancel and requeue, or a new delay, keep the epoch, and the
+-- message may have been acked as not claimable meanwhile). :leases is a JSON array of
+-- [id, epoch].
 UPDATE leaseq_jobs SET published_at = {now}
 WHERE queue = :queue AND status = 'pending' AND published_at IS NULL AND lease_until <= {now}
+  AND (:as_of IS NULL OR updated_at <= :as_of)
   AND (id, lease_epoch) IN (
       SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:leases))
 RETURNING id, attempts, lease_epoch;
