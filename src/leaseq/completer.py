@@ -5,7 +5,9 @@ one thread takes everything that is waiting, writes it with ``Store.complete_man
 transaction per queue), and answers each item with its own outcome through its callback. Nothing
 waits on a timer: a lone job is written at once, and under load the batch is simply whatever
 finished while the previous write ran. A job counts as finished only when its batch committed:
-until it is answered the worker keeps it in flight, under lease and heartbeat.
+until it is answered the worker keeps it in flight, under the lease its last beat extended (the
+heartbeat leaves it alone from the hand-over: a beat racing the commit would see a finished job
+and journal its lease lost). The fence decides a batch that outlives that lease.
 """
 
 from __future__ import annotations

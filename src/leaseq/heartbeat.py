@@ -71,6 +71,7 @@ class Heartbeat:
         self.clock = clock
         self.longest_call_s = 0.0
         """The longest store call a beat made so far (the chaos table reports it)."""
+        self._slowed: set[tuple[float, float]] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="leaseq-heartbeat", daemon=True)
@@ -95,6 +96,21 @@ class Heartbeat:
     def margin(self, lease_s: float) -> float:
         """How early the lease clock runs out: ``margin_s``, at most a third of the lease."""
         return min(self.margin_s, lease_s / 3)
+
+    def every_s(self, every_s: float, lease_s: float) -> float:
+        """How often a lease of ``lease_s`` is beaten: the policy's ``every_s``, but at least
+        twice within what the lease clock trusts after a beat (``lease_s`` minus the margin):
+        beaten more rarely, every job that outlives one interval would be abandoned while its
+        lease still holds."""
+        most = (lease_s - self.margin(lease_s)) / 2
+        if every_s <= most:
+            return every_s
+        if (every_s, lease_s) not in self._slowed:
+            self._slowed.add((every_s, lease_s))
+            log.warning("heartbeat_every_s %.3g is too long for a lease of %.3g s with a "
+                        "lease margin of %.3g s: beating every %.3g s instead", every_s,
+                        lease_s, self.margin(lease_s), most, extra=queue_fields("heartbeat_every"))
+        return most
 
     def bound_s(self, every_s: float) -> float:
         """Longest a beat of this interval waits for the store: ``timeout_s`` when set, never

@@ -8,8 +8,8 @@ Actions the worker, runner, heartbeat and RabbitMQ consumer log (see docs/worker
 ``worker_started``, ``burst_done``, ``claim_failed``, ``sweep_failed``, ``worker_error``,
 ``stopping``, ``given_back``, ``give_back_failed``, ``lease_lost``, ``save_failed``,
 ``invalid``, ``permanent``, ``unstorable_result``, ``retry_requested``, ``handler_raised``,
-``heartbeat_failed``, ``lease_abandoned``, ``consuming``, ``grace_expired``, ``unsettled``,
-``settle_failed``, ``journal_failed``.
+``heartbeat_failed``, ``heartbeat_every``, ``lease_abandoned``, ``consuming``,
+``grace_expired``, ``unsettled``, ``settle_failed``, ``journal_failed``.
 """
 
 from __future__ import annotations

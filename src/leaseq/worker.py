@@ -7,7 +7,9 @@ thread, and one heartbeat thread extends every in-flight lease. Claimed jobs wai
 until a slot frees; the handler that frees a slot starts the next one itself. ``Runner`` turns
 each outcome into one fenced write; plain completions go to the ``Completer``, which commits
 them in batches on its own connection while the claims go on: a job stays in flight, under
-lease and heartbeat, until its batch committed.
+its lease, until its batch committed. The heartbeat no longer beats it once it is handed to the
+completer (a beat racing the commit would journal a lost lease for a finished job): a batch that
+takes longer than the lease has left lets the job be claimed again, and its write is refused.
 
 The local lease clock (DESIGN.md §8, in ``leaseq.lease_clock``): a job whose lease no request
 confirmed in time is abandoned (``_abandon``) before the store can give it to another worker:
@@ -350,7 +352,8 @@ class Worker(LeaseClock, Lifecycle):
         task = self.app.get_task(job.task)
         policy = self.app.job_policy(job)
         # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
-        every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
+        every_s = self._heartbeat.every_s(policy.heartbeat_every_s,  # type: ignore[arg-type]
+                                          policy.lease_s)
         now = self.clock()
         first_beat_s = min(every_s, self._claim_lease_s[queue.name] / 3)
         item = InFlight(job, task, queue, policy.lease_s, every_s, now + first_beat_s)

@@ -196,6 +196,33 @@ def test_beats_that_answer_keep_the_lease_clock_running(url: str) -> None:
     assert ABANDONED_EVENT not in [e.event for e in app.queue("work").journal(job_id)]
 
 
+def test_a_beat_interval_too_long_for_the_lease_clock_is_shortened(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a queue beaten every 1.4 s of a 1.5 s lease: valid, but the lease clock (lease
+    # minus the 0.5 s margin) trusts a beat for 1 s only
+    app = leaseq.App(url, queues={"work": {"lease_s": LEASE_S, "heartbeat_every_s": 1.4}})
+
+    @app.task(queue="work")
+    def steady(job: leaseq.Job) -> str:
+        end = time.monotonic() + 2 * LEASE_S
+        while time.monotonic() < end:
+            job.check()
+            time.sleep(0.01)
+        return "done"
+
+    job_id = steady.enqueue().job_id
+    # When a handler runs for two leases
+    with caplog.at_level("WARNING", logger="leaseq.heartbeat"), \
+            running(app, concurrency=1, lease_margin_s=0.5) as worker:
+        wait_until(lambda: app.queue("work").get(job_id).status == "done", "done", timeout_s=15)
+        # Then it was beaten often enough (every 0.5 s) that nothing was abandoned
+        assert worker.abandoned_pending() == 0
+    assert ABANDONED_EVENT not in [e.event for e in app.queue("work").journal(job_id)]
+    # And the worker said once that it beats more often than configured
+    said = [r for r in caplog.records if getattr(r, "action", None) == "heartbeat_every"]
+    assert len(said) == 1 and "every 0.5 s" in said[0].getMessage()
+
+
 @pytest.mark.parametrize("field, value", [("lease_margin_s", -1), ("beat_timeout_s", 0),
                                           ("beat_timeout_s", "1")])
 def test_lease_clock_options_are_checked(field: str, value: object) -> None:

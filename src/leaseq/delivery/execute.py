@@ -120,7 +120,8 @@ class AppExecutor:
         task = self.app.get_task(job.task)
         policy = self.app.job_policy(job)
         # QueuePolicy fills heartbeat_every_s in (lease_s / 3) when built without one
-        every_s: float = policy.heartbeat_every_s  # type: ignore[assignment]
+        every_s = self._heartbeat.every_s(policy.heartbeat_every_s,  # type: ignore[arg-type]
+                                          policy.lease_s)
         # The claim took the queue's lease; the first beat (within a third of it) sets the
         # task's own, as in the worker.
         first_beat_s = min(every_s, queue.policy.lease_s / 3)
