@@ -33,6 +33,7 @@ def test_demo_json_ends_with_nothing_lost_and_no_duplicate_effects() -> None:
     assert summary["quarantined_by_reason"]["invalid"] == 3  # jobs for a renamed task
     assert set(summary["replay"]) == {"unchanged"}  # the replayed batch created nothing
     assert summary["workers_started"] == 3  # two, and the replacement of the killed one
+    assert summary["failed_checks"] == []  # nor done without effect, nor ended unexpectedly
 
 
 def test_demo_kills_a_worker_holding_a_job_even_when_the_run_is_tiny() -> None:

@@ -29,7 +29,7 @@ def demo(url: str | None, n_jobs: int, workers: int, keep: bool, as_json: bool) 
                                   live=not as_json))
     if as_json:
         echo_json(summary)
-    sys.exit(0 if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else 1)
+    sys.exit(1 if summary["failed_checks"] else 0)
 
 
 COMMANDS = [demo]

@@ -8,17 +8,21 @@ replay a producer batch (it must create nothing); wait until every job is termin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from rich.console import Console
@@ -70,9 +74,25 @@ def _worker_main(url: str, folder: str, effects_path: str, prefix: str, concurre
     config = WorkerConfig(concurrency=concurrency, grace_s=5.0, sweep_every_s=1.0,
                           idle_max_s=0.1)
     worker = Worker(app, config)
+    _stop_when_orphaned(worker)
     worker.run(handle_signals=True)
     logging.shutdown()
     os._exit(0)  # a handler given back at shutdown may still be running in a pool thread
+
+
+def _stop_when_orphaned(worker: Worker) -> None:
+    """Stop the worker once the demo's process is gone: SIGKILLed or OOM-killed, it can no
+    longer stop its workers, and nothing else would."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])  # ready once the parent has exited
+        worker.request_stop()
+
+    threading.Thread(target=watch, name="demo-parent-watch", daemon=True).start()
 
 
 class DemoRun:
@@ -109,6 +129,11 @@ class DemoRun:
         """Fetches, their thumbnails, and the invalid jobs: what the run ends with at most."""
         return len(self.sources) * 2 + INVALID_JOBS
 
+    @property
+    def legacy_ids(self) -> list[str]:
+        """The ids of the jobs queued for the renamed task."""
+        return [f"legacy-{i}" for i in range(INVALID_JOBS)]
+
     # --- producer ------------------------------------------------------------------------
 
     def batch(self, sources: list[str]) -> list[tuple[str, JobSpec]]:
@@ -126,8 +151,8 @@ class DemoRun:
     def produce(self) -> Counter[str]:
         """The first half of the fetch jobs, and a few for a task that was renamed."""
         outcomes = self.send(self.sources[:len(self.sources) - len(self.held_back)])
-        for i in range(INVALID_JOBS):  # queued under the task's old name
-            self.fetch_q.enqueue(f"legacy-{i}", {"url": f"http://example/{i}"}, task="download")
+        for i, job_id in enumerate(self.legacy_ids):  # queued under the task's old name
+            self.fetch_q.enqueue(job_id, {"url": f"http://example/{i}"}, task="download")
         return outcomes
 
     def replay_batch(self) -> None:
@@ -146,8 +171,9 @@ class DemoRun:
         process = self.ctx.Process(target=_worker_main, name=f"demo-worker-{index}", args=(
             self.url, self.folder, self.effects_path, self.prefix, self.config.concurrency,
             log_path))
-        process.start()
-        self.processes.append(process)
+        self.processes.append(process)  # before it starts: a SIGTERM meanwhile still stops it
+        with _starting_children(self.folder):
+            process.start()
         return process
 
     def request_crash(self) -> None:
@@ -179,15 +205,23 @@ class DemoRun:
                 if j.worker_id and f":{pid}:" in j.worker_id]
 
     def stop_workers(self) -> None:
-        for process in self.processes:
+        started = [p for p in self.processes if p.pid is not None]
+        for process in started:
             if process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for process in self.processes:
+        for process in started:
             process.join(max(deadline - time.monotonic(), 0.1))
             if process.is_alive():
                 process.kill()
                 process.join()
+
+    def close(self) -> None:
+        """Stop the workers, close the store, remove the folder (unless kept)."""
+        self.stop_workers()
+        self.app.store.close()
+        if not self.config.keep:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     # --- the script ----------------------------------------------------------------------
 
@@ -226,30 +260,97 @@ class DemoRun:
 
 
 def run_demo(config: DemoConfig | None = None, console: Console | None = None) -> dict[str, Any]:
-    """Run the demo; returns the summary (see ``leaseq.demo.summary.summarize``)."""
+    """Run the demo; returns the summary (see ``leaseq.demo.summary.summarize``).
+
+    A SIGTERM ends it as ``SystemExit(143)``, so its workers are stopped and its folder
+    removed as after a Ctrl-C; a second Ctrl-C or SIGTERM during that cleanup is ignored.
+    """
     config = config or DemoConfig()
     console = console or Console(stderr=not config.live)
-    run = DemoRun(config, console)
-    started = time.monotonic()
-    try:
-        created = run.produce()
-        run.note(f"enqueued {created['created']} fetch jobs (+{INVALID_JOBS} for a renamed task) "
-                 f"into {run.url if config.url else 'a fresh SQLite file'}")
-        for _ in range(config.workers):
-            run.start_worker()
-        run.note(f"started {config.workers} worker processes × {config.concurrency} slots")
-        _drive_with_progress(run)
-        elapsed = time.monotonic() - started
-        run.stop_workers()
-        summary = summarize(run, elapsed)
-    finally:
-        run.stop_workers()
-        run.app.store.close()
-        if not config.keep:
-            shutil.rmtree(run.folder, ignore_errors=True)
+    with _terminate_as_exit():
+        run = DemoRun(config, console)
+        try:
+            summary = _follow_script(run)
+        finally:
+            with _ignoring(signal.SIGINT, signal.SIGTERM):
+                run.close()
     if config.live:
         print_summary(console, summary)
     return summary
+
+
+def _follow_script(run: DemoRun) -> dict[str, Any]:
+    started = time.monotonic()
+    created = run.produce()
+    run.note(f"enqueued {created['created']} fetch jobs (+{INVALID_JOBS} for a renamed task) "
+             f"into {run.url if run.config.url else 'a fresh SQLite file'}")
+    for _ in range(run.config.workers):
+        run.start_worker()
+    run.note(f"started {run.config.workers} worker processes × {run.config.concurrency} slots")
+    _drive_with_progress(run)
+    elapsed = time.monotonic() - started
+    run.stop_workers()  # before the count: no handler may still be writing an effect
+    return summarize(run, elapsed)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _exit_143(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(143)  # 128 + SIGTERM, as if the signal had ended the process
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (``timeout``, systemd, ``kill PID``) raises ``SystemExit(143)`` meanwhile: left
+    at its default it would end the process at once, skipping the cleanup."""
+    if not _in_main_thread():  # only the main thread may set handlers
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _exit_143)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def _ignoring(*signums: signal.Signals) -> Iterator[None]:
+    if not _in_main_thread():
+        yield
+        return
+    old = {signum: signal.signal(signum, signal.SIG_IGN) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _starting_children(folder: str) -> Iterator[None]:
+    """Start a worker process with SIGINT ignored, and from a current directory that exists.
+
+    A spawned child inherits an ignored SIGINT from its first instruction: otherwise a Ctrl-C
+    while it still imports (before ``_worker_main`` ignores it) prints its KeyboardInterrupt
+    traceback. Spawning reads the current directory; a deleted one makes it fail, so the child
+    then starts in the run's folder (only then: a relative ``--url`` is read from the
+    directory the demo was started in).
+    """
+    try:
+        os.getcwd()
+        gone = None
+    except FileNotFoundError:
+        gone = os.open(".", getattr(os, "O_PATH", os.O_RDONLY))
+        os.chdir(folder)
+    try:
+        with _ignoring(signal.SIGINT):
+            yield
+    finally:
+        if gone is not None:
+            os.fchdir(gone)
+            os.close(gone)
 
 
 def _drive_with_progress(run: DemoRun) -> None:

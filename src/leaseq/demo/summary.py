@@ -1,5 +1,6 @@
 """The demo's count: what happened, read back from the store (records and journals) and the
-effect ledger — never from what the demo expects."""
+effect ledger — never from what the demo expects — then checked against what the producer
+sent and what each image's fate allows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from leaseq.demo.tasks import DONE, expected_endings
 from leaseq.job import Job, JournalEntry, is_terminal
 
 if TYPE_CHECKING:
@@ -18,20 +20,30 @@ if TYPE_CHECKING:
 
 Journals = dict[tuple[str, str], list[JournalEntry]]
 """(queue, job id) → the job's journal."""
+Expected = dict[tuple[str, str], frozenset[str]]
+"""(queue, job id) → the endings that job may have."""
+EXAMPLES = 5
+"""Jobs named in ``unexpected`` at most."""
 
 
 def summarize(run: DemoRun, elapsed_s: float) -> dict[str, Any]:
-    """The run's summary: jobs by outcome, retries, reclaims, effects, losses, and the run's
-    own facts (the replay, the killed worker, the time it took)."""
+    """The run's summary: jobs by outcome, retries, reclaims, effects, losses, endings its fate
+    does not allow, the run's own facts (the replay, the killed worker, the time it took), and
+    ``failed_checks``: empty when the run is right (the exit status is non-zero otherwise)."""
     jobs, journals = _read_back(run)
     finished = sum(1 for j in jobs if is_terminal(j.status))
-    return {
+    expected = _expected(run, jobs)
+    unexpected = _unexpected(jobs, expected)
+    summary = {
         "jobs": len(jobs),
         **_outcomes(jobs),
         **_retries(journals),
         "reclaimed": sum(_expired_attempts(events) for events in journals.values()),
         **_ledger(run.effects_path, journals),
-        "lost": _lost(jobs, run.fetch_q.name, run.thumb_q.name),
+        "done_without_effect": _done_without_effect(run, jobs),
+        "lost": _lost(jobs, expected),
+        "unexpected_endings": len(unexpected),
+        "unexpected": unexpected[:EXAMPLES],
         "replay": run.replay or {},
         "killed_worker": run.killed,
         "workers_started": len(run.processes),
@@ -40,6 +52,17 @@ def summarize(run: DemoRun, elapsed_s: float) -> dict[str, Any]:
         "store": run.url if run.config.url else "sqlite (temporary file)",
         "folder": run.folder if run.config.keep else None,
     }
+    return {**summary, "failed_checks": failed_checks(summary)}
+
+
+def failed_checks(s: dict[str, Any]) -> list[str]:
+    """The checks the run failed, as ``name count``; empty when every one passed."""
+    failed = [f"{name.replace('_', ' ')} {s[name]}" for name in
+              ("lost", "duplicate_effects", "done_without_effect", "unexpected_endings")
+              if s[name]]
+    if set(s["replay"]) != {"unchanged"}:  # a replay must create and change nothing
+        failed.append(f"replay not all unchanged ({_shown(s['replay']) or 'not run'})")
+    return failed
 
 
 def _read_back(run: DemoRun) -> tuple[list[Job], Journals]:
@@ -64,13 +87,51 @@ def _retries(journals: Journals) -> dict[str, int]:
     return {"retried": sum(1 for n in per_job if n), "retries": sum(per_job)}
 
 
-def _lost(jobs: list[Job], fetch_queue: str, thumb_queue: str) -> int:
-    """Jobs not terminal, and done fetches whose thumbnail job was never made."""
+def _expected(run: DemoRun, jobs: list[Job]) -> Expected:
+    """Every job the run must end with, and the endings each may have: the fetch jobs the
+    producer sent, the jobs for the renamed task, and the thumbnail of every done fetch."""
+    fetch, thumb = run.fetch_q.name, run.thumb_q.name
+    expected = {(fetch, s): expected_endings(s) for s in run.sources}
+    expected.update({(fetch, job_id): frozenset({"failed(invalid)"})
+                     for job_id in run.legacy_ids})
+    expected.update({(thumb, f"thumb:{j.id}"): DONE for j in jobs
+                     if j.queue == fetch and j.status == "done"})
+    return expected
+
+
+def _ending(job: Job) -> str:
+    return f"failed({job.failure})" if job.status == "failed" else job.status
+
+
+def _lost(jobs: list[Job], expected: Expected) -> int:
+    """Jobs not terminal, and expected jobs missing from their queue (a fetch the store
+    acknowledged but never wrote, a done fetch whose thumbnail job was never made)."""
     live = sum(1 for j in jobs if not is_terminal(j.status))
-    thumbs = {j.id for j in jobs if j.queue == thumb_queue}
-    missing_followups = sum(1 for j in jobs if j.queue == fetch_queue and j.status == "done"
-                            and f"thumb:{j.id}" not in thumbs)
-    return live + missing_followups
+    present = {(j.queue, j.id) for j in jobs}
+    return live + sum(1 for key in expected if key not in present)
+
+
+def _unexpected(jobs: list[Job], expected: Expected) -> list[str]:
+    """Finished jobs whose ending their fate does not allow (a healthy job quarantined), and
+    jobs nobody expected, each as ``id ended …, expected …``."""
+    return [f"{j.id} ended {_ending(j)}, expected {' or '.join(sorted(allowed)) or 'none'}"
+            for j in jobs if is_terminal(j.status)
+            and _ending(j) not in (allowed := expected.get((j.queue, j.id), frozenset()))]
+
+
+def _done_without_effect(run: DemoRun, jobs: list[Job]) -> int:
+    """Done jobs with no effect under their effect key: marked done, but their work was never
+    made (a done fetch has its download, a done thumbnail its thumbnail)."""
+    kinds = {run.fetch_q.name: "download", run.thumb_q.name: "thumbnail"}
+    made = _effect_keys(run.effects_path)
+    return sum(1 for j in jobs if j.status == "done" and j.effect_key(kinds[j.queue]) not in made)
+
+
+def _effect_keys(path: str) -> set[str]:
+    if not os.path.exists(path):
+        return set()
+    with sqlite3.connect(path) as db:
+        return {key for (key,) in db.execute("SELECT key FROM effects")}
 
 
 _ENDS_ATTEMPT = {"result_saved", "retry_scheduled", "snoozed", "given_back", "quarantined",
@@ -128,15 +189,22 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
     for row in _summary_rows(s):
         table.add_row(*row)
     console.print(table)
-    ok = s["lost"] == 0 and s["duplicate_effects"] == 0
-    colour = "green" if ok else "red"
-    console.print(f"[bold {colour}]lost {s['lost']}, duplicate effects "
-                  f"{s['duplicate_effects']}[/bold {colour}]")
+    if s["failed_checks"]:
+        console.print(f"[bold red]FAILED: {'; '.join(s['failed_checks'])}[/bold red]")
+    else:
+        console.print("[bold green]lost 0, duplicate effects 0, done without effect 0, "
+                      "unexpected endings 0[/bold green]")
+
+
+def _shown(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
 def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    by_reason = ", ".join(f"{k} {v}" for k, v in s["quarantined_by_reason"].items()) or "none"
+    by_reason = _shown(s["quarantined_by_reason"]) or "none"
     killed = s["killed_worker"] or {}
+    unexpected = "; ".join(s["unexpected"]) + (" …" if s["unexpected_endings"] > EXAMPLES
+                                               else "")
     rows = [
         ("jobs", f"{s['jobs']} (fetch → thumbnail)"),
         ("done", str(s["done"])),
@@ -144,10 +212,13 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("quarantined", f"{s['quarantined']} ({by_reason})"),
         ("reclaimed", f"{s['reclaimed']} (worker pid {killed.get('pid')} SIGKILLed holding "
                       f"{killed.get('held')} job(s))"),
-        ("replayed batch", ", ".join(f"{k} {v}" for k, v in s["replay"].items())),
+        ("replayed batch", _shown(s["replay"]) or "not run"),
         ("effects", f"{s['effects']} made, {s['repeated_effects_absorbed']} repeats absorbed "
                     "by their effect key"),
         ("duplicate effects", str(s["duplicate_effects"])),
+        ("done without effect", str(s["done_without_effect"])),
+        ("unexpected endings", f"{s['unexpected_endings']}" + (f" ({unexpected})"
+                                                                if unexpected else "")),
         ("lost", str(s["lost"])),
         ("elapsed", f"{s['elapsed_s']:.1f} s ({s['jobs_per_s']} jobs/s)"),
     ]

@@ -23,6 +23,7 @@ from leaseq.job import Job
 
 DEMO_LEASE_S = 2.0
 DEMO_HEARTBEAT_S = 0.5
+DEMO_MAX_ATTEMPTS = 4
 SLOW_JOB_S = 3.0
 """Longer than the lease: a slow thumbnail survives only through its heartbeat."""
 PARKED_S = 60.0
@@ -145,12 +146,31 @@ def fate(source: str) -> str:
     return "ok"
 
 
+DONE = frozenset({"done"})
+ENDINGS = {
+    "ok": DONE, "slow": DONE, "flaky": DONE,
+    # Three attempts; the demo's one SIGKILL costs a job at most one more: DEMO_MAX_ATTEMPTS.
+    "flaky_twice": DONE,
+    "corrupt": frozenset({"failed(permanent)"}),
+    # Crashes on every attempt; if the SIGKILL lands on its last one, that attempt's lease
+    # runs out instead and it ends expired.
+    "crashing": frozenset({"failed(exhausted)", "failed(expired)"}),
+}
+"""How each fate may end, whatever the timing: the endings the count accepts for it."""
+
+
+def expected_endings(source: str) -> frozenset[str]:
+    """The endings (``done``, ``failed(reason)``) this image's fetch job may have."""
+    return ENDINGS[fate(source)]
+
+
 def build_app(url: str | None, effects_path: str, prefix: str = "demo",
               crash: CrashPoint | None = None) -> App:
     """The demo app: queues ``{prefix}.fetch`` and ``{prefix}.thumbnail``; each handler passes
     ``crash`` (the worker processes' crash point) as it starts."""
     policy: dict[str, Any] = {"lease_s": DEMO_LEASE_S, "heartbeat_every_s": DEMO_HEARTBEAT_S,
-                              "backoff_base_s": 0.2, "backoff_cap_s": 1.0, "max_attempts": 4}
+                              "backoff_base_s": 0.2, "backoff_cap_s": 1.0,
+                              "max_attempts": DEMO_MAX_ATTEMPTS}
     fetch_q, thumb_q = f"{prefix}.fetch", f"{prefix}.thumbnail"
     app = App(url, queues={fetch_q: policy, thumb_q: policy})
     effects = Effects(effects_path)
