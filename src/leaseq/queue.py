@@ -76,8 +76,8 @@ class Queue(AsyncQueueMethods):
                                      or "\x00" in revision):
             raise InvalidInput("revision must be a string of at most 512 characters without NUL")
         attempts = self.policy.max_attempts if max_attempts is None else max_attempts
-        if attempts != self.policy.max_attempts:
-            QueuePolicy.build(self.policy, max_attempts=attempts)  # range check
+        if type(attempts) is not int or attempts != self.policy.max_attempts:
+            QueuePolicy.build(self.policy, max_attempts=attempts)  # type and range check
         return JobSpec(  # by position (JobSpec's field order): a producer's hot path
             validate.job_id(job_id),
             dict(payload) if type(payload) is dict or isinstance(payload, Mapping) else payload,

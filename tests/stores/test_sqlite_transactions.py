@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseq.errors import InvalidInput, JobConflict
+from leaseq.errors import InvalidInput, JobConflict, StoreUnavailable
 from leaseq.stores.sqlite.store import SQLiteStore
 
 
@@ -83,3 +83,45 @@ def test_autocommit_connection_without_transaction_is_refused(
     finally:
         conn.close()
     assert store.queue("mail").get("j1") is not None
+
+
+def test_an_enqueue_that_opens_the_callers_transaction_takes_the_write_lock_first(
+        store: SQLiteStore, path: str) -> None:
+    # Given a stored job, and a caller's connection in the sqlite3 module's default mode
+    q = store.queue("mail")
+    q.enqueue("j1", {"v": 1})
+    conn = sqlite3.connect(path)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        # When an enqueue that writes nothing (the same job again) opens its transaction
+        assert q.enqueue("j1", {"v": 1}, connection=conn).outcome == "unchanged"
+        # Then that transaction holds the write lock already: a deferred one read first, and
+        # a write committed by another process in between refused its own write at once
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")
+        conn.rollback()
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+        conn.close()
+
+
+def test_a_callers_transaction_that_read_before_another_wrote_is_store_unavailable(
+        store: SQLiteStore, path: str) -> None:
+    # Given a caller's transaction that read (a deferred BEGIN), and another write after it
+    q = store.queue("mail")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        conn.execute("SELECT count(*) FROM leaseq_jobs").fetchall()
+        q.enqueue("other", {})
+        # When an enqueue joins it, Then SQLite's refusal is StoreUnavailable, with the way out
+        with pytest.raises(StoreUnavailable, match="BEGIN IMMEDIATE"):
+            q.enqueue("j1", {}, connection=conn)
+        # And the caller's transaction goes on, without the enqueue
+        assert conn.in_transaction
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    assert q.get("j1") is None and q.get("other") is not None

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import leaseq
 from leaseq.errors import InvalidInput, InvalidPolicy
 from leaseq.policy import QueuePolicy, backoff_s
 
@@ -142,3 +143,13 @@ def test_backoff_never_shrinks_as_attempts_grow(attempts: int) -> None:
 class _LowestJitter(random.Random):
     def uniform(self, a: float, b: float) -> float:
         return a
+
+
+@pytest.mark.parametrize("queues, attempts", [(5, 5.0), (1, True)], ids=repr)
+def test_a_jobs_max_attempts_equal_to_the_queues_is_still_type_checked(
+        queues: int, attempts: object) -> None:
+    # A float or a bool equal to the queue's own was stored as given (and a PostgreSQL batch
+    # then failed on its "5.0" with a raw driver error)
+    queue = leaseq.connect("sqlite:///:memory:").queue("q", max_attempts=queues)
+    with pytest.raises(InvalidPolicy, match="whole number"):
+        queue.spec("a", {}, max_attempts=attempts)  # type: ignore[arg-type]

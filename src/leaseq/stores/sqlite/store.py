@@ -563,17 +563,36 @@ _job = SQLiteStore._job
 def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
     """Within the caller's transaction. One in autocommit mode with none open is refused, as on
     PostgreSQL: a savepoint there would commit on its own, outside anything the caller decides.
-    In the sqlite3 module's default mode the transaction is opened as its first write would."""
+    In the sqlite3 module's default mode the transaction is opened here, taking the write lock
+    first (``BEGIN IMMEDIATE``, or the connection's ``EXCLUSIVE``): a deferred one reads first,
+    and another process's commit in between would refuse its write at once. A caller's own
+    transaction that read first can still be refused so: that is ``StoreUnavailable``."""
     if not conn.in_transaction:
         if conn.isolation_level is None:
             raise InvalidInput("connection= is in autocommit mode with no open transaction: "
                                "open one first (connection.execute('BEGIN IMMEDIATE'))")
-        conn.execute(f"BEGIN {conn.isolation_level}")
+        exclusive = conn.isolation_level.upper() == "EXCLUSIVE"
+        try:
+            conn.execute("BEGIN EXCLUSIVE" if exclusive else "BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"SQLite database is busy: {exc}") from None
     conn.execute("SAVEPOINT leaseq_enqueue")
     try:
         yield
-    except BaseException:
+    except BaseException as exc:
         conn.execute("ROLLBACK TO leaseq_enqueue")
         conn.execute("RELEASE leaseq_enqueue")
+        if _busy(exc):
+            raise StoreUnavailable(
+                f"SQLite database is busy: {exc} (a transaction that read before this enqueue "
+                "cannot write once another has: open it with BEGIN IMMEDIATE)") from None
         raise
     conn.execute("RELEASE leaseq_enqueue")
+
+
+def _busy(exc: BaseException) -> bool:
+    """SQLite refused for another connection's lock (SQLITE_BUSY, SQLITE_LOCKED, any of their
+    extended codes such as BUSY_SNAPSHOT)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and code is not None and (
+        code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
