@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from leaseq.browse import BulkAction
 from leaseq.testing.harness import (
     W1,
     W2,
@@ -40,6 +41,25 @@ class JournalSuite:
         assert claims[0].reason != "redelivered"
         assert claims[1].reason == "redelivered"
         assert all(e.job_id == "j1" for e in journal)
+        assert [e.at for e in journal] == sorted(e.at for e in journal)
+
+    def test_a_job_deleted_and_enqueued_again_tells_both_lives_in_order(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a job that ran, was deleted, and was enqueued again under its id, twice
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        for n in range(3):
+            q.enqueue("j1", {"life": n})
+            q.complete(q.claim(W1)[0])
+            if n < 2:
+                advance(store, 1)
+                assert store.act_on_jobs("jobs", BulkAction.DELETE, ["j1"], "ops").acted == ["j1"]
+                advance(store, 1)
+        # Then its journal tells each life, each creation first, after the last one's deletion
+        life = ["enqueued", "claimed", "result_saved"]
+        journal = q.journal("j1")
+        assert events(journal) == [*life, "deleted", *life, "deleted", *life]
         assert [e.at for e in journal] == sorted(e.at for e in journal)
 
     def test_every_claim_after_the_first_is_redelivered_refunds_included(

@@ -106,7 +106,9 @@ log AS (
 SELECT id FROM changed;
 
 -- A deleted job's story outlives its record: a creation the record told (see journal in
--- read.sql) is written first, at seq 0, where the story's read finds it.
+-- read.sql; none of this life, at or after its created_at, in the journal) is written at seq
+-- 0 (the first life; each later one below the last: seq is the journal's key), which the
+-- story's read places after the lives before it.
 -- name: bulk_delete
 WITH changed AS (
     DELETE FROM {jobs}
@@ -116,10 +118,13 @@ WITH changed AS (
 born AS (
     INSERT INTO {journal} (seq, queue, job_id, at, event, reason)
     OVERRIDING SYSTEM VALUE
-    SELECT 0, c.queue, c.id, c.created_at, {event.enqueued}, {created} FROM changed c
+    SELECT coalesce((SELECT min(b.seq) - 1 FROM {journal} b
+                     WHERE b.queue = c.queue AND b.job_id = c.id AND b.seq <= 0), 0),
+           c.queue, c.id, c.created_at, {event.enqueued}, {created} FROM changed c
     WHERE NOT EXISTS (SELECT 1 FROM {journal} j
                       WHERE j.queue = c.queue AND j.job_id = c.id
-                        AND j.event = {event.enqueued} AND j.reason = {created})),
+                        AND j.event = {event.enqueued} AND j.reason = {created}
+                        AND j.at >= c.created_at)),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
     SELECT queue, id, {now}, %(event)s, attempts, lease_epoch, %(reason)s
