@@ -15,6 +15,7 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
 
 from leaseq.errors import (
+    InvalidPayload,
     InvalidQueueName,
     JobConflict,
     JobNotFound,
@@ -461,6 +462,23 @@ def test_enqueue_outcomes_come_from_the_pre_image(db, store):
     assert args[1] == upserts.upsert({"x": 1}, None, None, 5, 0.0, "raise", 0)
     assert kwargs["upsert"] is True and kwargs["return_document"] == ReturnDocument.BEFORE
     assert journal_events(db) == [("a", "enqueued")]
+
+
+@pytest.mark.parametrize("payload", [{"n": 2**63}, {"deep": [{"n": -(2**63) - 1}]}], ids=repr)
+def test_an_integer_wider_than_bson_is_invalid_payload_before_any_write(db, store, payload):
+    # Given a batch whose second job holds an integer beyond 8 bytes (SQL stores take it)
+    with pytest.raises(InvalidPayload, match="8 bytes"):
+        store.enqueue_many("q", [spec("a", {"x": 1}), spec("b", payload)])
+    # Then nothing was written (pymongo raised a bare OverflowError at the second write)
+    assert db.sequence(Q) == []
+
+
+def test_integers_that_fit_and_long_digit_strings_are_taken(db, store):
+    db[Q].answer("find", [])
+    db[Q].answer("find_one_and_update", None, None)
+    results = store.enqueue_many("q", [spec("a", {"n": 2**63 - 1, "m": -(2**63)}),
+                                       spec("b", {"s": "1" * 40, "t": True})])
+    assert [r.outcome for r in results] == [EnqueueOutcome.CREATED] * 2
 
 
 def test_a_conflicting_batch_writes_nothing_without_transactions(db, store):

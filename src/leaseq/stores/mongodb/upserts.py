@@ -5,6 +5,7 @@ for the rules every builder keeps).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -154,3 +155,26 @@ def _bson_equal(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_bson_equal(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
+
+
+#: BSON's widest integer is 8 bytes; a JSON number of 19 digits or more may not fit in one.
+_LONG_DIGITS = re.compile(r"\d{19,}")
+INT64 = range(-(2**63), 2**63)
+
+
+def wider_than_bson(payload_json: str, payload: Any) -> bool:
+    """Whether ``payload`` holds an integer BSON cannot store (beyond 8 bytes). The walk runs
+    only when its JSON holds a run of 19 digits or more, so a plain payload costs one scan."""
+    return _LONG_DIGITS.search(payload_json) is not None and _holds_wide_int(payload)
+
+
+def _holds_wide_int(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value not in INT64
+    if isinstance(value, Mapping):
+        return any(_holds_wide_int(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_wide_int(v) for v in value)
+    return False
