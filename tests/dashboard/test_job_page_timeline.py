@@ -1,10 +1,13 @@
 """A job's page tells its journal as a timeline: each attempt with its worker, how long it ran
 and how it ended, and how long the job waited for its first claim. The store's clock is moved
-(``time_offset_s``) so the durations are known."""
+(``time_offset_s``) so the durations are known: each step puts it at a time from the test's
+start, whatever real time passed (a loaded machine's 50 ms between two statements turned
+12.0 s into 12.1 s)."""
 
 from __future__ import annotations
 
 import re
+import time
 from html.parser import HTMLParser
 
 import pytest
@@ -53,6 +56,18 @@ def table(html: str, table_id: str) -> Cells:
     return cells
 
 
+class StoreClock:
+    """The store's clock, set ``at(s)`` seconds after this object was made. The steps carry
+    a few hundredths of a second more than the durations they stand for, so that a duration
+    floored to the second (or rounded to a tenth) never lands on the edge of a unit."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.start = store, time.time()
+
+    def at(self, seconds: float) -> None:
+        self.store.time_offset_s = seconds - (time.time() - self.start)
+
+
 @pytest.fixture
 def client(store: Store) -> TestClient:
     return TestClient(create_app(store, auth=BasicAuth({"admin": "pw"}), permissions="all"))
@@ -62,16 +77,16 @@ def test_a_lease_lost_to_another_worker_shows_both_attempts_and_their_durations(
         client: TestClient, store: Store) -> None:
     # Given a job claimed 30 s after its enqueue, whose lease ran out; a second worker took it
     # at +200 s, the first worker heard at +205 s, and the second finished at +212 s
-    q = store.queue("mail")
+    q, clock = store.queue("mail"), StoreClock(store)
     q.enqueue("t-1", {}, task="send")
-    store.time_offset_s = 30
+    clock.at(30.02)
     first = q.claim_one("t-1", W1, lease_s=60)
-    store.time_offset_s = 200
+    clock.at(200.04)
     second = q.claim_one("t-1", W2, lease_s=60)
     assert first is not None and second is not None
-    store.time_offset_s = 205
+    clock.at(205.05)
     assert q.heartbeat([first]) == ["t-1"]
-    store.time_offset_s = 212
+    clock.at(212.06)
     q.complete(second, None)
     # When its page is read
     html = client.get("/job/mail/t-1", headers=ADMIN).text
@@ -94,10 +109,11 @@ def test_a_lease_lost_to_another_worker_shows_both_attempts_and_their_durations(
 def test_an_attempt_still_running_shows_how_long_it_has_run(client: TestClient,
                                                             store: Store) -> None:
     # Given a job claimed and still held 95 s later
-    q = store.queue("mail")
+    q, clock = store.queue("mail"), StoreClock(store)
     q.enqueue("t-2", {}, task="send")
+    clock.at(1)
     q.claim_one("t-2", W1, lease_s=600)
-    store.time_offset_s = 95
+    clock.at(96.2)
     # When its page is read
     html = client.get("/job/mail/t-2", headers=ADMIN).text
     # Then the attempt is running for the time since its claim
