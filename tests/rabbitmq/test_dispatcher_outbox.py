@@ -69,6 +69,24 @@ def dispatch_one_round(store: Recording, monkeypatch: pytest.MonkeyPatch) -> Any
     return session
 
 
+def dispatch_until_published(dispatched: leaseq.Queue, harness: Harness,
+                             queue: leaseq.Queue) -> Dispatcher:
+    """Run a dispatcher of ``dispatched`` against the harness's broker until every job of
+    ``queue`` is marked published; returns it, stopped."""
+    stop = threading.Event()
+    dispatcher = Dispatcher([dispatched], harness.amqp_url,
+                            config=DispatcherConfig(poll_interval_s=0.05))
+    thread = threading.Thread(target=dispatcher.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for("every job published", lambda: all(
+            j.published_at is not None for j in queue.list_jobs(limit=10)), 30)
+    finally:
+        stop.set()
+        thread.join(15)
+    return dispatcher
+
+
 def test_each_store_is_prepared_once_before_the_first_outbox_due(
         sqlite_store: leaseq.Store, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a dispatcher over two queues of one store
@@ -133,17 +151,7 @@ def test_on_postgresql_the_dispatcher_builds_jobs_outbox_before_its_first_read(
 
     store = Watching(harness.store(), [])
     # When a dispatcher starts and publishes them
-    stop = threading.Event()
-    dispatcher = Dispatcher([leaseq.Queue(store, "jobs")], harness.amqp_url,  # type: ignore[arg-type]
-                            config=DispatcherConfig(poll_interval_s=0.05))
-    thread = threading.Thread(target=dispatcher.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        wait_for("three jobs published", lambda: all(
-            j.published_at is not None for j in queue.list_jobs(limit=10)), 30)
-    finally:
-        stop.set()
-        thread.join(15)
+    dispatch_until_published(leaseq.Queue(store, "jobs"), harness, queue)  # type: ignore[arg-type]
     # Then jobs_outbox was there, valid, at its first outbox_due, and is still
     assert seen and seen[0] is True, seen
     assert outbox_index_valid(harness) is True
@@ -225,17 +233,7 @@ def test_a_dispatcher_publishes_a_job_with_a_long_id_and_the_jobs_after_it(
     for job_id in ("a-before", LONG_ID, "z-after"):
         queue.enqueue(job_id, {})
     # When a dispatcher runs against RabbitMQ
-    stop = threading.Event()
-    dispatcher = Dispatcher([queue], harness.amqp_url, config=DispatcherConfig(
-        poll_interval_s=0.05))
-    thread = threading.Thread(target=dispatcher.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        wait_for("three jobs published", lambda: all(
-            j.published_at is not None for j in queue.list_jobs(limit=10)), 30)
-    finally:
-        stop.set()
-        thread.join(15)
+    dispatcher = dispatch_until_published(queue, harness, queue)
     # Then the work queue holds one message per job: none went out twice
     assert _ready_messages(harness.amqp_url, dispatcher.topology.work_queue("jobs")) == 3
 

@@ -179,21 +179,8 @@ def test_an_async_handler_is_cancelled_when_its_lease_clock_runs_out(url: str) -
 def test_beats_that_answer_keep_the_lease_clock_running(url: str) -> None:
     # Given a handler that runs for three leases with the store reachable
     app = _app(url)
-
-    @app.task(queue="work")
-    def steady(job: leaseq.Job) -> str:
-        end = time.monotonic() + 3 * LEASE_S
-        while time.monotonic() < end:
-            job.check()
-            time.sleep(0.01)
-        return "done"
-
-    job_id = steady.enqueue().job_id
-    with running(app, concurrency=1, lease_margin_s=0.5) as worker:
-        wait_until(lambda: app.queue("work").get(job_id).status == "done", "done", timeout_s=15)
-        # Then every beat moved the clock on: nothing was abandoned
-        assert worker.abandoned_pending() == 0
-    assert ABANDONED_EVENT not in [e.event for e in app.queue("work").journal(job_id)]
+    # When it runs, Then every beat moved the clock on: nothing was abandoned
+    _run_unabandoned(app, 3 * LEASE_S)
 
 
 def test_a_beat_interval_too_long_for_the_lease_clock_is_shortened(
@@ -201,23 +188,10 @@ def test_a_beat_interval_too_long_for_the_lease_clock_is_shortened(
     # Given a queue beaten every 1.4 s of a 1.5 s lease: valid, but the lease clock (lease
     # minus the 0.5 s margin) trusts a beat for 1 s only
     app = leaseq.App(url, queues={"work": {"lease_s": LEASE_S, "heartbeat_every_s": 1.4}})
-
-    @app.task(queue="work")
-    def steady(job: leaseq.Job) -> str:
-        end = time.monotonic() + 2 * LEASE_S
-        while time.monotonic() < end:
-            job.check()
-            time.sleep(0.01)
-        return "done"
-
-    job_id = steady.enqueue().job_id
-    # When a handler runs for two leases
-    with caplog.at_level("WARNING", logger="leaseq.heartbeat"), \
-            running(app, concurrency=1, lease_margin_s=0.5) as worker:
-        wait_until(lambda: app.queue("work").get(job_id).status == "done", "done", timeout_s=15)
-        # Then it was beaten often enough (every 0.5 s) that nothing was abandoned
-        assert worker.abandoned_pending() == 0
-    assert ABANDONED_EVENT not in [e.event for e in app.queue("work").journal(job_id)]
+    # When a handler runs for two leases, Then it was beaten often enough (every 0.5 s) that
+    # nothing was abandoned
+    with caplog.at_level("WARNING", logger="leaseq.heartbeat"):
+        _run_unabandoned(app, 2 * LEASE_S)
     # And the worker said once that it beats more often than configured
     said = [r for r in caplog.records if getattr(r, "action", None) == "heartbeat_every"]
     assert len(said) == 1 and "every 0.5 s" in said[0].getMessage()
@@ -468,3 +442,22 @@ def _count_calls(worker: Any, name: str) -> list[Any]:
         return answer
     setattr(worker, name, counted)
     return answers
+
+
+def _run_unabandoned(app: leaseq.App, seconds: float) -> None:
+    """Run one handler that checks its lease for ``seconds``; assert it ended done with
+    nothing abandoned."""
+
+    @app.task(queue="work")
+    def steady(job: leaseq.Job) -> str:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            job.check()
+            time.sleep(0.01)
+        return "done"
+
+    job_id = steady.enqueue().job_id
+    with running(app, concurrency=1, lease_margin_s=0.5) as worker:
+        wait_until(lambda: app.queue("work").get(job_id).status == "done", "done", timeout_s=15)
+        assert worker.abandoned_pending() == 0
+    assert ABANDONED_EVENT not in [e.event for e in app.queue("work").journal(job_id)]

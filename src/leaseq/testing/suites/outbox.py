@@ -46,6 +46,13 @@ CHANGED_WHILE_PENDING: dict[str, Callable[[Any], Any]] = {
 }
 
 
+
+def assert_still_owed_after_confirming(q: Any, read: Job) -> None:
+    """A confirm of ``read`` (as ``outbox_due`` gave it) marks nothing: the job is still owed."""
+    assert q.mark_published([read]) == 0
+    assert must_get(q, read.id).published_at is None
+    assert [j.id for j in q.outbox_due()] == [read.id]
+
 class OutboxSuite:
     def test_outbox_lists_due_unpublished_jobs(self, leaseq_store: FreshStore) -> None:
         # Given two due jobs and a delayed one
@@ -124,11 +131,9 @@ class OutboxSuite:
         # ... while a polling worker claimed the job and gave it back, due at once
         (job,) = q.claim(W1, lease_s=60)
         q.snooze(job, 0)
-        # When the dispatcher's confirm for the state it read comes back
-        marked = q.mark_published([read])
-        # Then the later pending state (no message behind it) is still owed a publish
-        assert marked == 0 and must_get(q, "j1").published_at is None
-        assert [j.id for j in q.outbox_due()] == ["j1"]
+        # When the dispatcher's confirm for the state it read comes back, Then the later
+        # pending state (no message behind it) is still owed a publish
+        assert_still_owed_after_confirming(q, read)
 
     @pytest.mark.parametrize("change", sorted(CHANGED_WHILE_PENDING))
     def test_a_late_confirm_cannot_mark_a_state_changed_without_a_claim(
@@ -144,11 +149,9 @@ class OutboxSuite:
         CHANGED_WHILE_PENDING[change](q)
         advance(leaseq_store.store, 1)
         assert must_get(q, "j1").lease_epoch == read.lease_epoch
-        # When the dispatcher's confirm for the state it read comes back
-        marked = q.mark_published([read])
-        # Then the changed state, which no message stands for, is still owed a publish
-        assert marked == 0 and must_get(q, "j1").published_at is None
-        assert [j.id for j in q.outbox_due()] == ["j1"]
+        # When the dispatcher's confirm for the state it read comes back, Then the changed
+        # state, which no message stands for, is still owed a publish
+        assert_still_owed_after_confirming(q, read)
 
     @pytest.mark.parametrize("how", sorted(BACK_TO_PENDING))
     def test_every_return_to_pending_owes_a_new_publish(
