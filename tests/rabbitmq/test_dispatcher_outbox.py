@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,29 @@ def _ready_messages(amqp_url: str, queue_name: str) -> int:
             queue_name, passive=True).method.message_count
     finally:
         connection.close()
+
+
+class Serviced:
+    """A connection stand-in that counts how often its I/O is serviced."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def process_data_events(self, time_limit: float = 0) -> None:
+        self.calls += 1
+        time.sleep(min(time_limit, 0.01))
+
+
+def test_a_pause_after_a_refused_publish_keeps_the_connection_answered() -> None:
+    # Given a dispatcher's connection, and the wait after a refused publish (retry_publish_s)
+    conn = Serviced()
+    # When it waits, Then the connection's I/O is serviced all along (heartbeats answered), not
+    # left alone for the whole wait
+    dispatcher_module.pause(conn, threading.Event(), 0.2)  # type: ignore[arg-type]
+    assert conn.calls >= 5
+    # And a stop ends the wait at once
+    stop = threading.Event()
+    stop.set()
+    before = conn.calls
+    dispatcher_module.pause(conn, stop, 60)  # type: ignore[arg-type]
+    assert conn.calls == before

@@ -132,7 +132,7 @@ class Dispatcher:
                 rounds = [self.run_once(channel, q) for q in mine]
                 self._reclaim_if_due()
                 if any(r.refused for r in rounds):
-                    stop.wait(self.config.retry_publish_s)
+                    pause(conn, stop, self.config.retry_publish_s)
                     self._ensure_topology(conn)  # an unroutable message: maybe a lost binding
                 elif not any(r.published == self.config.batch_size for r in rounds):
                     self._idle(conn, stop)
@@ -312,3 +312,11 @@ class Dispatcher:
             return False
         return True
 
+
+def pause(conn: BlockingConnection, stop: threading.Event, seconds: float) -> None:
+    """Wait ``seconds``, or until ``stop``, answering the connection's heartbeats meanwhile:
+    a bare wait longer than the broker's heartbeat timeout lost the connection, and with it
+    the dispatcher locks."""
+    until = time.monotonic() + seconds
+    while not stop.is_set() and (left := until - time.monotonic()) > 0:
+        conn.process_data_events(time_limit=min(left, 0.25))
