@@ -282,6 +282,9 @@ class Dispatcher:
             job = queue.get(sent.id)
             if job is None:
                 continue  # purged meanwhile: no story left to tell
+            if (job.status == "pending" and job.lease_epoch == sent.lease_epoch
+                    and job.published_at is not None):
+                continue  # marked after all: a retried mark whose first try's answer was lost
             queue.store.append_journal(
                 queue.name, sent.id, JournalEvent.PUBLISHED, attempt=sent.attempts,
                 lease_epoch=sent.lease_epoch,

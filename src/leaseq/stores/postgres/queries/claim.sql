@@ -90,5 +90,8 @@ log AS (
                            '{job_epoch}', j.lease_epoch::text),
                    '{status}', j.status)
     FROM l JOIN {jobs} j ON j.queue = %(queue)s AND j.id = l.id
-    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch))
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch)
+      AND NOT EXISTS (SELECT 1 FROM {journal} o  -- once per lease: a retried beat adds none
+                      WHERE o.queue = j.queue AND o.job_id = j.id
+                        AND o.event = {event.heartbeat_lost} AND o.lease_epoch = l.lease_epoch))
 SELECT id, lease_epoch FROM held;
