@@ -173,7 +173,8 @@ def test_the_key_limited_claim_probes_each_key_at_a_million_jobs(
     assert unkeyed > 0 and len(jobs) == 100 + unkeyed
 
 
-_PARAMS = {"queue": "q0", "worker_id": "w1", "limit": 10, "lease_s": 900.0, "off": 0.0}
+_PARAMS = {"queue": "q0", "worker_id": "w1", "limit": 10, "lease_s": 900.0, "off": 0.0,
+           "token": None}
 
 
 def _both_plans(conn: psycopg.Connection, query: str,

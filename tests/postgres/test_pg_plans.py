@@ -73,7 +73,7 @@ def test_the_key_limited_claim_on_a_young_table_reads_about_what_it_takes(
     assert len(q.claim("w1", limit=20)) == 20
     # When the key-limited claim runs for the keys' free slots
     params = {"queue": "young_keyed", "worker_id": "w2", "limit": 40, "lease_s": 30.0,
-              "off": 0.0, "key_limit": 4, "scan": 40 + UNKEYED_SCAN}
+              "off": 0.0, "key_limit": 4, "scan": 40 + UNKEYED_SCAN, "token": None}
     ran = store._session.run(lambda conn: analyze(conn, store.queries["claim_keyed"], params))
     # Then it reads a few entries per key, and locks and updates the jobs it chose one by one
     # (a primary-key probe each, then the row version it locked): not by reading the whole

@@ -1,39 +1,89 @@
 """PostgreSQL-specific: a statement retried because its answer was lost after the server
-committed (the connection cut between the commit and the reply) tells the story once."""
+committed (the connection cut between the commit and the reply) tells the story once, and a
+claim retried so returns the jobs it took (rather than leave them held by nobody)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+import pytest
+from pg_urls import with_option
+
+from leaseq import deadline
 from leaseq.delivery.dispatcher import Dispatcher
+from leaseq.errors import StoreUnavailable
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.watchdog import cut
 
 
+def _lose(conn: Any) -> None:
+    cut(conn)
+    conn.execute("SELECT 1")  # psycopg.OperationalError: the connection is gone
+
+
 @contextmanager
-def answer_lost_once(store: PostgresStore, reader: str, query: str) -> Iterator[None]:
-    """The first run of ``query`` through ``store.<reader>`` commits (autocommitted), then its
-    connection is cut before the client reads anything more: the session sees a lost
-    connection of unknown outcome and runs the statement again."""
-    read = getattr(store, reader)
+def answer_lost_once(store: PostgresStore, method: str, query: str | None = None
+                     ) -> Iterator[None]:
+    """The first run of ``store.<method>(conn, ...)`` (of ``query`` only, when given: its
+    second argument) commits (autocommitted), then its connection is cut before the client
+    reads anything more: the session sees a lost connection of unknown outcome."""
+    real = getattr(store, method)
     fired = []
 
-    def answered_then_lost(conn: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-        out = read(conn, name, *args, **kwargs)
-        if name == query and not fired:
-            fired.append(name)
-            cut(conn)
-            conn.execute("SELECT 1")  # psycopg.OperationalError: the connection is gone
+    def answered_then_lost(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real(conn, *args, **kwargs)
+        if (query is None or args[0] == query) and not fired:
+            fired.append(method)
+            _lose(conn)
         return out
 
-    setattr(store, reader, answered_then_lost)
+    setattr(store, method, answered_then_lost)
     try:
         yield
     finally:
-        delattr(store, reader)
-    assert fired, f"{query} never ran"
+        delattr(store, method)
+    assert fired, f"{query or method} never ran"
+
+
+@contextmanager
+def commit_answer_lost_once(store: PostgresStore, method: str) -> Iterator[None]:
+    """The transaction that ``store.<method>(conn, ...)`` runs in commits, then its connection
+    is cut before the client reads the COMMIT's answer."""
+    real = getattr(store, method)
+    fired = []
+
+    def then_commit_lost(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real(conn, *args, **kwargs)
+        if not fired:
+            fired.append(method)
+            execute = conn.execute
+
+            def execute_then_lost(query: Any, *a: Any, **k: Any) -> Any:
+                done = execute(query, *a, **k)
+                if query == "COMMIT":
+                    cut(conn)
+                    execute("SELECT 1")
+                return done
+
+            conn.execute = execute_then_lost
+        return out
+
+    setattr(store, method, then_commit_lost)
+    try:
+        yield
+    finally:
+        delattr(store, method)
+    assert fired, f"{method} never ran"
+
+
+def _held(store: PostgresStore, queue: str) -> dict[str, int]:
+    """The queue's processing jobs and their attempts."""
+    return {job.id: job.attempts for job in store.queue(queue).list_jobs("processing")}
 
 
 def test_a_retried_beat_journals_a_lost_lease_once(store: PostgresStore) -> None:
@@ -64,3 +114,132 @@ def test_a_retried_mark_journals_one_publish(store: PostgresStore) -> None:
     assert q.get("j1").published_at is not None  # type: ignore[union-attr]
     published = [e for e in q.journal("j1") if e.event == "published"]
     assert [e.reason for e in published] == [None]
+
+
+# --- claims -------------------------------------------------------------------------------
+
+
+def test_a_claim_whose_answer_was_lost_returns_the_jobs_it_took(store: PostgresStore) -> None:
+    # Given two jobs
+    q = store.queue("work")
+    q.enqueue("j1", {})
+    q.enqueue("j2", {})
+    # When a claim of one commits and its answer is lost, so the session tries again
+    with answer_lost_once(store, "_tuples", "claim"):
+        jobs = q.claim("host:1:w1", 1)
+    # Then the worker gets the job the lost try took, on its first attempt, and nothing else
+    # is held: the retry read it back rather than take another (leaving j1 held by nobody)
+    assert [(j.id, j.attempts) for j in jobs] == [("j1", 1)]
+    assert _held(store, "work") == {"j1": 1}
+    assert [e.event for e in q.journal("j1")].count("claimed") == 1
+
+
+def test_a_claim_of_one_job_whose_answer_was_lost_returns_it(store: PostgresStore) -> None:
+    q = store.queue("work")
+    q.enqueue("j1", {})
+    with answer_lost_once(store, "_tuples", "claim_one"):
+        job = q.claim_one("j1", "host:1:w1")
+    # The retry would have found the job processing and returned None
+    assert job is not None and (job.id, job.attempts) == ("j1", 1)
+
+
+def test_a_keyed_claim_whose_answer_was_lost_returns_the_jobs_it_took(
+        store: PostgresStore) -> None:
+    # Given a key-limited queue with two jobs of one key, one slot each
+    q = store.queue("work", key_limit=1)
+    q.enqueue("j1", {}, concurrency_key="tenant:1")
+    q.enqueue("j2", {}, concurrency_key="tenant:2")
+    q.enqueue("j3", {}, concurrency_key="tenant:1")
+    # When a keyed claim commits and its answer is lost
+    with answer_lost_once(store, "_claim_keyed"):
+        jobs = q.claim("host:1:w1", 10)
+    # Then the retry returns what it took; it did not take the keys' slots a second time
+    # (both full, it would have returned nothing)
+    assert sorted(j.id for j in jobs) == ["j1", "j2"]
+    assert _held(store, "work") == {"j1": 1, "j2": 1}
+
+
+def test_a_rate_limited_claim_whose_commit_answer_was_lost_returns_the_jobs_it_took(
+        store: PostgresStore) -> None:
+    # Given a rate-limited queue with two jobs (its claim is a transaction of several
+    # statements, committed at the end)
+    q = store.queue("work", rate_per_s=100)
+    q.enqueue("j1", {})
+    q.enqueue("j2", {})
+    # When the claim of one commits and the COMMIT's answer is lost
+    with commit_answer_lost_once(store, "_claim_limited"):
+        jobs = q.claim("host:1:w1", 1)
+    # Then it returns j1, and j2 is still waiting
+    assert [j.id for j in jobs] == ["j1"]
+    assert _held(store, "work") == {"j1": 1}
+
+
+def test_a_claim_still_running_when_its_connection_is_cut_is_ended_before_it_is_read_back(
+        schema_url: str) -> None:
+    # Given a store whose calls are cut after 0.3 s (retried for up to 10 s), and two jobs
+    store = PostgresStore.from_url(with_option(schema_url, call_timeout_s=0.3, reconnect_s=10))
+    try:
+        q = store.queue("work")
+        q.enqueue("j1", {})
+        q.enqueue("j2", {})
+        # ... and a first try of the claim that has taken and locked j1 when it stalls on the
+        # server for 5 s before it commits (a slow disk, a stalled network under its answer)
+        store.queries = {**store.queries, "claim_stalled": store.queries["claim"].replace(
+            "SELECT * FROM taken ORDER BY", "SELECT * FROM taken WHERE pg_sleep(5)::text = '' "
+            "ORDER BY")}
+        real = store._tuples
+        stalled: list[str] = []
+
+        def first_try_stalls(conn: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == "claim" and not stalled:
+                stalled.append(name)
+                name = "claim_stalled"
+            return real(conn, name, *args, **kwargs)
+
+        store._tuples = first_try_stalls  # type: ignore[method-assign]
+        # When the worker claims one job: the first try is cut at 0.3 s, its outcome unknown
+        started = time.monotonic()
+        jobs = q.claim("host:1:w1", 1)
+        # Then the retry ended the stalled session (else it would have skipped the locked j1
+        # and taken j2, and j1 would have been taken by nobody once the stall ended), found
+        # nothing committed, and claimed again: j1, at once rather than after the stall
+        assert stalled and [(j.id, j.attempts) for j in jobs] == [("j1", 1)]
+        assert time.monotonic() - started < 4
+        assert _held(store, "work") == {"j1": 1}
+    finally:
+        store.close()
+
+
+def test_a_keyed_claim_waiting_for_the_limits_lock_stops_waiting_at_the_callers_deadline(
+        store: PostgresStore, pg_url: str) -> None:
+    # Given a key-limited queue with one job, and a session holding the queue's limits lock
+    q = store.queue("work", key_limit=2)
+    assert q.claim("host:1:w0", 1) == []  # makes the queue's limits row
+    q.enqueue("j1", {}, concurrency_key="tenant:1")
+    with psycopg.connect(pg_url) as holder:
+        holder.execute(store.queries["limit_lock"], {"queue": "work", "off": 0.0})
+        # When a claim waits for it with half a second to go
+        with pytest.raises(StoreUnavailable), deadline.within(0.5):
+            q.claim("host:1:w1", 1)
+        # ... and the lock is then given up
+        holder.rollback()
+    # Then the claim's statement had stopped waiting on the server too: once no session runs
+    # it any more, j1 is still pending with no attempt spent (the claim's caller gave up, and
+    # a statement that went on waiting would have taken j1 for nobody)
+    _until_no_session_works_in(pg_url, store._schema)
+    j1 = q.get("j1")
+    assert j1 is not None and (j1.status, j1.attempts) == ("pending", 0)
+
+
+def _until_no_session_works_in(pg_url: str, schema: str) -> None:
+    """Wait (at most 10 s) until no other server session runs a statement on ``schema`` or
+    is inside a transaction after one."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for _ in range(1000):
+            if not conn.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE state <> 'idle' "
+                    "AND position(%s in query) > 0 AND pid <> pg_backend_pid()",
+                    (schema,)).fetchone():
+                return
+            threading.Event().wait(0.01)
+    raise AssertionError("a session still works in the schema")

@@ -71,7 +71,9 @@ class DjangoSession:
         """Nothing to close: the connections are Django's."""
 
     def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
-            autocommit: bool = False) -> T:
+            autocommit: bool = False,
+            read_back: Callable[[psycopg.Connection], T | None] | None = None) -> T:
+        """``read_back`` is not needed: nothing is run twice here."""
         try:
             if autocommit and not in_atomic(self.alias):
                 return work(raw_connection(self.alias))

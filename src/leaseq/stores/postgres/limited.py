@@ -6,6 +6,7 @@ it commits); and the held-back counts. Mixed into ``PostgresStore``, whose plumb
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from leaseq.limits import (
     record,
 )
 from leaseq.stores.postgres.operators import free_text
-from leaseq.stores.postgres.session import Session
+from leaseq.stores.postgres.session import Session, lock_timeout
 
 
 class LimitedClaims:
@@ -41,15 +42,16 @@ class LimitedClaims:
     _decode: Callable[[dict[str, int], list[tuple[Any, ...]]], list[Job]]
 
     def _claim_limited(self, conn: psycopg.Connection, queue: str, worker_id: str, limit: int,
-                       lease_s: float, limits: ClaimLimits,
+                       lease_s: float, limits: ClaimLimits, token: uuid.UUID,
                        job_id: str | None = None) -> list[Job]:
         """The claim under ``limits``, in one transaction behind the queue's limits row lock
-        (see queries/limits.sql). ``job_id``: only that job."""
+        (see queries/limits.sql), its jobs stamped with ``token``. ``job_id``: only that job."""
         state = self._limit_lock(conn, queue)
         at = state.at()
         if limits.rate_per_s is not None:
             limit = admit(state.recent, at, limit, limits.rate_per_s)
-        params = {"queue": queue, "worker_id": free_text(worker_id), "lease_s": lease_s}
+        params = {"queue": queue, "worker_id": free_text(worker_id), "lease_s": lease_s,
+                  "token": token}
         if not limit:
             jobs: list[Job] = []
         elif job_id is not None:
@@ -69,7 +71,7 @@ class LimitedClaims:
         return jobs
 
     def _claim_keyed(self, conn: psycopg.Connection, queue: str, worker_id: str, limit: int,
-                     lease_s: float, key_limit: int) -> list[Job]:
+                     lease_s: float, key_limit: int, token: uuid.UUID) -> list[Job]:
         """A key-limited claim without a rate, its transaction sent in one round trip: the
         server runs the statements in order, so the claim's snapshot (READ COMMITTED: taken
         when the statement starts) comes after the lock on the queue's limits row is held,
@@ -80,12 +82,15 @@ class LimitedClaims:
         # Inside a caller's transaction (a django:// store in atomic(): its savepoint) the
         # statements join it; a COMMIT of ours would end the caller's transaction.
         own = conn.info.transaction_status == TransactionStatus.IDLE
+        wait = lock_timeout(conn) if own else None
         with conn.pipeline():
             if own:
                 conn.execute("BEGIN")
+            if wait is not None:
+                conn.execute(wait)
             conn.execute(self.queries["key_limit_lock"], {**params, "key_limit": key_limit})
             claim.execute(self.queries["claim_keyed"], {
-                **params, "worker_id": free_text(worker_id), "lease_s": lease_s,
+                **params, "worker_id": free_text(worker_id), "lease_s": lease_s, "token": token,
                 "limit": limit, "key_limit": key_limit, "scan": limit + UNKEYED_SCAN},
                 prepare=True)
             if own:
@@ -94,7 +99,11 @@ class LimitedClaims:
         return self._decode({c.name: i for i, c in enumerate(claim.description or [])}, rows)
 
     def _limit_lock(self, conn: psycopg.Connection, queue: str) -> LimitsState:
-        """Lock the queue's limits row (made on first use) and read it."""
+        """Lock the queue's limits row (made on first use) and read it; in a transaction of
+        leaseq's own, waiting no longer than the try (``lock_timeout``)."""
+        wait = lock_timeout(conn)
+        if wait is not None:
+            conn.execute(wait)
         rows = self._rows(conn, "limit_lock", queue=queue)
         if not rows:
             self._exec(conn, "limit_row", queue=queue)

@@ -7,6 +7,9 @@ then ``StoreUnavailable``. That is safe because the failed transaction was rolle
 unsafe case is a connection lost *during* COMMIT: the write may or may not have happened. Only
 callers that pass ``idempotent=True`` (reads, claims, heartbeats: doing them twice is
 harmless) are retried then; the others get ``StoreUnavailable`` saying the outcome is unknown.
+A claim is safe to run twice only if its first run is found again: it passes ``read_back``, and
+the next try first ends the lost try's server session (``_settle``: a statement still running
+there must not commit after it is looked for), then asks ``read_back`` what it committed.
 
 ``run(work, autocommit=True)`` is for work that is one statement: pool connections are in
 autocommit, so the statement is its own transaction and costs one round trip instead of three
@@ -28,7 +31,9 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, NoReturn, TypeVar
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -48,12 +53,37 @@ FIRST_PAUSE_S = 0.05
 MAX_PAUSE_S = 1.0
 
 
+#: How often ``_settle`` looks whether a lost try's server session has ended.
+SETTLE_POLL_S = 0.01
+
+
 class _Retry(Exception):
-    """The transaction surely did not commit: the operation may run again."""
+    """The transaction surely did not commit, or its outcome will be read back: the operation
+    may run again."""
 
     def __init__(self, cause: BaseException):
         super().__init__(str(cause))
         self.cause = cause
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A server session, told apart from a later one given the same process id."""
+
+    pid: int
+    started: datetime
+
+
+@dataclass
+class _Run(Generic[T]):
+    """One ``run``: what it may do again, and a lost try whose outcome is still unknown."""
+
+    work: Callable[[psycopg.Connection], T]
+    idempotent: bool
+    autocommit: bool
+    read_back: Callable[[psycopg.Connection], T | None] | None
+    deadline: float
+    unsettled: Backend | None = None
 
 
 class Session:
@@ -104,21 +134,25 @@ class Session:
                 pool.close()
 
     def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
-            autocommit: bool = False, generic_plans: bool = False) -> T:
+            autocommit: bool = False, generic_plans: bool = False,
+            read_back: Callable[[psycopg.Connection], T | None] | None = None) -> T:
         """``work(conn)`` in one transaction, committed; see the module's docstring.
         ``autocommit``: ``work`` runs one statement, which is its own transaction.
         ``idempotent``: running ``work`` twice is harmless, so it is run again even when the
-        connection was lost during its COMMIT. ``generic_plans``: on a connection of the
-        second pool, whose prepared statements are planned once (see ``_configure``): only
-        for statements that scan nothing."""
+        connection was lost during its COMMIT. ``read_back``: after such a loss, what the lost
+        try committed (its result), or None when it committed nothing; ``work`` runs again
+        only then. ``generic_plans``: on a connection of the second pool, whose prepared
+        statements are planned once (see ``_configure``): only for statements that scan
+        nothing."""
         deadline = time.monotonic() + self._options.reconnect_s
         callers = caller_deadline.current()
         if callers is not None:
             deadline = min(deadline, callers)
+        this = _Run(work, idempotent or read_back is not None, autocommit, read_back, deadline)
         pause = FIRST_PAUSE_S
         while True:
             try:
-                return self._attempt(work, idempotent, autocommit, deadline, generic_plans)
+                return self._attempt(this, generic_plans)
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
                     raise StoreUnavailable(
@@ -139,13 +173,12 @@ class Session:
         callers = caller_deadline.current()
         return at if callers is None else min(at, callers)
 
-    def _attempt(self, work: Callable[[psycopg.Connection], T], idempotent: bool,
-                 autocommit: bool, deadline: float, generic_plans: bool) -> T:
+    def _attempt(self, this: _Run[T], generic_plans: bool) -> T:
         pool = (self._generic_pool or self._generic()) if generic_plans else self._pool
         if pool is None:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
         try:
-            conn = pool.getconn(timeout=max(deadline - time.monotonic(), 0.05))
+            conn = pool.getconn(timeout=max(this.deadline - time.monotonic(), 0.05))
         except PoolClosed:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is closed") from None
         except psycopg.OperationalError as exc:  # PoolTimeout: no connection came back in time
@@ -154,15 +187,53 @@ class Session:
             if _dead(conn):
                 self._after_error(conn)
                 raise _Retry(psycopg.OperationalError("the server closed the connection"))
-            watched = self.watchdog.watch(conn, self._call_deadline())
+            cut_at = self._call_deadline()
+            setattr(conn, _CUT_AT, cut_at)
+            watched = self.watchdog.watch(conn, cut_at)
             try:
-                if autocommit:
-                    return self._statement(conn, work, idempotent)
-                return self._transaction(conn, work, idempotent)
+                if this.unsettled is not None:
+                    found = self._read_back(conn, this)
+                    if found is not None:
+                        return found
+                if this.autocommit:
+                    return self._statement(conn, this)
+                return self._transaction(conn, this)
             finally:
                 self.watchdog.release(watched)
         finally:
             pool.putconn(conn)
+
+    def _read_back(self, conn: psycopg.Connection, this: _Run[T]) -> T | None:
+        """After a try lost with its outcome unknown: end that try's server session, then
+        read back what it committed (None: nothing, so ``work`` runs again)."""
+        assert this.unsettled is not None and this.read_back is not None
+        try:
+            self._settle(conn, this.unsettled, this.deadline)
+            found = this.read_back(conn)
+        except psycopg.OperationalError as exc:
+            self._after_error(conn)
+            raise _Retry(exc) from None
+        except BaseException:
+            self._after_error(conn)
+            raise
+        this.unsettled = None
+        return found
+
+    def _settle(self, conn: psycopg.Connection, lost: Backend, deadline: float) -> None:
+        """End the server session of a lost try and wait until it is gone: a statement it was
+        still running (waiting on a lock, or its answer not yet sent) then has committed or
+        never will. Its own role may end it; if the server refuses, it is awaited (the server
+        ends a session whose client has gone at its next read or write)."""
+        who = {"pid": lost.pid, "started": lost.started}
+        with suppress(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE pid = %(pid)s AND backend_start = %(started)s", who)
+        while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %(pid)s "
+                           "AND backend_start = %(started)s", who).fetchone():
+            if time.monotonic() + SETTLE_POLL_S > deadline:
+                raise _Retry(psycopg.OperationalError(
+                    "the server session of a lost try has not ended"))
+            time.sleep(SETTLE_POLL_S)
 
     def _generic(self) -> ConnectionPool | None:
         """The second pool, opened on first use (most processes never enqueue one by one)."""
@@ -177,23 +248,21 @@ class Session:
                     timeout=max(options.reconnect_s, 1.0))
             return self._generic_pool
 
-    def _statement(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
-                   idempotent: bool) -> T:
+    def _statement(self, conn: psycopg.Connection, this: _Run[T]) -> T:
         try:
-            return work(conn)
+            return this.work(conn)
         except psycopg.OperationalError as exc:
             # An error the server reported (deadlock, shutdown) aborted the statement; a bare
             # lost connection may have cut off the answer to a statement that committed.
-            self._lost(conn, exc, idempotent or exc.sqlstate is not None)
+            self._lost(conn, exc, this, unknown=exc.sqlstate is None)
         except BaseException:
             self._after_error(conn)
             raise
 
-    def _transaction(self, conn: psycopg.Connection, work: Callable[[psycopg.Connection], T],
-                     idempotent: bool) -> T:
+    def _transaction(self, conn: psycopg.Connection, this: _Run[T]) -> T:
         try:
             conn.execute("BEGIN")
-            result = work(conn)
+            result = this.work(conn)
         except psycopg.OperationalError as exc:
             self._after_error(conn)
             raise _Retry(exc) from None
@@ -203,14 +272,23 @@ class Session:
         try:
             conn.execute("COMMIT")
         except psycopg.OperationalError as exc:
-            self._lost(conn, exc, idempotent)
+            self._lost(conn, exc, this, unknown=True)
         return result
 
-    def _lost(self, conn: psycopg.Connection, exc: psycopg.OperationalError,
-              retry: bool) -> NoReturn:
+    def _lost(self, conn: psycopg.Connection, exc: psycopg.OperationalError, this: _Run[T],
+              unknown: bool) -> NoReturn:
+        """After a statement or a COMMIT failed: retry, or raise that the outcome is unknown.
+        ``unknown``: the server did not say it rolled back; it did if the connection is not
+        lost (it refused)."""
         lost = conn.broken
+        backend = getattr(conn, _BACKEND, None)
         self._after_error(conn)
-        if retry or not lost:  # not lost: the server refused, so rolled back
+        if not (unknown and lost):
+            raise _Retry(exc) from None
+        if this.read_back is not None and backend is not None:
+            this.unsettled = backend
+            raise _Retry(exc) from None
+        if this.idempotent:
             raise _Retry(exc) from None
         raise StoreUnavailable(
             f"lost the connection to PostgreSQL at {self.url} while committing; the "
@@ -271,7 +349,13 @@ def _configure(conn: psycopg.Connection, options: PostgresOptions) -> None:
 
 
 def _configure_session(conn: psycopg.Connection, options: PostgresOptions) -> None:
-    conn.execute(session_settings(options))
+    """The session's settings, and which server session it is (``Backend``, for ``_settle``),
+    in one round trip."""
+    row = conn.execute(
+        "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid(); "
+        f"{session_settings(options)}").fetchone()
+    if row is not None:
+        setattr(conn, _BACKEND, Backend(*row))
     setattr(conn, _TUPLE_CURSOR, conn.cursor(row_factory=tuple_row))
 
 
@@ -289,6 +373,24 @@ def session_settings(options: PostgresOptions) -> str:
 
 #: The attribute of a leaseq connection that holds its tuple cursor (``tuple_cursor``).
 _TUPLE_CURSOR = "_leaseq_tuple_cursor"
+#: The attribute of a leaseq pool connection that holds its server session (``Backend``).
+_BACKEND = "_leaseq_backend"
+#: The attribute of a leaseq pool connection that holds when its present try is cut.
+_CUT_AT = "_leaseq_cut_at"
+#: How long before a try is cut the server stops waiting for a lock (``lock_timeout``).
+LOCK_WAIT_MARGIN_S = 0.1
+
+
+def lock_timeout(conn: psycopg.Connection) -> str | None:
+    """``SET LOCAL lock_timeout`` for the present try on ``conn``: the server stops waiting
+    for a lock just before the client cuts the try. Else a claim still waiting when its
+    caller gave up would take the lock and commit: its jobs held by a worker that never got
+    them. None on a connection that is not cut (a caller's own)."""
+    cut_at = getattr(conn, _CUT_AT, None)
+    if cut_at is None:
+        return None
+    milliseconds = max(int((cut_at - time.monotonic() - LOCK_WAIT_MARGIN_S) * 1000), 1)
+    return f"SET LOCAL lock_timeout = {milliseconds}"
 
 
 def tuple_cursor(conn: psycopg.Connection) -> psycopg.Cursor[tuple[Any, ...]]:

@@ -10,8 +10,10 @@ Timestamps come from the server (``now()``). A lost connection is retried with b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -263,30 +265,42 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
 
     def claim(self, queue: str, worker_id: str, limit: int, lease_s: float,
               limits: ClaimLimits = NO_LIMITS) -> list[Job]:
-        # Safe to retry even when the commit's fate is unknown: a claim that did commit only
-        # holds its jobs until their lease runs out, then they are claimed again.
+        # Stamped with a token of its own, so a claim whose answer was lost while it committed
+        # is read back rather than run again (session.py): its jobs would otherwise be held
+        # until their lease ran out, an attempt spent, by a worker that never got them.
+        token = uuid.uuid4()
+        read_back = functools.partial(self._claimed_by, queue=queue, token=token)
         key_limit = limits.key_limit
         if limits.rate_per_s is None and key_limit is not None:
             return self._session.run(lambda conn: self._claim_keyed(
-                conn, queue, worker_id, limit, lease_s, key_limit),
-                idempotent=True, autocommit=True)
+                conn, queue, worker_id, limit, lease_s, key_limit, token),
+                autocommit=True, read_back=read_back)
         if limits.any:
             return self._session.run(lambda conn: self._claim_limited(
-                conn, queue, worker_id, limit, lease_s, limits), idempotent=True)
+                conn, queue, worker_id, limit, lease_s, limits, token), read_back=read_back)
         return self._session.run(lambda conn: self._jobs(
             conn, "claim", queue=queue, worker_id=_text(worker_id), limit=limit,
-            lease_s=lease_s), idempotent=True, autocommit=True)
+            lease_s=lease_s, token=token), autocommit=True, read_back=read_back)
 
     def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float,
                   limits: ClaimLimits = NO_LIMITS) -> Job | None:
+        token = uuid.uuid4()
+        read_back = functools.partial(self._claimed_by, queue=queue, token=token)
         if limits.any:
             jobs = self._session.run(lambda conn: self._claim_limited(
-                conn, queue, worker_id, 1, lease_s, limits, job_id), idempotent=True)
+                conn, queue, worker_id, 1, lease_s, limits, token, job_id),
+                read_back=read_back)
         else:
             jobs = self._session.run(lambda conn: self._jobs(
                 conn, "claim_one", queue=queue, id=job_id, worker_id=_text(worker_id),
-                lease_s=lease_s, key_limit=None), idempotent=True, autocommit=True)
+                lease_s=lease_s, key_limit=None, token=token),
+                autocommit=True, read_back=read_back)
         return jobs[0] if jobs else None
+
+    def _claimed_by(self, conn: psycopg.Connection, queue: str,
+                    token: uuid.UUID) -> list[Job] | None:
+        """The jobs a claim stamped with ``token`` still holds; None when it took none."""
+        return self._jobs(conn, "claimed_by_token", queue=queue, token=token) or None
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
         if not leases:

@@ -19,7 +19,8 @@ WITH c AS (
     FOR UPDATE SKIP LOCKED),
 taken AS (
     UPDATE {jobs} j
-    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+    SET status = 'processing', worker_id = %(worker_id)s, claim_token = %(token)s,
+        attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
         stale = false, updated_at = {now},
         concurrency_key = CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
@@ -55,7 +56,8 @@ room AS (
                          LIMIT %(key_limit)s) running) < %(key_limit)s END),
 taken AS (
     UPDATE {jobs} j
-    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+    SET status = 'processing', worker_id = %(worker_id)s, claim_token = %(token)s,
+        attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
         stale = false, updated_at = {now},
         concurrency_key = CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
@@ -67,6 +69,14 @@ log AS (
            CASE WHEN lease_epoch > 1 THEN {reason.redelivered} END
     FROM taken)
 SELECT * FROM taken;
+
+-- What a claim whose answer was lost committed (session.py's read_back): the jobs it stamped
+-- with its token and still holds, in the claim's order. A walk of the queue's processing jobs
+-- (jobs_status), as many as run at once.
+-- name: claimed_by_token
+SELECT * FROM {jobs}
+WHERE queue = %(queue)s AND status = 'processing' AND claim_token = %(token)s
+ORDER BY lease_until, id;
 
 -- ids / epochs / holders are parallel arrays: one statement for every in-flight lease (a
 -- NULL holder leaves the worker unchecked). A lost lease's reason fills the status in last,

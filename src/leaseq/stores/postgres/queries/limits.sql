@@ -113,7 +113,8 @@ c AS (
       AND NOT (l.stale AND l.next_concurrency_key IS DISTINCT FROM l.concurrency_key)),
 taken AS (
     UPDATE {jobs} j
-    SET status = 'processing', worker_id = %(worker_id)s, attempts = j.attempts + 1,
+    SET status = 'processing', worker_id = %(worker_id)s, claim_token = %(token)s,
+        attempts = j.attempts + 1,
         lease_epoch = j.lease_epoch + 1, lease_until = {now} + make_interval(secs => %(lease_s)s),
         stale = false, updated_at = {now},
         concurrency_key = CASE WHEN j.stale THEN j.next_concurrency_key ELSE j.concurrency_key END
