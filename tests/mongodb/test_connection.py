@@ -3,6 +3,8 @@ password. Store-specific: ``connect`` hands the whole URL to this store."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pymongo import _csot
 from pymongo.errors import (
@@ -87,12 +89,17 @@ def test_unknown_store_options_are_refused():
         connect("mongodb://127.0.0.1:1/db", lease_s=3)
 
 
-def test_an_unreachable_server_is_store_unavailable_without_the_password():
-    # Given a URL with a password and nothing listening  When the store opens
+def test_an_unreachable_server_is_store_unavailable_soon_and_without_the_password():
+    # Given a URL with a password and nothing listening, that waits 200 ms for a server
     url = "mongodb://user:hunter2@127.0.0.1:1/db?serverSelectionTimeoutMS=200"
+    started = time.monotonic()
+    # When the store opens
     with pytest.raises(StoreUnavailable) as raised:
         connect(url)
-    # Then the error names the server but never the password
+    # Then it gives up after the URL's wait, not after leaseq's 30 s timeoutMS (under which
+    # pymongo ignores serverSelectionTimeoutMS)
+    assert time.monotonic() - started < 10
+    # ... and the error names the server but never the password
     assert "hunter2" not in str(raised.value)
     assert "user:***@127.0.0.1:1" in str(raised.value)
 

@@ -52,6 +52,7 @@ from leaseq.stores.mongodb.connection import (
     guarded,
     no_transactions_message,
     open_client,
+    opening_bound,
     secrets_of,
 )
 from leaseq.stores.mongodb.ledger import ScheduleLedger
@@ -110,7 +111,8 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         self._front_first = FrontFirst()  # limited.py
         #: Native async reads when an opener is given (``from_url`` gives one).
         self._async = AsyncMongo(self, async_database) if async_database else None
-        self.supports_transactions = self._probe_transactions()
+        with opening_bound(self._client):
+            self.supports_transactions = self._probe_transactions()
         self.supports_claim_limits = self.supports_transactions  # limited.py needs them
         self._indexes_on_use = create  # _coll, operators.py's _workers
         if create:
