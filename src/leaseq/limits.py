@@ -26,6 +26,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from leaseq.policy import check_limits
+
 Ref = TypeVar("Ref", bound=Hashable)
 
 #: The sliding window of ``rate_per_s``, in seconds.
@@ -53,10 +55,15 @@ FRONT_SKIPS = 8
 
 @dataclass(frozen=True, slots=True)
 class ClaimLimits:
-    """The limits of one queue, as its policy gives them (None: not limited)."""
+    """The limits of one queue, as its policy gives them (None: not limited). Checked as the
+    policy's are (``InvalidPolicy``): a store's ``claim`` may be called with limits built by
+    hand, and a key limit of 0 or a fractional rate would otherwise reach its statements."""
 
     key_limit: int | None = None
     rate_per_s: int | None = None
+
+    def __post_init__(self) -> None:
+        check_limits(self.key_limit, self.rate_per_s)
 
     @property
     def any(self) -> bool:

@@ -60,10 +60,7 @@ class QueuePolicy:
         _check_number(self.snooze_s, "snooze_s", 0.0)
         _check_int(self.max_snoozes, "max_snoozes", 0, 1_000_000)
         _check_int(self.max_givebacks, "max_givebacks", 0, 1_000_000)
-        if self.key_limit is not None:
-            _check_int(self.key_limit, "key_limit", 1, 1_000_000)
-        if self.rate_per_s is not None:
-            _check_int(self.rate_per_s, "rate_per_s", 1, MAX_RATE_PER_S)
+        check_limits(self.key_limit, self.rate_per_s)
         every_s = self.heartbeat_every_s
         if every_s is None:
             every_s = self.lease_s / 3
@@ -115,6 +112,15 @@ def _check_number(value: Any, name: str, minimum: float) -> None:
         raise InvalidPolicy(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not math.isfinite(value) or value < minimum:
         raise InvalidPolicy(f"{name} must be a finite number ≥ {minimum}, got {value!r}")
+
+
+def check_limits(key_limit: Any, rate_per_s: Any) -> None:
+    """A queue's limits (``QueuePolicy``, ``ClaimLimits``): each None, or a whole number in
+    its range; else ``InvalidPolicy``."""
+    if key_limit is not None:
+        _check_int(key_limit, "key_limit", 1, 1_000_000)
+    if rate_per_s is not None:
+        _check_int(rate_per_s, "rate_per_s", 1, MAX_RATE_PER_S)
 
 
 def _check_int(value: Any, name: str, minimum: int, maximum: int) -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leaseq.errors import InvalidPolicy
 from leaseq.limits import (
     COUNTED_S,
     FRONT_SKIPS,
@@ -255,3 +256,13 @@ def test_a_rate_limited_queue_keeps_its_rate_after_the_store_clock_steps_back(
     finally:
         for store in (ahead, corrected, two_s_later):
             store.close()
+
+
+@pytest.mark.parametrize("limits", [{"key_limit": 0}, {"key_limit": True}, {"key_limit": "2"},
+                                    {"rate_per_s": 1.5}, {"rate_per_s": -1},
+                                    {"rate_per_s": 10_001}])
+def test_limits_built_by_hand_are_checked_as_a_policys_are(limits: dict[str, object]) -> None:
+    # A store's claim may be given ClaimLimits built by hand: a key limit of 0 or a
+    # fractional rate is refused here, as QueuePolicy refuses it, not deep in a statement
+    with pytest.raises(InvalidPolicy, match=next(iter(limits))):
+        ClaimLimits(**limits)  # type: ignore[arg-type]
