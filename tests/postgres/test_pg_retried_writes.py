@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -19,6 +20,7 @@ from leaseq.delivery.dispatcher import Dispatcher
 from leaseq.errors import StoreUnavailable
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.watchdog import cut
+from tcp_proxy import BlackHoleProxy
 
 
 def _lose(conn: Any) -> None:
@@ -243,3 +245,30 @@ def _until_no_session_works_in(pg_url: str, schema: str) -> None:
                 return
             threading.Event().wait(0.01)
     raise AssertionError("a session still works in the schema")
+
+
+def test_through_a_proxy_a_lost_claim_is_read_back_and_no_server_session_is_ended(
+        schema_url: str) -> None:
+    # Given a store whose connections go through a proxy (as through PgBouncer, which hands
+    # a server session to another client once ours has gone), and two jobs
+    parts = urlsplit(schema_url)
+    proxy = BlackHoleProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    user = parts.netloc.rpartition("@")[0]
+    store = PostgresStore.from_url(urlunsplit(parts._replace(
+        netloc=f"{user}@127.0.0.1:{proxy.port}" if user else f"127.0.0.1:{proxy.port}")))
+    ended: list[object] = []
+    store._session._settle = lambda *args: ended.append(args)  # type: ignore[method-assign]
+    try:
+        q = store.queue("work")
+        q.enqueue("j1", {})
+        q.enqueue("j2", {})
+        # When a claim commits and its answer is lost
+        with answer_lost_once(store, "_tuples", "claim"):
+            jobs = q.claim("host:1:w1", 1)
+        # Then the retry still reads back what the lost try took, but ends no server session:
+        # behind a proxy, the one the lost try used may serve another client by now
+        assert [(j.id, j.attempts) for j in jobs] == [("j1", 1)]
+        assert ended == []
+    finally:
+        store.close()
+        proxy.close()

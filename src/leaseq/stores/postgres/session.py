@@ -9,7 +9,9 @@ callers that pass ``idempotent=True`` (reads, claims, heartbeats: doing them twi
 harmless) are retried then; the others get ``StoreUnavailable`` saying the outcome is unknown.
 A claim is safe to run twice only if its first run is found again: it passes ``read_back``, and
 the next try first ends the lost try's server session (``_settle``: a statement still running
-there must not commit after it is looked for), then asks ``read_back`` what it committed.
+there must not commit after it is looked for; only on a connection straight to the server,
+never through a pooler, which hands the session to another client), then asks ``read_back``
+what it committed.
 
 ``run(work, autocommit=True)`` is for work that is one statement: pool connections are in
 autocommit, so the statement is its own transaction and costs one round trip instead of three
@@ -26,7 +28,9 @@ tries together stop at ``reconnect_s`` or the caller's deadline, whichever comes
 from __future__ import annotations
 
 import functools
+import os
 import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -76,14 +80,16 @@ class Backend:
 
 @dataclass
 class _Run(Generic[T]):
-    """One ``run``: what it may do again, and a lost try whose outcome is still unknown."""
+    """One ``run``: what it may do again, and a lost try whose outcome is still unknown
+    (``unsettled``), with its server session when that is known to be the try's alone."""
 
     work: Callable[[psycopg.Connection], T]
     idempotent: bool
     autocommit: bool
     read_back: Callable[[psycopg.Connection], T | None] | None
     deadline: float
-    unsettled: Backend | None = None
+    unsettled: bool = False
+    lost_backend: Backend | None = None
 
 
 class Session:
@@ -191,7 +197,7 @@ class Session:
             setattr(conn, _CUT_AT, cut_at)
             watched = self.watchdog.watch(conn, cut_at)
             try:
-                if this.unsettled is not None:
+                if this.unsettled:
                     found = self._read_back(conn, this)
                     if found is not None:
                         return found
@@ -206,9 +212,10 @@ class Session:
     def _read_back(self, conn: psycopg.Connection, this: _Run[T]) -> T | None:
         """After a try lost with its outcome unknown: end that try's server session, then
         read back what it committed (None: nothing, so ``work`` runs again)."""
-        assert this.unsettled is not None and this.read_back is not None
+        assert this.read_back is not None
         try:
-            self._settle(conn, this.unsettled, this.deadline)
+            if this.lost_backend is not None:
+                self._settle(conn, this.lost_backend, this.deadline)
             found = this.read_back(conn)
         except psycopg.OperationalError as exc:
             self._after_error(conn)
@@ -216,7 +223,7 @@ class Session:
         except BaseException:
             self._after_error(conn)
             raise
-        this.unsettled = None
+        this.unsettled, this.lost_backend = False, None
         return found
 
     def _settle(self, conn: psycopg.Connection, lost: Backend, deadline: float) -> None:
@@ -285,8 +292,8 @@ class Session:
         self._after_error(conn)
         if not (unknown and lost):
             raise _Retry(exc) from None
-        if this.read_back is not None and backend is not None:
-            this.unsettled = backend
+        if this.read_back is not None:
+            this.unsettled, this.lost_backend = True, backend
             raise _Retry(exc) from None
         if this.idempotent:
             raise _Retry(exc) from None
@@ -352,10 +359,11 @@ def _configure_session(conn: psycopg.Connection, options: PostgresOptions) -> No
     """The session's settings, and which server session it is (``Backend``, for ``_settle``),
     in one round trip."""
     row = conn.execute(
-        "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid(); "
+        "SELECT pid, backend_start, client_port, current_setting('port')::integer "
+        "FROM pg_stat_activity WHERE pid = pg_backend_pid(); "
         f"{session_settings(options)}").fetchone()
-    if row is not None:
-        setattr(conn, _BACKEND, Backend(*row))
+    if row is not None and _direct(conn, client_port=row[2], server_port=row[3]):
+        setattr(conn, _BACKEND, Backend(row[0], row[1]))
     setattr(conn, _TUPLE_CURSOR, conn.cursor(row_factory=tuple_row))
 
 
@@ -400,6 +408,22 @@ def tuple_cursor(conn: psycopg.Connection) -> psycopg.Cursor[tuple[Any, ...]]:
     enqueue's client time. On a caller's connection (``connection=``), a new one."""
     cursor = getattr(conn, _TUPLE_CURSOR, None)
     return cursor if cursor is not None else conn.cursor(row_factory=tuple_row)
+
+
+def _direct(conn: psycopg.Connection, client_port: int | None, server_port: int) -> bool:
+    """Whether ``conn`` talks to its server session directly, so that the session is this
+    connection's alone until it ends: the server sees our socket's own port (TCP), or, over a
+    Unix socket, no port and its own port in the socket's name. Behind a pooler (PgBouncer)
+    the server session is handed to other clients once ours has gone, and ``_settle`` must
+    not end it."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            family, local = sock.family, sock.getsockname()
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    if family == socket.AF_UNIX:
+        return client_port == -1 and conn.info.port == server_port
+    return isinstance(local, tuple) and local[1] == client_port
 
 
 def _dead(conn: psycopg.Connection) -> bool:
