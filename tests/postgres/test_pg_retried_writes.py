@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +20,9 @@ from leaseq import deadline
 from leaseq.delivery.dispatcher import Dispatcher
 from leaseq.errors import StoreUnavailable
 from leaseq.stores.postgres import PostgresStore
+from leaseq.stores.postgres.session import _BACKEND as BACKEND
+from leaseq.stores.postgres.session import _CUT_AT as CUT_AT
+from leaseq.stores.postgres.session import lock_timeout
 from leaseq.stores.postgres.watchdog import cut
 from tcp_proxy import BlackHoleProxy
 
@@ -139,7 +143,7 @@ def test_a_claim_whose_answer_was_lost_returns_the_jobs_it_took(store: PostgresS
 def test_a_claim_of_one_job_whose_answer_was_lost_returns_it(store: PostgresStore) -> None:
     q = store.queue("work")
     q.enqueue("j1", {})
-    with answer_lost_once(store, "_tuples", "claim_one"):
+    with answer_lost_once(store, "_pipelined_claim", "claim_one"):
         job = q.claim_one("j1", "host:1:w1")
     # The retry would have found the job processing and returned None
     assert job is not None and (job.id, job.attempts) == ("j1", 1)
@@ -272,3 +276,114 @@ def test_through_a_proxy_a_lost_claim_is_read_back_and_no_server_session_is_ende
     finally:
         store.close()
         proxy.close()
+
+
+def test_a_lost_claims_read_back_hands_out_no_lease_that_ran_out_meanwhile(
+        store: PostgresStore) -> None:
+    # Given a job, and a claim of it that commits, then its lease runs out (a long outage)
+    # before the answer is lost and the session tries again
+    q = store.queue("work")
+    q.enqueue("j1", {})
+    real = store._tuples
+    lapsed: list[str] = []
+
+    def committed_lapsed_then_lost(conn: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        out = real(conn, name, *args, **kwargs)
+        if name == "claim" and not lapsed:
+            lapsed.append(name)
+            conn.execute(f"UPDATE {store._schema}.jobs SET lease_until = now() - interval '1 s'")
+            _lose(conn)
+        return out
+
+    store._tuples = committed_lapsed_then_lost  # type: ignore[method-assign]
+    jobs = q.claim("host:1:w1", 1)
+    del store._tuples
+    # Then the worker does not get the lapsed lease (another worker could claim the job at
+    # once, and both would run it): the retry claimed the job again, on a lease of its own
+    assert lapsed and [(j.id, j.lease_epoch) for j in jobs] == [("j1", 2)]
+    assert q.claim("host:2:w2", 1) == []
+
+
+def test_a_claim_of_one_job_waiting_for_its_row_lock_stops_waiting_at_the_callers_deadline(
+        store: PostgresStore, pg_url: str) -> None:
+    # Given a job whose row another session holds locked (a finish or a revision in flight)
+    q = store.queue("work")
+    q.enqueue("j1", {})
+    with psycopg.connect(pg_url) as holder:
+        holder.execute(f"SELECT 1 FROM {store._schema}.jobs WHERE id = 'j1' FOR UPDATE")
+        # When a claim of it (as a RabbitMQ consumer's) waits with half a second to go
+        with pytest.raises(StoreUnavailable), deadline.within(0.5):
+            q.claim_one("j1", "host:1:w1")
+        holder.rollback()
+    # Then its statement had stopped waiting on the server too: j1 was not taken for nobody
+    _until_no_session_works_in(pg_url, store._schema)
+    j1 = q.get("j1")
+    assert j1 is not None and (j1.status, j1.attempts) == ("pending", 0)
+
+
+def test_a_claim_given_up_while_it_stalls_on_the_server_is_ended_there(
+        schema_url: str, pg_url: str) -> None:
+    # Given a store whose calls are cut after 0.3 s and whose tries stop after 0.2 s (as the
+    # defaults: 30 s and 15 s), and a claim that takes j1, then stalls on the server for 5 s
+    store = PostgresStore.from_url(with_option(schema_url, call_timeout_s=0.3,
+                                               reconnect_s=0.2))
+    try:
+        q = store.queue("work")
+        q.enqueue("j1", {})
+        store.queries = {**store.queries, "claim": store.queries["claim"].replace(
+            "SELECT * FROM taken ORDER BY", "SELECT * FROM taken WHERE pg_sleep(5)::text = '' "
+            "ORDER BY")}
+        # When the claim is cut, past the time its tries may take
+        with pytest.raises(StoreUnavailable, match=r"outcome .* is unknown"):
+            q.claim("host:1:w1", 1)
+        # Then its server session is ended rather than left to commit when the stall ends:
+        # once no session works in the schema, j1 is still pending with no attempt spent
+        _until_no_session_works_in(pg_url, store._schema)
+        j1 = q.get("j1")
+        assert j1 is not None and (j1.status, j1.attempts) == ("pending", 0)
+    finally:
+        store.close()
+
+
+def test_a_session_whose_role_was_switched_is_not_taken_for_one_it_could_end(
+        pg_url: str, schema_url: str) -> None:
+    # Given a store that logs in as one role and switches to another (options=-c role=…),
+    # which hides the session's start time from itself (and the right to end it)
+    suffix = uuid.uuid4().hex[:8]
+    app, login = f"lq_app_{suffix}", f"lq_login_{suffix}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {app} NOLOGIN")
+        admin.execute(f"CREATE ROLE {login} LOGIN IN ROLE {app}")
+        admin.execute(f"GRANT CREATE ON DATABASE {admin.info.dbname} TO {app}")
+    parts = urlsplit(schema_url)
+    url = urlunsplit(parts._replace(
+        netloc=f"{login}@{parts.netloc.rpartition('@')[2]}",
+        query=f"{parts.query}&options=-c%20role%3D{app}"))
+    try:
+        store = PostgresStore.from_url(url)
+        try:
+            q = store.queue("work")
+            q.enqueue("j1", {})
+            # Then its connections carry no server session to end (a process id alone could
+            # name a later, unrelated session)
+            assert store._session.run(lambda conn: getattr(conn, BACKEND, None)) is None
+            # ... and a claim whose answer is lost is still read back
+            with answer_lost_once(store, "_tuples", "claim"):
+                assert [j.id for j in q.claim("host:1:w1", 1)] == ["j1"]
+        finally:
+            store.drop()
+            store.close()
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f"REVOKE CREATE ON DATABASE {admin.info.dbname} FROM {app}")
+            admin.execute(f"DROP ROLE {login}")
+            admin.execute(f"DROP ROLE {app}")
+
+
+def test_the_lock_wait_of_a_very_long_call_stays_within_what_postgresql_accepts() -> None:
+    class Conn:
+        pass
+
+    conn = Conn()
+    setattr(conn, CUT_AT, time.monotonic() + 3e6)  # call_timeout_s may be any finite number
+    assert lock_timeout(conn) == "SET LOCAL lock_timeout = 2147483647"  # type: ignore[arg-type]

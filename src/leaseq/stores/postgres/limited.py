@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
+from psycopg.rows import dict_row, tuple_row
 
 from leaseq.job import Job
 from leaseq.limits import (
@@ -77,10 +77,21 @@ class LimitedClaims:
         when the statement starts) comes after the lock on the queue's limits row is held,
         as in ``_claim_limited`` (every leaseq session is READ COMMITTED: session.py). Nothing
         the claim needs is decided in between."""
-        params = {"queue": queue, "off": float(self.time_offset_s)}
+        return self._pipelined_claim(
+            conn, "claim_keyed", {"queue": queue, "worker_id": free_text(worker_id),
+                                  "lease_s": lease_s, "token": token, "limit": limit,
+                                  "key_limit": key_limit, "scan": limit + UNKEYED_SCAN},
+            first=("key_limit_lock", {"queue": queue, "key_limit": key_limit}))
+
+    def _pipelined_claim(self, conn: psycopg.Connection, name: str, params: dict[str, Any],
+                         first: tuple[str, dict[str, Any]] | None = None) -> list[Job]:
+        """The claim ``name`` in a transaction of its own sent in one round trip, after the
+        statement ``first`` when given, waiting for a lock no longer than the try may last
+        (``lock_timeout``: a claim still waiting when its caller gave up would take its jobs
+        for nobody). Inside a caller's transaction (a django:// store in atomic(): its
+        savepoint) the statements join it; a COMMIT of ours would end the caller's."""
+        off = float(self.time_offset_s)
         claim = conn.cursor(row_factory=tuple_row)
-        # Inside a caller's transaction (a django:// store in atomic(): its savepoint) the
-        # statements join it; a COMMIT of ours would end the caller's transaction.
         own = conn.info.transaction_status == TransactionStatus.IDLE
         wait = lock_timeout(conn) if own else None
         with conn.pipeline():
@@ -88,11 +99,9 @@ class LimitedClaims:
                 conn.execute("BEGIN")
             if wait is not None:
                 conn.execute(wait)
-            conn.execute(self.queries["key_limit_lock"], {**params, "key_limit": key_limit})
-            claim.execute(self.queries["claim_keyed"], {
-                **params, "worker_id": free_text(worker_id), "lease_s": lease_s, "token": token,
-                "limit": limit, "key_limit": key_limit, "scan": limit + UNKEYED_SCAN},
-                prepare=True)
+            if first is not None:
+                conn.execute(self.queries[first[0]], {**first[1], "off": off})
+            claim.execute(self.queries[name], {**params, "off": off}, prepare=True)
             if own:
                 conn.execute("COMMIT")
         rows = claim.fetchall()
@@ -102,9 +111,15 @@ class LimitedClaims:
         """Lock the queue's limits row (made on first use) and read it; in a transaction of
         leaseq's own, waiting no longer than the try (``lock_timeout``)."""
         wait = lock_timeout(conn)
-        if wait is not None:
-            conn.execute(wait)
-        rows = self._rows(conn, "limit_lock", queue=queue)
+        if wait is None:
+            rows = self._rows(conn, "limit_lock", queue=queue)
+        else:
+            with conn.cursor(row_factory=dict_row) as lock:
+                with conn.pipeline():  # the setting and the lock in one round trip
+                    conn.execute(wait)
+                    lock.execute(self.queries["limit_lock"],
+                                 {"queue": queue, "off": float(self.time_offset_s)})
+                rows = lock.fetchall()
         if not rows:
             self._exec(conn, "limit_row", queue=queue)
             rows = self._rows(conn, "limit_lock", queue=queue)

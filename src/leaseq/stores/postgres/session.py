@@ -161,11 +161,34 @@ class Session:
                 return self._attempt(this, generic_plans)
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
-                    raise StoreUnavailable(
-                        f"PostgreSQL at {self.url} is unavailable (gave up after "
-                        f"{self._gave_up_after(callers)}): {self.error_line(exc.cause)}") from None
+                    raise self._gave_up(this, callers, exc) from None
                 time.sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _gave_up(self, this: _Run[T], callers: float | None, exc: _Retry) -> StoreUnavailable:
+        """The error of a run out of time. A lost try it could not settle may still commit:
+        its server session is ended in the background (``_settle_soon``), and the error says
+        the outcome is unknown."""
+        unknown = ""
+        if this.unsettled:
+            unknown = "; the outcome of a try cut off while it committed is unknown"
+            if this.lost_backend is not None:
+                self._settle_soon(this.lost_backend)
+        return StoreUnavailable(
+            f"PostgreSQL at {self.url} is unavailable (gave up after "
+            f"{self._gave_up_after(callers)}){unknown}: {self.error_line(exc.cause)}")
+
+    def _settle_soon(self, lost: Backend) -> None:
+        """End a lost try's server session from a thread of its own, within ``reconnect_s``:
+        its caller has given up, but a statement still running there (stalled, or waiting for
+        a row lock) would otherwise commit later, its jobs held for nobody."""
+        def settle() -> None:
+            until = time.monotonic() + self._options.reconnect_s
+            with suppress(Exception):  # best effort: the server may still be away
+                self.run(lambda conn: self._settle(conn, lost, until), autocommit=True,
+                         idempotent=True)
+
+        threading.Thread(target=settle, name="leaseq-pg-settle", daemon=True).start()
 
     def _gave_up_after(self, callers: float | None) -> str:
         if callers is not None and callers < time.monotonic() + self._options.reconnect_s:
@@ -362,7 +385,9 @@ def _configure_session(conn: psycopg.Connection, options: PostgresOptions) -> No
         "SELECT pid, backend_start, client_port, current_setting('port')::integer "
         "FROM pg_stat_activity WHERE pid = pg_backend_pid(); "
         f"{session_settings(options)}").fetchone()
-    if row is not None and _direct(conn, client_port=row[2], server_port=row[3]):
+    # The start time is hidden from a session whose role was switched (options=-c role=…):
+    # without it the session cannot be told from a later one given its process id.
+    if row is not None and row[1] is not None and _direct(conn, row[2], row[3]):
         setattr(conn, _BACKEND, Backend(row[0], row[1]))
     setattr(conn, _TUPLE_CURSOR, conn.cursor(row_factory=tuple_row))
 
@@ -387,6 +412,8 @@ _BACKEND = "_leaseq_backend"
 _CUT_AT = "_leaseq_cut_at"
 #: How long before a try is cut the server stops waiting for a lock (``lock_timeout``).
 LOCK_WAIT_MARGIN_S = 0.1
+#: The longest ``lock_timeout`` PostgreSQL accepts (a ``call_timeout_s`` may be longer).
+MAX_LOCK_TIMEOUT_MS = 2**31 - 1
 
 
 def lock_timeout(conn: psycopg.Connection) -> str | None:
@@ -398,6 +425,7 @@ def lock_timeout(conn: psycopg.Connection) -> str | None:
     if cut_at is None:
         return None
     milliseconds = max(int((cut_at - time.monotonic() - LOCK_WAIT_MARGIN_S) * 1000), 1)
+    milliseconds = min(milliseconds, MAX_LOCK_TIMEOUT_MS)
     return f"SET LOCAL lock_timeout = {milliseconds}"
 
 

@@ -10,11 +10,10 @@ Timestamps come from the server (``now()``). A lost connection is retried with b
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
 from threading import Event
@@ -269,7 +268,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         # is read back rather than run again (session.py): its jobs would otherwise be held
         # until their lease ran out, an attempt spent, by a worker that never got them.
         token = uuid.uuid4()
-        read_back = functools.partial(self._claimed_by, queue=queue, token=token)
+        read_back = self._read_back(queue, worker_id, lease_s, token)
         key_limit = limits.key_limit
         if limits.rate_per_s is None and key_limit is not None:
             return self._session.run(lambda conn: self._claim_keyed(
@@ -285,22 +284,29 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
     def claim_one(self, queue: str, job_id: str, worker_id: str, lease_s: float,
                   limits: ClaimLimits = NO_LIMITS) -> Job | None:
         token = uuid.uuid4()
-        read_back = functools.partial(self._claimed_by, queue=queue, token=token)
+        read_back = self._read_back(queue, worker_id, lease_s, token)
         if limits.any:
             jobs = self._session.run(lambda conn: self._claim_limited(
                 conn, queue, worker_id, 1, lease_s, limits, token, job_id),
                 read_back=read_back)
         else:
-            jobs = self._session.run(lambda conn: self._jobs(
-                conn, "claim_one", queue=queue, id=job_id, worker_id=_text(worker_id),
-                lease_s=lease_s, key_limit=None, token=token),
+            # Pipelined with a lock_timeout: it waits for the job's row lock (no SKIP LOCKED)
+            jobs = self._session.run(lambda conn: self._pipelined_claim(
+                conn, "claim_one", {"queue": queue, "id": job_id,
+                                    "worker_id": _text(worker_id), "lease_s": lease_s,
+                                    "key_limit": None, "token": token}),
                 autocommit=True, read_back=read_back)
         return jobs[0] if jobs else None
 
-    def _claimed_by(self, conn: psycopg.Connection, queue: str,
-                    token: uuid.UUID) -> list[Job] | None:
-        """The jobs a claim stamped with ``token`` still holds; None when it took none."""
-        return self._jobs(conn, "claimed_by_token", queue=queue, token=token) or None
+    def _read_back(self, queue: str, worker_id: str, lease_s: float, token: uuid.UUID
+                   ) -> Callable[[psycopg.Connection], list[Job] | None]:
+        """What a claim stamped with ``token`` took and still holds, its leases renewed for
+        ``lease_s`` (the retry may come a while later); None when it holds none. A lease that
+        ran out meanwhile is not handed out: another worker may be claiming that job."""
+        def read(conn: psycopg.Connection) -> list[Job] | None:
+            return self._jobs(conn, "claimed_by_token", queue=queue, token=token,
+                              worker_id=_text(worker_id), lease_s=lease_s) or None
+        return read
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
         if not leases:

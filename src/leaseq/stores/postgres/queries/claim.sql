@@ -71,12 +71,17 @@ log AS (
 SELECT * FROM taken;
 
 -- What a claim whose answer was lost committed (session.py's read_back): the jobs it stamped
--- with its token and still holds, in the claim's order. A walk of the queue's processing jobs
--- (jobs_status), as many as run at once.
+-- with its token and its worker still holds, their leases renewed, in the claim's order. A lease
+-- that ran out meanwhile is left out (another worker may claim that job now). A walk of the
+-- queue's processing jobs (jobs_status), as many as run at once.
 -- name: claimed_by_token
-SELECT * FROM {jobs}
-WHERE queue = %(queue)s AND status = 'processing' AND claim_token = %(token)s
-ORDER BY lease_until, id;
+WITH held AS (
+    UPDATE {jobs}
+    SET lease_until = {now} + make_interval(secs => %(lease_s)s)
+    WHERE queue = %(queue)s AND status = 'processing' AND claim_token = %(token)s
+      AND worker_id = %(worker_id)s AND lease_until > {now}
+    RETURNING *)
+SELECT * FROM held ORDER BY lease_until, id;
 
 -- ids / epochs / holders are parallel arrays: one statement for every in-flight lease (a
 -- NULL holder leaves the worker unchecked). A lost lease's reason fills the status in last,
