@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,6 +19,7 @@ from pg_urls import with_option
 from leaseq import deadline
 from leaseq.delivery.dispatcher import Dispatcher
 from leaseq.errors import StoreUnavailable
+from leaseq.job import Job
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.session import _BACKEND as BACKEND
 from leaseq.stores.postgres.session import _CUT_AT as CUT_AT
@@ -33,22 +34,21 @@ def _lose(conn: Any) -> None:
 
 
 @contextmanager
-def answer_lost_once(store: PostgresStore, method: str, query: str | None = None
-                     ) -> Iterator[None]:
-    """The first run of ``store.<method>(conn, ...)`` (of ``query`` only, when given: its
-    second argument) commits (autocommitted), then its connection is cut before the client
-    reads anything more: the session sees a lost connection of unknown outcome."""
+def after_first_run(store: PostgresStore, method: str, then: Callable[[Any], None],
+                    query: str | None = None) -> Iterator[None]:
+    """``then(conn)`` once, after the first run of ``store.<method>(conn, ...)`` (of
+    ``query`` only, when given: its second argument)."""
     real = getattr(store, method)
     fired = []
 
-    def answered_then_lost(conn: Any, *args: Any, **kwargs: Any) -> Any:
+    def run_then(conn: Any, *args: Any, **kwargs: Any) -> Any:
         out = real(conn, *args, **kwargs)
         if (query is None or args[0] == query) and not fired:
             fired.append(method)
-            _lose(conn)
+            then(conn)
         return out
 
-    setattr(store, method, answered_then_lost)
+    setattr(store, method, run_then)
     try:
         yield
     finally:
@@ -56,35 +56,29 @@ def answer_lost_once(store: PostgresStore, method: str, query: str | None = None
     assert fired, f"{query or method} never ran"
 
 
-@contextmanager
-def commit_answer_lost_once(store: PostgresStore, method: str) -> Iterator[None]:
+def answer_lost_once(store: PostgresStore, method: str,
+                     query: str | None = None) -> AbstractContextManager[None]:
+    """The first run of ``store.<method>(conn, ...)`` commits (autocommitted), then its
+    connection is cut before the client reads anything more: the session sees a lost
+    connection of unknown outcome."""
+    return after_first_run(store, method, _lose, query)
+
+
+def commit_answer_lost_once(store: PostgresStore, method: str) -> AbstractContextManager[None]:
     """The transaction that ``store.<method>(conn, ...)`` runs in commits, then its connection
     is cut before the client reads the COMMIT's answer."""
-    real = getattr(store, method)
-    fired = []
+    def lose_the_commits_answer(conn: Any) -> None:
+        execute = conn.execute
 
-    def then_commit_lost(conn: Any, *args: Any, **kwargs: Any) -> Any:
-        out = real(conn, *args, **kwargs)
-        if not fired:
-            fired.append(method)
-            execute = conn.execute
+        def execute_then_lost(query: Any, *args: Any, **kwargs: Any) -> Any:
+            done = execute(query, *args, **kwargs)
+            if query == "COMMIT":
+                _lose(conn)
+            return done
 
-            def execute_then_lost(query: Any, *a: Any, **k: Any) -> Any:
-                done = execute(query, *a, **k)
-                if query == "COMMIT":
-                    cut(conn)
-                    execute("SELECT 1")
-                return done
+        conn.execute = execute_then_lost
 
-            conn.execute = execute_then_lost
-        return out
-
-    setattr(store, method, then_commit_lost)
-    try:
-        yield
-    finally:
-        delattr(store, method)
-    assert fired, f"{method} never ran"
+    return after_first_run(store, method, lose_the_commits_answer)
 
 
 def _held(store: PostgresStore, queue: str) -> dict[str, int]:
@@ -125,19 +119,23 @@ def test_a_retried_mark_journals_one_publish(store: PostgresStore) -> None:
 # --- claims -------------------------------------------------------------------------------
 
 
-def test_a_claim_whose_answer_was_lost_returns_the_jobs_it_took(store: PostgresStore) -> None:
-    # Given two jobs
+def claim_one_of_two_answer_lost(store: PostgresStore) -> list[Job]:
+    """Two jobs, j1 and j2, and a claim of one that commits, its answer lost."""
     q = store.queue("work")
     q.enqueue("j1", {})
     q.enqueue("j2", {})
-    # When a claim of one commits and its answer is lost, so the session tries again
     with answer_lost_once(store, "_tuples", "claim"):
-        jobs = q.claim("host:1:w1", 1)
+        return q.claim("host:1:w1", 1)
+
+
+def test_a_claim_whose_answer_was_lost_returns_the_jobs_it_took(store: PostgresStore) -> None:
+    # When a claim of one of two jobs commits and its answer is lost, so the session retries
+    jobs = claim_one_of_two_answer_lost(store)
     # Then the worker gets the job the lost try took, on its first attempt, and nothing else
     # is held: the retry read it back rather than take another (leaving j1 held by nobody)
     assert [(j.id, j.attempts) for j in jobs] == [("j1", 1)]
     assert _held(store, "work") == {"j1": 1}
-    assert [e.event for e in q.journal("j1")].count("claimed") == 1
+    assert [e.event for e in store.queue("work").journal("j1")].count("claimed") == 1
 
 
 def test_a_claim_of_one_job_whose_answer_was_lost_returns_it(store: PostgresStore) -> None:
@@ -263,12 +261,8 @@ def test_through_a_proxy_a_lost_claim_is_read_back_and_no_server_session_is_ende
     ended: list[object] = []
     store._session._settle = lambda *args: ended.append(args)  # type: ignore[method-assign]
     try:
-        q = store.queue("work")
-        q.enqueue("j1", {})
-        q.enqueue("j2", {})
-        # When a claim commits and its answer is lost
-        with answer_lost_once(store, "_tuples", "claim"):
-            jobs = q.claim("host:1:w1", 1)
+        # When a claim of one of two jobs commits and its answer is lost
+        jobs = claim_one_of_two_answer_lost(store)
         # Then the retry still reads back what the lost try took, but ends no server session:
         # behind a proxy, the one the lost try used may serve another client by now
         assert [(j.id, j.attempts) for j in jobs] == [("j1", 1)]

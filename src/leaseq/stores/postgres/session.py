@@ -33,8 +33,8 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, NoReturn, TypeVar
@@ -236,16 +236,10 @@ class Session:
         """After a try lost with its outcome unknown: end that try's server session, then
         read back what it committed (None: nothing, so ``work`` runs again)."""
         assert this.read_back is not None
-        try:
+        with self._uncommitted(conn):
             if this.lost_backend is not None:
                 self._settle(conn, this.lost_backend, this.deadline)
             found = this.read_back(conn)
-        except psycopg.OperationalError as exc:
-            self._after_error(conn)
-            raise _Retry(exc) from None
-        except BaseException:
-            self._after_error(conn)
-            raise
         this.unsettled, this.lost_backend = False, None
         return found
 
@@ -290,20 +284,27 @@ class Session:
             raise
 
     def _transaction(self, conn: psycopg.Connection, this: _Run[T]) -> T:
-        try:
+        with self._uncommitted(conn):
             conn.execute("BEGIN")
             result = this.work(conn)
+        try:
+            conn.execute("COMMIT")
+        except psycopg.OperationalError as exc:
+            self._lost(conn, exc, this, unknown=True)
+        return result
+
+    @contextmanager
+    def _uncommitted(self, conn: psycopg.Connection) -> Iterator[None]:
+        """Work that commits nothing: a driver error in it (the connection lost, the server's
+        refusal) may be retried; any error leaves the connection clean for the pool."""
+        try:
+            yield
         except psycopg.OperationalError as exc:
             self._after_error(conn)
             raise _Retry(exc) from None
         except BaseException:
             self._after_error(conn)
             raise
-        try:
-            conn.execute("COMMIT")
-        except psycopg.OperationalError as exc:
-            self._lost(conn, exc, this, unknown=True)
-        return result
 
     def _lost(self, conn: psycopg.Connection, exc: psycopg.OperationalError, this: _Run[T],
               unknown: bool) -> NoReturn:
