@@ -75,6 +75,9 @@ class InFlight:
     """Set (under ``lock``) when the completion went to the completer: the job stays in
     flight until its batch commits, but is neither beaten nor given back any more."""
     future: Future[Any] | None = None
+    claim_sent_at: float = float("-inf")
+    """When the claim was sent (worker clock): of two claims of one job, the later one holds
+    it (``delivery.execute.claimed_later``)."""
     confirmed_at: float = float("-inf")
     """When the request that last confirmed the lease (the claim, or a beat) was sent."""
     trusted_until: float = float("inf")

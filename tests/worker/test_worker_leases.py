@@ -111,6 +111,58 @@ def test_the_broker_consumers_executor_keeps_the_new_lifes_result_too(url: str) 
         app.store.close()
 
 
+def test_the_consumers_executor_given_a_jobs_two_lives_in_the_other_order_runs_only_the_new(
+        url: str) -> None:
+    # Given one consumer's two deliveries of job r: its first life, claimed, then cancelled,
+    # deleted and enqueued again, and its second life, claimed by the same consumer (the same
+    # worker id and epoch: the store's fence cannot tell the two leases apart)
+    from leaseq.delivery.execute import AppExecutor
+
+    app = leaseq.App(url, queues={"work": {"lease_s": 90.0, "heartbeat_every_s": 30.0}})
+    release = threading.Event()
+    ran: list[int] = []
+
+    @app.task(queue="work")
+    def export(life: int) -> str:
+        ran.append(life)
+        assert release.wait(20)
+        return f"life {life}"
+
+    q = app.queue("work")
+    executor = AppExecutor(app)
+    try:
+        export.enqueue(job_id="r", life=1)
+        sent = {1: time.monotonic()}
+        first = q.claim_one("r", "consumer-1")
+        assert q.cancel("r")
+        assert app.store.act_on_jobs("work", BulkAction.DELETE, ["r"], "ops").acted == ["r"]
+        export.enqueue(job_id="r", life=2)
+        sent[2] = time.monotonic()
+        second = q.claim_one("r", "consumer-1")
+        assert first is not None and second is not None
+        # When the second life's delivery reaches the executor first (threads race), then the
+        # first life's
+        outcomes: dict[int, object] = {}
+
+        def run(life: int, job: leaseq.Job) -> None:
+            try:
+                outcomes[life] = executor.run_claimed(job, sent[life])
+            except Exception as exc:  # the outcome under test
+                outcomes[life] = exc
+
+        threading.Thread(target=run, args=(2, second), daemon=True).start()
+        wait_until(lambda: ran == [2])
+        run(1, first)
+        # Then the first life never runs (its lease is gone), and the second life's is kept
+        assert isinstance(outcomes[1], LeaseLost) and ran == [2]
+        release.set()
+        wait_until(lambda: 2 in outcomes)
+        job = q.get("r")
+        assert job is not None and (job.status, job.result) == ("done", "life 2")
+    finally:
+        release.set()
+        executor.close()
+
 def test_heartbeat_keeps_a_busy_job_from_being_reclaimed(app: leaseq.App, url: str) -> None:
     # Given a handler that burns CPU for one and a half leases. The lease is long enough that
     # a loaded machine's stalls (a beat waits at most half its interval, then tries again)

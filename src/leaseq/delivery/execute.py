@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from leaseq.errors import StoreUnavailable
@@ -71,6 +72,7 @@ class AppExecutor:
         expires)."""
         self._abandoned.write(self.app.store)
         item = self._in_flight_item(job)
+        item.claim_sent_at = sent_at
         self._heartbeat.trust(item, sent_at, item.queue.policy.lease_s)
         if item.trusted_until <= time.monotonic():
             # Another consumer may hold the job soon: it never starts here (as in the worker).
@@ -78,6 +80,11 @@ class AppExecutor:
         key = (item.queue.name, job.id)
         with self._lock:
             earlier = self._in_flight.get(key)
+            if earlier is not None and claimed_later(earlier, item):
+                # Two deliveries of the job's lives reached here in the other order: this is
+                # the older claim, whose lease is gone, and the fence cannot tell the two
+                # apart (one worker id, the same epoch): it never runs.
+                raise LeaseLost(item.queue.name, job.id, job.lease_epoch)
             self._in_flight[key] = item
             self._start()
         if earlier is not None:
@@ -151,6 +158,15 @@ class AppExecutor:
     def _snapshot(self) -> list[InFlight]:
         with self._lock:
             return list(self._in_flight.values())
+
+
+def claimed_later(one: InFlight, other: InFlight) -> bool:
+    """Whether ``one``'s claim of a job came after ``other``'s: the store's clock stamps
+    ``updated_at`` in the claim; on equal stamps (a coarse clock), the claim sent later."""
+    def order(item: InFlight) -> tuple[datetime, float]:
+        return (item.job.updated_at or datetime.min.replace(tzinfo=UTC), item.claim_sent_at)
+
+    return order(one) > order(other)
 
 
 def _in_thread(fn: Callable[..., str], *args: Any) -> Any:
