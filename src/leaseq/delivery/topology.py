@@ -191,8 +191,8 @@ def _checked(channel: ChannelFactory, what: str, declare: Callable[..., Any]) ->
 def _explain(what: str, code: int, text: str) -> str:
     if code == 404:
         return (f"RabbitMQ has no {what} ({text}). leaseq refuses to run without its "
-                "dead-letter route: run `leaseq rabbitmq topology --declare` or declare it "
-                "as docs/rabbitmq.md shows.")
+                "dead-letter route: run `leaseq rabbitmq topology` (it declares them) or "
+                "declare it as docs/rabbitmq.md shows.")
     if code == 406:
         return (f"RabbitMQ already has {what} with other arguments ({text}). leaseq refuses "
                 "to run on it: a queue without leaseq's dead-letter arguments would drop "

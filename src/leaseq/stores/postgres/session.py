@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, NoReturn, TypeVar
 from urllib.parse import urlsplit
@@ -90,6 +90,7 @@ class _Run(Generic[T]):
     deadline: float
     unsettled: bool = False
     lost_backend: Backend | None = None
+    started: float = field(default_factory=time.monotonic)
 
 
 class Session:
@@ -176,7 +177,7 @@ class Session:
                 self._settle_soon(this.lost_backend)
         return StoreUnavailable(
             f"PostgreSQL at {self.url} is unavailable (gave up after "
-            f"{self._gave_up_after(callers)}){unknown}: {self.error_line(exc.cause)}")
+            f"{self._gave_up_after(this, callers)}){unknown}: {self.error_line(exc.cause)}")
 
     def _settle_soon(self, lost: Backend) -> None:
         """End a lost try's server session from a thread of its own, within ``reconnect_s``:
@@ -190,10 +191,12 @@ class Session:
 
         threading.Thread(target=settle, name="leaseq-pg-settle", daemon=True).start()
 
-    def _gave_up_after(self, callers: float | None) -> str:
-        if callers is not None and callers < time.monotonic() + self._options.reconnect_s:
+    def _gave_up_after(self, this: _Run[T], callers: float | None) -> str:
+        """The caller's deadline, or how long the tries took: ``reconnect_s``, or longer
+        when a try was cut at ``call_timeout_s`` past it."""
+        if callers is not None and callers < this.started + self._options.reconnect_s:
             return "the caller's deadline"
-        return f"{self._options.reconnect_s:g} s"
+        return f"{time.monotonic() - this.started:.1f} s"
 
     def _call_deadline(self) -> float:
         """When this try's connection is cut: ``call_timeout_s`` from now, or the caller's
