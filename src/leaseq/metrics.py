@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from leaseq import deadline
 from leaseq.browse import SUMMARY_STATUSES
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.job import safe_reason
@@ -36,6 +37,11 @@ DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 #: longer served: an autoscaler must not go on scaling on counts the store no longer confirms.
 STALE_AFTER_REFRESHES = 3
 STALE_MIN_S = 15.0
+#: How long one scrape's read of the store gauges, and of the schedule ledger, may wait: a store
+#: that does not answer reads as ``leaseq_store_up 0`` within Prometheus's default scrape
+#: timeout (10 s), rather than as a failed scrape (a PostgreSQL read otherwise retries for its
+#: ``reconnect_s``, 15 s, and a scrape made two such reads).
+STORE_READ_S = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +89,25 @@ class StoreCollector(Collector):
         self.stale_after_s = max(STALE_AFTER_REFRESHES * refresh_s, STALE_MIN_S)
         self._cached: list[QueueSnapshot] = []
         self._at: float | None = None
+        self._tried_at: float | None = None
         self._up = False
 
     def _snapshots(self) -> list[QueueSnapshot]:
         """The cached counts, read again once ``refresh_s`` old; none once ``stale_after_s``
-        old (the store could not be read since)."""
+        old (the store could not be read since). A read that failed is tried again only
+        ``refresh_s`` later: scrapes during an outage answer at once."""
         with self._lock:
             now = self.clock()
-            if self._at is None or now - self._at >= self.refresh_s:
+            if self._tried_at is None or now - self._tried_at >= self.refresh_s:
                 self._refresh(now)
             fresh = self._at is not None and now - self._at <= self.stale_after_s
             return self._cached if fresh else []
 
     def _refresh(self, now: float) -> None:
+        self._tried_at = now
         try:
-            self._cached = snapshot(self.store, self.queues())
+            with deadline.within(STORE_READ_S):
+                self._cached = snapshot(self.store, self.queues())
             self._at, self._up = now, True
         except LeaseqError as exc:  # keep serving the counters; say why gauges are old
             self._up = False
@@ -161,8 +171,9 @@ class ScheduleCollector(Collector):
                                 "decided); 0 when the scheduler keeps up or it is paused.",
                                 labels=["schedule"])
         try:
-            states = [s for s in self.store.schedules() if s.active]
-            now = self.store.server_now() if states else None
+            with deadline.within(STORE_READ_S):
+                states = [s for s in self.store.schedules() if s.active]
+                now = self.store.server_now() if states else None
         except LeaseqError as exc:
             log.warning("metrics: cannot read the schedule ledger: %s",
                         safe_reason(exc, redact=self.redact))

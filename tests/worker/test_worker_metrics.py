@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from worker_helpers import running, wait_until
 
 import leaseq
-from leaseq import sweeper
+from leaseq import deadline, sweeper
 from leaseq.browse import SUMMARY_STATUSES
 from leaseq.errors import StoreUnavailable
-from leaseq.metrics import Metrics, StoreCollector
+from leaseq.metrics import STORE_READ_S, Metrics, ScheduleCollector, StoreCollector
 
 
 def free_port() -> int:
@@ -120,6 +120,42 @@ def test_store_gauges_go_once_the_store_has_been_unreadable_too_long(app: leaseq
         is None
     assert registry.get_sample_value("leaseq_store_up") == 0
 
+
+def test_a_scrape_during_a_store_outage_answers_within_prometheuss_timeout(
+        app: leaseq.App) -> None:
+    # Given store gauges on a clock the test moves, and a store that does not answer: each
+    # read waits until the caller's deadline (as a PostgreSQL read retries for reconnect_s)
+    now = [0.0]
+    collector = StoreCollector(app.store, lambda: ["work"], refresh_s=5, clock=lambda: now[0])
+    registry = CollectorRegistry()
+    registry.register(collector)
+    registry.register(ScheduleCollector(app.store))
+    waits: list[float | None] = []
+
+    def unanswered(*args: object) -> None:
+        waits.append(deadline.remaining_s())
+        raise StoreUnavailable("gave up after the caller's deadline")
+
+    app.store.limited_queues = unanswered  # type: ignore[method-assign]
+    app.store.schedules = unanswered  # type: ignore[method-assign]
+
+    def scrape() -> float:
+        """A whole scrape (every collector); the value of leaseq_store_up."""
+        samples = [s for family in registry.collect() for s in family.samples]
+        return next(s.value for s in samples if s.name == "leaseq_store_up")
+
+    # When it is scraped, and scraped again within refresh_s
+    assert scrape() == 0
+    now[0] = 1.0
+    assert scrape() == 0
+    # Then each read of the scrape waited a bounded time, together within Prometheus's 10 s,
+    # and the gauges were not read again before refresh_s (the second scrape read only the
+    # schedules: the failed read is not retried on every scrape)
+    assert len(waits) == 3 and all(w is not None and w <= STORE_READ_S for w in waits)
+    assert 2 * STORE_READ_S < 10
+    now[0] = 6.0
+    assert scrape() == 0
+    assert len(waits) == 5
 
 def test_a_status_count_that_falls_to_zero_reads_zero(app: leaseq.App) -> None:
     # Given a queue with one failed job and one finished with an app's own status
