@@ -363,6 +363,23 @@ def test_worker_burst_runs_the_apps_tasks(
     assert store.get("images", "w").result == {"path": "a.png", "width": 256}  # type: ignore[union-attr]
 
 
+def test_a_broker_workers_prefix_names_the_topology_it_consumes(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a consumer started as the worker command starts it, with the dispatcher's prefix
+    monkeypatch.syspath_prepend(str(HERE))
+    from leaseq.delivery import rabbitmq
+
+    given: dict[str, object] = {}
+    monkeypatch.setattr(rabbitmq, "run_app_consumer",
+                        lambda app, amqp_url, **kwargs: given.update(kwargs))
+    result = invoke("worker", "cli_tasks:app", "--delivery", "rabbitmq", "--amqp-url",
+                    "amqp://broker", "--prefix", "shop")
+    # Then it consumes the queues named with that prefix
+    assert result.exit_code == 0, result.output
+    assert given["topology"].prefix == "shop"  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -376,6 +393,7 @@ def test_worker_burst_runs_the_apps_tasks(
         (["worker", "cli_tasks:app", "--grace-s", "nan"], "finite"),
         (["worker", "cli_tasks:app", "--burst", "--metrics-port", "65535", "--processes", "2"],
          "past 65535"),
+        (["worker", "cli_tasks:app", "--burst", "--prefix", "shop"], "--delivery rabbitmq"),
     ],
 )
 def test_worker_bad_arguments_exit_2(

@@ -37,11 +37,14 @@ from leaseq.signals import stop_event
               "from RabbitMQ (fed by `leaseq dispatch`).")
 @click.option("--amqp-url", envvar="LEASEQ_AMQP_URL", default=None, metavar="URL",
               help="RabbitMQ URL for --delivery rabbitmq (or LEASEQ_AMQP_URL).")
+@click.option("--prefix", default=None, metavar="PREFIX",
+              help="For --delivery rabbitmq: first part of leaseq's exchange and queue names, "
+              "as `leaseq dispatch` was given it. [default: leaseq]")
 @errors
 def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: int,
            processes: int, burst: bool, metrics_port: int | None, grace_s: float,
            sweep_every_s: float, no_scheduler: bool, log_level: str, delivery: str,
-           amqp_url: str | None) -> None:
+           amqp_url: str | None, prefix: str | None) -> None:
     """Run the tasks of the App at MODULE:APP (e.g. myproject.tasks:app)."""
     from leaseq.supervisor import run_processes, run_worker
     from leaseq.worker import WorkerConfig
@@ -49,8 +52,12 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     level = getattr(logging, log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if delivery == "rabbitmq":
-        _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes)
+        _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes,
+                 prefix or "leaseq")
         return
+    if prefix is not None:
+        raise click.UsageError("--prefix names RabbitMQ's exchanges and queues: it goes with "
+                               "--delivery rabbitmq")
     if metrics_port is not None and metrics_port + processes - 1 > 65535:
         raise click.UsageError(f"--metrics-port {metrics_port} with --processes {processes}: "
                                f"process i serves port {metrics_port} + i, past 65535")
@@ -66,9 +73,11 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
 
 
 def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[str, ...],
-             concurrency: int, grace_s: float, burst: bool, processes: int) -> None:
+             concurrency: int, grace_s: float, burst: bool, processes: int,
+             prefix: str) -> None:
     """``--delivery rabbitmq``: the same tasks and outcomes, deliveries pushed by RabbitMQ."""
     from leaseq.delivery.rabbitmq import run_app_consumer
+    from leaseq.delivery.topology import Topology
 
     if not amqp_url:
         raise click.UsageError("--delivery rabbitmq needs --amqp-url (or LEASEQ_AMQP_URL)")
@@ -78,7 +87,8 @@ def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[
     app = App.from_ref(app_ref)
     with stop_event() as stop:
         run_app_consumer(app, amqp_url, queues=queues, store=open_store(url) if url else None,
-                         concurrency=concurrency, grace_s=grace_s, stop=stop)
+                         concurrency=concurrency, grace_s=grace_s, stop=stop,
+                         topology=Topology(prefix=prefix))
 
 
 COMMANDS = [worker]
