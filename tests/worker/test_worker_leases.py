@@ -65,8 +65,11 @@ def test_the_broker_consumers_executor_keeps_the_new_lifes_result_too(url: str) 
     app = leaseq.App(url, queues={"work": {"lease_s": 90.0, "heartbeat_every_s": 30.0}})
     release = {1: threading.Event(), 2: threading.Event()}
 
+    started: list[int] = []
+
     @app.task(queue="work")
     def export(life: int) -> str:
+        started.append(life)
         assert release[life].wait(20)
         return f"life {life}"
 
@@ -94,7 +97,9 @@ def test_the_broker_consumers_executor_keeps_the_new_lifes_result_too(url: str) 
         assert app.store.act_on_jobs("work", BulkAction.DELETE, ["r"], "ops").acted == ["r"]
         export.enqueue(job_id="r", life=2)
         deliver(2)
-        # And the first life finishes while the second runs
+        # And the first life finishes while the second runs (its handler started: before the
+        # executor holds the second claim, nothing here can tell the lives apart)
+        wait_until(lambda: 2 in started)
         release[1].set()
         wait_until(lambda: 1 in outcomes)
         # Then its result was refused, and the second life's is the one kept
