@@ -380,6 +380,29 @@ def test_a_broker_workers_prefix_names_the_topology_it_consumes(
     assert given["topology"].prefix == "shop"  # type: ignore[attr-defined]
 
 
+def test_both_broker_consumer_commands_run_as_many_jobs_at_once_as_the_worker_by_default(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the two commands that start a RabbitMQ consumer of an app, without --concurrency
+    monkeypatch.syspath_prepend(str(HERE))
+    import inspect
+
+    from leaseq.delivery import rabbitmq
+    from leaseq.worker import WorkerConfig
+
+    library = inspect.signature(rabbitmq.run_app_consumer).parameters["concurrency"].default
+    given: list[object] = []
+    monkeypatch.setattr(rabbitmq, "run_app_consumer",
+                        lambda app, amqp_url, **kwargs: given.append(kwargs["concurrency"]))
+    for args in (["worker", "cli_tasks:app", "--delivery", "rabbitmq"],
+                 ["rabbitmq", "consume", "cli_tasks:app"]):
+        result = invoke(*args, "--amqp-url", "amqp://broker")
+        assert result.exit_code == 0, result.output
+    # Then both run the polling worker's number of jobs at once, as the library call does
+    default = WorkerConfig().concurrency
+    assert given == [default, default] and library == default
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -71,7 +71,8 @@ def rabbitmq() -> None:
 @_amqp
 @_queues
 @_prefix
-@click.option("--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Jobs in flight (and unacked deliveries per queue), as `leaseq worker`'s.")
 @click.option("--grace-s", type=Seconds(0), default=30.0, show_default=True)
 @click.option("-v", "--verbose", is_flag=True)
 @errors

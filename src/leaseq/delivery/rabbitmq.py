@@ -76,7 +76,7 @@ def run_consumer(queues: Sequence[Queue], execute: Execute, amqp_url: str, *,
 
 
 def run_app_consumer(app: App, amqp_url: str, *, queues: Sequence[str] = (),
-                     store: Store | None = None, concurrency: int = 4, grace_s: float = 30.0,
+                     store: Store | None = None, concurrency: int = 10, grace_s: float = 30.0,
                      stop: threading.Event | None = None, topology: Topology | None = None,
                      worker_id: str | None = None) -> None:
     """``leaseq worker MODULE:APP --delivery rabbitmq``: consume the app's queues (or
