@@ -90,17 +90,27 @@ class JobSpec(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """What fences every write after a claim: the job id, the epoch the claim set and the
-    worker that claimed it.
+    """What fences every write after a claim: the job id, the epoch the claim set, the
+    worker that claimed it and the claim's own token.
 
     The epoch alone does not tell a job's lives apart: a job deleted and enqueued again under
     the same id starts again at epoch 0, so its next claim repeats an epoch the old holder may
-    still hold. The claim's ``worker_id`` (unique per worker process) tells them apart.
-    ``None`` leaves the worker unchecked (a lease made by hand, as in some tests)."""
+    still hold. The claim's ``worker_id`` (unique per worker process) tells another worker's
+    claim apart, and ``claim_token`` (new at every claim) the same worker's claim of the new
+    life, in another of its slots. ``None`` leaves that part unchecked (a lease made by hand,
+    as in some tests, or a job claimed before the store recorded tokens)."""
 
     job_id: str
     lease_epoch: int
     worker_id: str | None = None
+    claim_token: str | None = None
+
+    def names(self, job: Job) -> bool:
+        """Whether ``job`` (a record as a fenced write returned it) is this lease's claim: the
+        check the stores' fenced writes make, for telling apart the results of a batch."""
+        return (job.id == self.job_id and job.lease_epoch == self.lease_epoch
+                and self.worker_id in (None, job.worker_id)
+                and self.claim_token in (None, job.claim_token))
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +168,14 @@ class Job:
     published_at: datetime | None = None
     priority: int = 0
     concurrency_key: str | None = None
+    claim_token: str | None = None
+    """The token the last claim stamped on the record (part of ``lease``: it fences this
+    claim's writes). Not part of ``to_dict``."""
     lease_lost: bool = field(default=False, compare=False)
 
     @property
     def lease(self) -> Lease:
-        return Lease(self.id, self.lease_epoch, self.worker_id)
+        return Lease(self.id, self.lease_epoch, self.worker_id, self.claim_token)
 
     def check(self) -> None:
         """Raise ``LeaseLost`` once this worker no longer holds the job: a heartbeat found the
@@ -189,7 +202,7 @@ class Job:
         """A JSON-friendly view (timestamps as ISO 8601 strings)."""
         out: dict[str, Any] = {}
         for name in self.__slots__:
-            if name == "lease_lost":
+            if name in ("lease_lost", "claim_token"):
                 continue
             value = getattr(self, name)
             out[name] = value.isoformat() if isinstance(value, datetime) else value

@@ -22,7 +22,7 @@ RESERVED_KEYS = frozenset(
         "lease_until", "lease_epoch", "worker_id", "error", "failure", "revision", "stale",
         "result", "result_key", "created_at", "updated_at", "first_seen_at", "published_at",
         "snoozes", "givebacks", "priority", "concurrency_key", "next_concurrency_key",
-        "moved_by",
+        "moved_by", "claim_token",
     }
 )  # fmt: skip
 

@@ -369,8 +369,8 @@ class Worker(LeaseClock, Lifecycle):
             self._ready.append((now + self.config.prefetch_wait_s, item))
         if earlier is not None:
             # Claimed again while this worker still runs it: the earlier lease lapsed, or the
-            # job was deleted and enqueued again (a new record repeats epochs, and the fence
-            # cannot tell two leases of this worker apart), so its result must not be written.
+            # job was deleted and enqueued again. The store refuses the earlier claim's writes
+            # (its epoch or its claim token is not the record's); its handler is told to stop.
             self._runner.lease_lost(earlier)
 
     def _start_ready(self) -> None:

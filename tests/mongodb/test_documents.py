@@ -47,7 +47,7 @@ def test_now_is_the_server_clock_shifted_by_the_offset_in_milliseconds():
 
 def test_no_builder_reads_the_worker_clock():
     # Every timestamp in every pipeline is rooted in $$NOW (no datetime values are sent)
-    pipelines = [documents.claim("w", 30, 0), documents.extend(30, 0),
+    pipelines = [documents.claim("w", 30, 0, "t0"), documents.extend(30, 0),
                  documents.snooze(1, 200, 0), documents.fail("e", "x", 0),
                  documents.give_back(True, 3, 0), documents.give_back(False, 3, 0),
                  documents.stale_give_back(0), documents.exhaust_pending(0),
@@ -86,7 +86,7 @@ def test_claim_filter_is_a_rooted_or_of_the_three_branches_of_the_issue():
 
 
 def test_claim_is_a_pipeline_update_with_server_lease_and_counters():
-    pipeline = documents.claim("host:1:abcd1234", 900, 2)
+    pipeline = documents.claim("host:1:abcd1234", 900, 2, "t0")
     assert isinstance(pipeline, list) and len(pipeline) == 1 and list(pipeline[0]) == ["$set"]
     fields = pipeline[0]["$set"]
     assert fields["status"] == "processing"
@@ -112,7 +112,8 @@ def test_claim_one_is_the_claim_filter_for_one_id():
 
 
 def test_no_set_on_insert_anywhere():
-    every = [documents.claim("w", 1, 0), upserts.upsert({"a": 1}, "t", "r", 5, 3, "replace", 0)]
+    every = [documents.claim("w", 1, 0, "t0"),
+             upserts.upsert({"a": 1}, "t", "r", 5, 3, "replace", 0)]
     assert not any("$setOnInsert" in keys_in(p) for p in every)
 
 
@@ -127,6 +128,21 @@ def test_fence_is_id_epoch_worker_and_processing():
                                                "status": "processing"}
     assert documents.fenced(Lease("j", 7), stale=False)["stale"] == {"$ne": True}
     assert documents.fenced(Lease("j", 7), stale=True)["stale"] is True
+
+
+def test_fence_checks_the_claims_token_when_the_lease_has_one():
+    # A job deleted and enqueued again, claimed by the same worker: only the token differs
+    assert documents.fenced(Lease("j", 1, "w1", "t1")) == {
+        "_id": "j", "lease_epoch": 1, "worker_id": "w1", "claim_token": "t1",
+        "status": "processing"}
+    assert documents.held([Lease("j", 1, "w1", "t1")])["$or"] == [
+        {"_id": "j", "lease_epoch": 1, "worker_id": "w1", "claim_token": "t1"}]
+
+
+def test_each_claim_call_gets_a_token_of_its_own_and_stamps_it():
+    one, two = documents.new_claim_token(), documents.new_claim_token()
+    assert one != two and len(one) == 32
+    assert documents.claim("w", 60, 0, one)[0]["$set"]["claim_token"] == {"$literal": one}
 
 
 def test_heartbeat_filter_fences_each_lease_by_its_own_epoch_and_worker():

@@ -33,7 +33,7 @@ def test_snoozes_are_counted_and_refunded_until_the_bound_then_exhausted():
         doc = after(documents.snooze(10, 3, 0), doc)
         assert (doc["status"], doc["snoozes"], doc["attempts"]) == ("pending", n, 0)
         assert doc["lease_until"] == NOW + timedelta(seconds=10)
-        doc = after(documents.claim("w", 60, 0), doc)
+        doc = after(documents.claim("w", 60, 0, "t0"), doc)
     doc = after(documents.snooze(10, 3, 0), doc)
     assert (doc["status"], doc["failure"], doc["snoozes"]) == ("failed", "exhausted", 4)
     assert doc["error"] == "snoozed 4 times without finishing"
@@ -55,7 +55,7 @@ def test_a_give_back_of_a_handler_that_never_started_is_free_for_ever():
         doc = after(documents.give_back(False, 3, 0), doc)
         assert (doc["status"], doc["attempts"], doc.get("givebacks")) == ("pending", 0, None)
         assert doc["lease_until"] == NOW and doc["published_at"] is None
-        doc = after(documents.claim("w", 60, 0), doc)
+        doc = after(documents.claim("w", 60, 0, "t0"), doc)
     assert doc["lease_epoch"] == 11  # every claim counted: the 2nd on is `redelivered`
 
 
@@ -67,7 +67,7 @@ def test_a_running_job_given_back_past_the_bound_spends_its_attempts_then_fails(
         seen.append((doc["status"], doc["attempts"], doc["givebacks"]))
         if doc["status"] == "failed":
             break
-        doc = after(documents.claim("w", 60, 0), doc)
+        doc = after(documents.claim("w", 60, 0, "t0"), doc)
     # Then two give-backs were free, the next ones spent the attempt, and it ended
     assert seen == [("pending", 0, 1), ("pending", 0, 2), ("pending", 1, 2),
                     ("pending", 2, 2), ("failed", 3, 2)]
@@ -112,7 +112,7 @@ def test_an_expired_stale_job_is_returned_afresh_not_failed():
     assert (back["status"], back["attempts"], back["stale"]) == ("pending", 0, False)
     # And a claim that takes it over first starts it afresh too
     assert matches(documents.claimable(0), doc, NOW)
-    claimed = after(documents.claim("w", 60, 0), doc)
+    claimed = after(documents.claim("w", 60, 0, "t0"), doc)
     assert (claimed["attempts"], claimed["stale"], claimed["lease_epoch"]) == (1, False, 2)
 
 
@@ -182,7 +182,7 @@ def test_a_revision_for_a_running_job_keeps_its_key_and_saves_the_new_one():
 
 
 @pytest.mark.parametrize("pipeline", [
-    documents.stale_give_back(0), documents.return_expired(0), documents.claim("w", 60, 0),
+    documents.stale_give_back(0), documents.return_expired(0), documents.claim("w", 60, 0, "t0"),
     documents.operator_cancel(0)])
 def test_the_new_revisions_key_is_taken_when_the_old_attempt_ends(pipeline):
     stale = running(concurrency_key="old", stale=True, next_concurrency_key="new",

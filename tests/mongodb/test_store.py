@@ -4,6 +4,7 @@ it sends with which builder's document, in which order, and what it makes of the
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
@@ -183,8 +184,12 @@ def test_claim_reads_the_candidates_once_then_claims_each_by_id(db, store):
     # And each was claimed by its id with the whole claimable guard
     calls = db.of(Q, "find_one_and_update")
     assert [j.id for j in jobs] == ["a", "b"]
-    assert [c[0] for c in calls] == [(documents.claimable_id("a", 0), documents.claim("w", 900, 0)),
-                                     (documents.claimable_id("b", 0), documents.claim("w", 900, 0))]
+    # under the call's one claim token
+    token = calls[0][0][1][0]["$set"]["claim_token"]["$literal"]
+    assert re.fullmatch("[0-9a-f]{32}", token)
+    claim = documents.claim("w", 900, 0, token)
+    assert [c[0] for c in calls] == [(documents.claimable_id("a", 0), claim),
+                                     (documents.claimable_id("b", 0), claim)]
     assert calls[0][1]["return_document"] == ReturnDocument.AFTER
     # And both claims are journalled in one round trip, the second as a redelivery
     assert journal_events(db) == [("a", "claimed"), ("b", "claimed")]
@@ -257,6 +262,27 @@ def test_heartbeat_of_a_job_enqueued_again_and_claimed_by_another_worker_is_lost
     # Then W1's lease is not held: the epoch matches, the worker does not
     assert store.heartbeat_many("q", [Lease("a", 1, "w1")], 60) == ["a"]
     assert journal_events(db) == [("a", "heartbeat_lost")]
+
+
+def test_heartbeat_of_a_job_enqueued_again_and_claimed_by_the_same_worker_is_lost(db, store):
+    # Given a job deleted while W1 ran it, enqueued again and claimed by W1 again at the same
+    # epoch: one document matches the two leases' filter, the new claim's
+    db[Q].answer("update_many", Updated(1))
+    db[Q].answer("find", [doc("a", lease_epoch=1, worker_id="w1", claim_token="new")])
+    old, new = Lease("a", 1, "w1", "old"), Lease("a", 1, "w1", "new")
+    # Then the count is short of the leases, and only the old claim's lease is lost
+    assert store.heartbeat_many("q", [old, new], 60) == ["a"]
+    db[Q].answer("update_many", Updated(1))
+    assert store.heartbeat_many("q", [new, new], 60) == []  # the same lease twice: held
+    assert db.sequence(Q) == ["update_many", "find", "update_many"]
+
+
+def test_a_claimed_job_carries_its_claims_token_into_its_lease(db, store):
+    db[Q].answer("find", [{"_id": "a"}])
+    db[Q].answer("find_one_and_update", doc("a", attempts=1, lease_epoch=1, worker_id="w",
+                                            claim_token="t9"))
+    (job,) = store.claim("q", "w", 1, 900)
+    assert job.lease == Lease("a", 1, "w", "t9")
 
 
 # --- fenced finishes -----------------------------------------------------------------------

@@ -82,14 +82,14 @@ class AppExecutor:
             earlier = self._in_flight.get(key)
             if earlier is not None and claimed_later(earlier, item):
                 # Two deliveries of the job's lives reached here in the other order: this is
-                # the older claim, whose lease is gone, and the fence cannot tell the two
-                # apart (one worker id, the same epoch): it never runs.
+                # the older claim, whose lease is gone (the store would refuse its writes by
+                # its claim token): it never runs.
                 raise LeaseLost(item.queue.name, job.id, job.lease_epoch)
             self._in_flight[key] = item
             self._start()
         if earlier is not None:
             # Claimed again while still running here: the earlier lease is gone (see
-            # Worker._track), and the fence cannot tell this consumer's two leases apart.
+            # Worker._track); its handler is told to stop.
             self._runner.lease_lost(earlier)
         self._heartbeat.wake()
         try:

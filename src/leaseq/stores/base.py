@@ -8,9 +8,9 @@ A store owns the records of many queues. Every primitive names its queue. Rules 
   Pending jobs written by leaseq's SQL stores always carry one (enqueue time + delay); a pending
   job with none (an adopted MongoDB document) is ready at once.
 * Every write after a claim is fenced: it matches ``queue + id + lease_epoch + status =
-  'processing'``, and ``worker_id`` when the ``Lease`` carries one (a job deleted and enqueued
-  again repeats its epochs). When nothing matches, nothing is written and ``LeaseLost`` is
-  raised.
+  'processing'``, and ``worker_id`` and ``claim_token`` when the ``Lease`` carries them (a job
+  deleted and enqueued again repeats its epochs, and the same worker may claim its new life).
+  When nothing matches, nothing is written and ``LeaseLost`` is raised.
 * A *stale* job (its payload got a new revision while it was processing) is never finished by
   its worker: complete, complete_many, retry_later, fail, snooze and give_back turn into a
   give-back that starts the new revision fresh (``pending``, ready now, attempts, snoozes and
@@ -184,7 +184,8 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
         ``rate_per_s``, no more claims than that are stamped in any one-second window of the
         store's clock. A job a limit holds back stays ready and untouched.
 
-        Each taken job: ``processing``, ``worker_id``, lease_until = now +
+        Each taken job: ``processing``, ``worker_id``, a new ``claim_token`` (the
+        returned ``Job`` carries it into its ``lease``), lease_until = now +
         ``lease_s``, attempts + 1, lease_epoch + 1, stale cleared. Two concurrent claims never
         take the same job. Journal: ``claimed`` (reason ``redelivered`` on every claim after
         the first — after a retry, an expired lease, a snooze or a give-back — read from

@@ -63,6 +63,7 @@ class SQLStore(Store):
             created_at=time(row["created_at"]), updated_at=time(row["updated_at"]),
             first_seen_at=time(row["first_seen_at"]), published_at=time(row["published_at"]),
             priority=row["priority"], concurrency_key=row["concurrency_key"],
+            claim_token=None if (token := row.get("claim_token")) is None else str(token),
         )
 
     @classmethod

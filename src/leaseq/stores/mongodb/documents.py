@@ -17,6 +17,7 @@ Rules kept everywhere:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from string import Formatter
@@ -240,11 +241,14 @@ def fenced(lease: Lease, stale: bool | None = None) -> Doc:
 
 
 def holder(lease: Lease) -> Doc:
-    """The document ``lease`` names: its id, its epoch and, when the lease has one, the
-    claim's worker (a job deleted and enqueued again repeats its epochs; see ``Lease``)."""
+    """The document ``lease`` names: its id, its epoch and, when the lease has them, the
+    claim's worker and token (a job deleted and enqueued again repeats its epochs, and the
+    same worker may claim its new life; see ``Lease``)."""
     doc: Doc = {"_id": lease.job_id, "lease_epoch": lease.lease_epoch}
     if lease.worker_id is not None:
         doc["worker_id"] = lease.worker_id
+    if lease.claim_token is not None:
+        doc["claim_token"] = lease.claim_token
     return doc
 
 
@@ -355,15 +359,17 @@ def journal_of(queue: str, job_id: str) -> Doc:
 # --- pipeline updates ----------------------------------------------------------------------
 
 
-def claim(worker_id: str, lease_s: float, offset_s: float) -> list[Doc]:
+def claim(worker_id: str, lease_s: float, offset_s: float, token: str) -> list[Doc]:
     """The claim; a stale job (taken over from an expired lease) starts afresh, as reclaim
-    and a stale finish would start it: its first attempt, no snoozes, no give-backs."""
+    and a stale finish would start it: its first attempt, no snoozes, no give-backs. It
+    stamps the job with ``token`` (``new_claim_token``: one per claim call; ``Lease``)."""
     def afresh(value: Any, otherwise: Any) -> Doc:
         return {"$cond": [is_stale(), value, otherwise]}
 
     return [{"$set": {
         "status": PROCESSING,
         "worker_id": lit(worker_id),
+        "claim_token": lit(token),
         "lease_until": now(offset_s, lease_s),
         "attempts": afresh(1, {"$add": [attempts(), 1]}),
         "snoozes": afresh(0, "$snoozes"),
@@ -375,6 +381,11 @@ def claim(worker_id: str, lease_s: float, offset_s: float) -> list[Doc]:
         "updated_at": now(offset_s),
         "first_seen_at": first_seen(offset_s),
     }}]
+
+
+def new_claim_token() -> str:
+    """A claim call's token: 128 random bits as 32 hex digits."""
+    return uuid.uuid4().hex
 
 
 def extend(lease_s: float, offset_s: float) -> list[Doc]:
@@ -548,7 +559,7 @@ def journal_entry(queue: str, job_id: str, event: str, fields: Mapping[str, Any]
 # --- projections, aggregations, indexes ----------------------------------------------------
 
 FENCE_PROJECTION = {"status": 1, "lease_epoch": 1, "attempts": 1, "max_attempts": 1,
-                    "worker_id": 1, "stale": 1}
+                    "worker_id": 1, "claim_token": 1, "stale": 1}
 
 
 def counts() -> list[Doc]:

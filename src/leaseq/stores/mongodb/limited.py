@@ -82,7 +82,8 @@ class LimitedClaims:
             raise UnsupportedOperation(
                 f"queue {queue!r}: key_limit and rate_per_s need MongoDB transactions (a "
                 "replica set or mongos); this server is standalone")
-        coll, update = self._coll(queue), documents.claim(worker_id, lease_s, self._off)
+        update = documents.claim(worker_id, lease_s, self._off, documents.new_claim_token())
+        coll = self._coll(queue)
 
         def work(session: Any) -> list[Job]:
             recent, at = self._open_gate(queue, limits, session)

@@ -53,7 +53,7 @@ def job(queue: str, doc: Mapping[str, Any]) -> Job:
         result_key=doc.get("result_key"), created_at=dt(doc.get("created_at")),
         updated_at=dt(doc.get("updated_at")), first_seen_at=dt(doc.get("first_seen_at")),
         published_at=dt(doc.get("published_at")), priority=int(doc.get("priority") or 0),
-        concurrency_key=doc.get("concurrency_key"),
+        concurrency_key=doc.get("concurrency_key"), claim_token=doc.get("claim_token"),
     )
 
 
@@ -81,7 +81,8 @@ def reclaim_reason(doc: Mapping[str, Any]) -> str:
 def holds(doc: Mapping[str, Any] | None, lease: Lease) -> bool:
     return (doc is not None and doc.get("status") == PROCESSING
             and doc.get("lease_epoch") == lease.lease_epoch
-            and lease.worker_id in (None, doc.get("worker_id")))
+            and lease.worker_id in (None, doc.get("worker_id"))
+            and lease.claim_token in (None, doc.get("claim_token")))
 
 
 def lost_fields(doc: Mapping[str, Any], lease: Lease) -> dict[str, Any]:

@@ -80,7 +80,8 @@ class WorkerWrites(OffsetClock):
         a claim the caller never saw must not hold its job until the lease runs out and
         cost it an attempt.
         """
-        update, coll, jobs = documents.claim(worker_id, lease_s, self._off), self._coll(queue), []
+        update = documents.claim(worker_id, lease_s, self._off, documents.new_claim_token())
+        coll, jobs = self._coll(queue), []
 
         def one(job_id: str, session: Any) -> Job | None:
             doc = coll.find_one_and_update(documents.claimable_id(job_id, self._off), update,
@@ -123,14 +124,13 @@ class WorkerWrites(OffsetClock):
 
     @guarded
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
-        pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
         coll = self._coll(queue)
         done = coll.update_many(documents.held(leases), documents.extend(lease_s, self._off))
-        if done.matched_count == len(set(pairs)):
-            return []  # every lease held: one round trip
+        if done.matched_count == len(set(leases)):
+            return []  # every lease held: one round trip (a document matches one lease)
         # A lease not held at the update is never held again (the epoch only grows), so the
         # documents read now name exactly the lost ones.
-        now = {d["_id"]: d for d in coll.find({"_id": {"$in": [p[0] for p in pairs]}},
+        now = {d["_id"]: d for d in coll.find({"_id": {"$in": [x.job_id for x in leases]}},
                                               documents.FENCE_PROJECTION)}
         lost = [lease for lease in leases if not records.holds(now.get(lease.job_id), lease)]
         self._log([Event(queue, lease.job_id, JournalEvent.HEARTBEAT_LOST,

@@ -314,11 +314,12 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         _, rows = self._session.run(lambda conn: self._tuples(
             conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
             epochs=[lease.lease_epoch for lease in leases],
-            holders=[lease.worker_id for lease in leases], lease_s=lease_s,
+            holders=[lease.worker_id for lease in leases],
+            tokens=[lease.claim_token for lease in leases], lease_s=lease_s,
             lease_lost=LEASE_LOST),
             idempotent=True, autocommit=True)
-        held = set(rows)  # (id, lease_epoch)
-        return [lease.job_id for lease in leases if (lease.job_id, lease.lease_epoch) not in held]
+        held = {(job_id, epoch): _token(token) for job_id, epoch, token in rows}
+        return [lease.job_id for lease in leases if not _beaten(lease, held)]
 
     def _finish(self, queue: str, lease: Lease, name: str, then: Sequence[FollowUp] = (),
                 **params: Any) -> Job:
@@ -327,6 +328,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         def work(conn: psycopg.Connection) -> tuple[Job, bool]:
             cols, rows = self._tuples(conn, name, queue=queue, id=lease.job_id,
                                       lease_epoch=lease.lease_epoch, worker_id=lease.worker_id,
+                                      claim_token=lease.claim_token,
                                       stale_reason=STALE_REASON, **params)
             if not rows:
                 raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
@@ -359,28 +361,29 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         # One item of the batch statement: complete and complete_many fence alike by design.
         return self._finish(queue, lease, "complete_many", then, ids=[lease.job_id],
                             epochs=[lease.lease_epoch], holders=[lease.worker_id],
-                            statuses=[status], results=[result_json],
+                            tokens=[lease.claim_token], statuses=[status], results=[result_json],
                             result_keys=[result_key])
 
     def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
         if not items:
             return []
-        def work(conn: psycopg.Connection) -> dict[tuple[str, int], Job]:
+        def work(conn: psycopg.Connection) -> dict[str, Job]:
             cols, rows = self._tuples(
                 conn, "complete_many", queue=queue,
                 ids=[c.lease.job_id for c in items],
                 epochs=[c.lease.lease_epoch for c in items],
                 holders=[c.lease.worker_id for c in items],
+                tokens=[c.lease.claim_token for c in items],
                 statuses=[c.status for c in items], results=[c.result_json for c in items],
                 result_keys=[c.result_key for c in items], stale_reason=STALE_REASON)
             stale = cols.get("was_stale", -1)
-            # Keyed by lease, not id: a batch may hold a lost lease and the current one of the
-            # same job, and only the current one finished (a finish keeps the epoch).
-            by_lease = {(job.id, job.lease_epoch): job for job in _jobs(cols, rows)}
-            return self._wake_after(conn, queue, by_lease, any(r[stale] for r in rows))
-        by_lease = self._session.run(work, autocommit=True)
-        return [by_lease.get((c.lease.job_id, c.lease.lease_epoch))
-                or LeaseLost(queue, c.lease.job_id, c.lease.lease_epoch) for c in items]
+            finished = {job.id: job for job in _jobs(cols, rows)}
+            return self._wake_after(conn, queue, finished, any(r[stale] for r in rows))
+        finished = self._session.run(work, autocommit=True)
+        # By the whole lease, not the id: a batch may hold a lost lease and the current one of
+        # the same job, and only the current one finished (a finish keeps epoch and token).
+        return [job if (job := finished.get(c.lease.job_id)) is not None and c.lease.names(job)
+                else LeaseLost(queue, c.lease.job_id, c.lease.lease_epoch) for c in items]
 
     def retry_later(self, queue: str, lease: Lease, error: str, reason: str,
                     delay_s: float) -> Job:
@@ -568,17 +571,31 @@ def _dt(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
-#: Job's fields in the order of its constructor; the timestamps among them.
+def _token(value: uuid.UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _beaten(lease: Lease, held: dict[tuple[str, int], str | None]) -> bool:
+    """Whether a heartbeat that extended ``held`` (id, epoch → token) extended ``lease``."""
+    key = (lease.job_id, lease.lease_epoch)
+    return key in held and lease.claim_token in (None, held[key])
+
+
+#: Job's fields in the order of its constructor.
 _FIELDS = tuple(f.name for f in dataclasses.fields(Job) if f.name != "lease_lost")
-_TIMES = frozenset(("lease_until", "created_at", "updated_at", "first_seen_at", "published_at"))
+#: How a column is read into its field when not as it comes: the timestamps, and the claim's
+#: token (a uuid column, a string in ``Lease``).
+_READERS: dict[str, Callable[[Any], Any]] = {
+    **dict.fromkeys(("lease_until", "created_at", "updated_at", "first_seen_at",
+                     "published_at"), _dt), "claim_token": _token}
 
 
 def _jobs(cols: dict[str, int], rows: list[tuple[Any, ...]]) -> list[Job]:
     """Jobs from tuple rows, the column positions looked up once per batch, not per row."""
     if not rows:
         return []
-    at = [(cols[f], f in _TIMES) for f in _FIELDS]
-    # Positional, in Job's field order: mypy cannot match a list's items to the fields.
-    return [Job(*[_dt(row[i]) if t else row[i] for i, t in at])  # type: ignore[arg-type]
+    at = [(cols[f], _READERS.get(f)) for f in _FIELDS]
+    # Positional, in Job's field order.
+    return [Job(*[read(row[i]) if read else row[i] for i, read in at])
             for row in rows]
 

@@ -300,8 +300,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
             data=None) for r in rows])
 
     def heartbeat_many(self, queue: str, leases: Sequence[Lease], lease_s: float) -> list[str]:
-        fences = json.dumps([[lease.job_id, lease.lease_epoch, lease.worker_id]
-                             for lease in leases])
+        fences = json.dumps([[lease.job_id, lease.lease_epoch, lease.worker_id,
+                              lease.claim_token] for lease in leases])
         with self._tx() as conn:
             held = {r["id"] for r in self._rows(conn, "heartbeat", queue=queue, leases=fences,
                                                 lease_s=lease_s)}
@@ -312,16 +312,14 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         return [lease.job_id for lease in lost]
 
     def _fenced(self, conn: sqlite3.Connection, queue: str, lease: Lease) -> dict[str, Any]:
-        rows = self._rows(conn, "fenced_row", queue=queue, id=lease.job_id,
-                          lease_epoch=lease.lease_epoch, worker_id=lease.worker_id)
+        rows = self._rows(conn, "fenced_row", queue=queue, **_fence(lease))
         if not rows:
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
         return rows[0]
 
     def _finish(self, conn: sqlite3.Connection, queue: str, lease: Lease, query: str,
                 **params: Any) -> dict[str, Any]:
-        rows = self._rows(conn, query, queue=queue, id=lease.job_id,
-                          lease_epoch=lease.lease_epoch, worker_id=lease.worker_id, **params)
+        rows = self._rows(conn, query, queue=queue, **_fence(lease), **params)
         if not rows:  # _fenced checked under the same write lock; this is belt and braces
             raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
         return rows[0]
@@ -348,7 +346,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
         payload = json.dumps([[c.lease.job_id, c.lease.lease_epoch, c.status, c.result_json,
-                               c.result_key, c.lease.worker_id] for c in items])
+                               c.result_key, c.lease.worker_id, c.lease.claim_token]
+                              for c in items])
         with self._tx() as conn:
             done = {r["id"]: r for r in self._rows(conn, "complete_many", queue=queue,
                                                    items=payload)}
@@ -361,8 +360,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
                 done: dict[str, dict[str, Any]]) -> Job | LeaseLost:
         """An item of complete_many: done, or a stale job's give-back, or LeaseLost."""
         row = done.get(lease.job_id)
-        if row is not None and row["lease_epoch"] == lease.lease_epoch:
-            return _job(row)
+        if row is not None and lease.names(job := _job(row)):
+            return job
         try:
             self._fenced(conn, queue, lease)  # still held here means stale
             return self._restart_stale(conn, queue, lease)
@@ -557,6 +556,12 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
 #: The write paths map the rows their statements return as the reads do.
 _job = SQLiteStore._job
+
+
+def _fence(lease: Lease) -> dict[str, Any]:
+    """The named parameters every fenced statement takes (queries/finish.sql)."""
+    return {"id": lease.job_id, "lease_epoch": lease.lease_epoch,
+            "worker_id": lease.worker_id, "claim_token": lease.claim_token}
 
 
 @contextmanager

@@ -129,6 +129,35 @@ class LeaseSuite:
         assert q.heartbeat([new]) == []
         assert q.complete(new).status == "done"
 
+    @pytest.mark.parametrize("write", sorted(FENCED_WRITES))
+    def test_holder_of_a_deleted_job_cannot_write_to_its_own_claim_of_the_job_enqueued_again(
+        self, leaseq_store: FreshStore, write: str
+    ) -> None:
+        # Given W1 running j1 when an operator cancels and deletes it and enqueues j1 again,
+        # and W1 itself (one worker process, another slot) claims the new job: the same
+        # worker under the same epoch, so only the claim tells the two lives apart
+        q = leaseq_store.queue()
+        old = given_claimed(q, "j1", W1)
+        assert q.cancel("j1")
+        deleted = leaseq_store.store.act_on_jobs(q.name, BulkAction.DELETE, ["j1"], "bob")
+        assert deleted.acted == ["j1"]
+        q.enqueue("j1", {"life": 2})
+        (new,) = q.claim(W1, lease_s=LONG_LEASE_S)
+        assert (new.id, new.lease_epoch, new.worker_id) == (old.id, old.lease_epoch, W1)
+        before = must_get(q, "j1")
+        # When the old life's slot beats and finishes, Then every write is refused and the
+        # new job is untouched, alone or in a batch with the new life's own completion
+        assert q.heartbeat([old]) == ["j1"]
+        with pytest.raises(LeaseLost):
+            FENCED_WRITES[write](q, old)
+        (refused,) = q.complete_many([old])
+        assert isinstance(refused, LeaseLost)
+        assert must_get(q, "j1") == before
+        refused, done = q.complete_many([(old, {"life": 1}), (new, {"life": 2})])
+        assert isinstance(refused, LeaseLost)
+        assert not isinstance(done, LeaseLost)
+        assert (done.status, must_get(q, "j1").result) == ("done", {"life": 2})
+
     def test_worker_that_never_finishes_fails_expired_after_max_attempts_claims(
         self, leaseq_store: FreshStore
     ) -> None:

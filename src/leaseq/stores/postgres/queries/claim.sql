@@ -83,20 +83,22 @@ WITH held AS (
     RETURNING *)
 SELECT * FROM held ORDER BY lease_until, id;
 
--- ids / epochs / holders are parallel arrays: one statement for every in-flight lease (a
--- NULL holder leaves the worker unchecked). A lost lease's reason fills the status in last,
--- so no text of the status is read as a template field.
+-- ids / epochs / holders / tokens are parallel arrays: one statement for every in-flight
+-- lease (a NULL holder or token leaves it unchecked). A lost lease's reason fills the status
+-- in last, so no text of the status is read as a template field.
 -- name: heartbeat
 WITH l AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(holders)s::text[])
-        AS l(id, lease_epoch, worker_id)),
+    SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(holders)s::text[],
+                         %(tokens)s::uuid[])
+        AS l(id, lease_epoch, worker_id, claim_token)),
 held AS (
     UPDATE {jobs} j
     SET lease_until = {now} + make_interval(secs => %(lease_s)s)
     FROM l
     WHERE j.queue = %(queue)s AND j.id = l.id AND j.lease_epoch = l.lease_epoch
       AND j.status = 'processing' AND (l.worker_id IS NULL OR j.worker_id = l.worker_id)
-    RETURNING j.id, j.lease_epoch),
+      AND (l.claim_token IS NULL OR j.claim_token = l.claim_token)
+    RETURNING j.id, j.lease_epoch, j.claim_token),
 log AS (
     INSERT INTO {journal} (queue, job_id, at, event, attempt, lease_epoch, reason)
     SELECT j.queue, j.id, {now}, {event.heartbeat_lost}, j.attempts, l.lease_epoch,
@@ -105,8 +107,9 @@ log AS (
                            '{job_epoch}', j.lease_epoch::text),
                    '{status}', j.status)
     FROM l JOIN {jobs} j ON j.queue = %(queue)s AND j.id = l.id
-    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch)
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.id = l.id AND h.lease_epoch = l.lease_epoch
+                        AND (l.claim_token IS NULL OR h.claim_token = l.claim_token))
       AND NOT EXISTS (SELECT 1 FROM {journal} o  -- once per lease: a retried beat adds none
                       WHERE o.queue = j.queue AND o.job_id = j.id
                         AND o.event = {event.heartbeat_lost} AND o.lease_epoch = l.lease_epoch))
-SELECT id, lease_epoch FROM held;
+SELECT id, lease_epoch, claim_token FROM held;

@@ -1,19 +1,22 @@
 -- PostgreSQL queries of leaseq: finish (placeholders as described in common.sql).
 
 -- Completions, one or a batch (`complete` sends one item): each item fenced on its own by
--- id + lease_epoch + holder (the claim's worker; NULL: unchecked) + status processing; a
+-- id + lease_epoch + holder (the claim's worker) + the claim's token (either NULL:
+-- unchecked; leaseq.job.Lease) + status processing; a
 -- stale one is given back for its new revision. Rows are locked in id order so two batches
 -- never wait on each other in a cycle.
 -- name: complete_many
 WITH items AS (
     SELECT * FROM unnest(%(ids)s::text[], %(epochs)s::bigint[], %(holders)s::text[],
-                         %(statuses)s::text[], %(results)s::text[], %(result_keys)s::text[])
-        AS i(id, lease_epoch, worker_id, status, result, result_key)),
+                         %(tokens)s::uuid[], %(statuses)s::text[], %(results)s::text[],
+                         %(result_keys)s::text[])
+        AS i(id, lease_epoch, worker_id, claim_token, status, result, result_key)),
 old AS (
     SELECT j.id, j.stale, i.status, i.result, i.result_key
     FROM {jobs} j JOIN items i ON j.id = i.id AND j.lease_epoch = i.lease_epoch
     WHERE j.queue = %(queue)s AND j.status = 'processing'
       AND (i.worker_id IS NULL OR j.worker_id = i.worker_id)
+      AND (i.claim_token IS NULL OR j.claim_token = i.claim_token)
     ORDER BY j.id
     FOR UPDATE OF j),
 restarted AS (
@@ -48,6 +51,7 @@ WITH old AS (
     SELECT id, stale, attempts >= max_attempts AS spent FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
       AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
+      AND (%(claim_token)s::uuid IS NULL OR claim_token = %(claim_token)s::uuid)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j
@@ -94,6 +98,7 @@ WITH old AS (
     SELECT id, stale FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
       AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
+      AND (%(claim_token)s::uuid IS NULL OR claim_token = %(claim_token)s::uuid)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j
@@ -129,6 +134,7 @@ WITH old AS (
     SELECT id, stale, snoozes + 1 > %(max_snoozes)s AS spent FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
       AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
+      AND (%(claim_token)s::uuid IS NULL OR claim_token = %(claim_token)s::uuid)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j
@@ -179,6 +185,7 @@ WITH old AS (
            attempts >= max_attempts AS last FROM {jobs}
     WHERE queue = %(queue)s AND id = %(id)s AND lease_epoch = %(lease_epoch)s
       AND status = 'processing' AND (%(worker_id)s::text IS NULL OR worker_id = %(worker_id)s)
+      AND (%(claim_token)s::uuid IS NULL OR claim_token = %(claim_token)s::uuid)
     FOR UPDATE),
 restarted AS (
     UPDATE {jobs} j

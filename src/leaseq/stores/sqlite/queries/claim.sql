@@ -4,7 +4,8 @@
 -- hands the UPDATE rowids, which find the rows with no second walk of the (queue, id) key.
 -- name: claim
 UPDATE leaseq_jobs
-SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+SET status = 'processing', worker_id = :worker_id, claim_token = {claim_token},
+    attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now},
     concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
@@ -19,7 +20,8 @@ RETURNING *;
 
 -- name: claim_one
 UPDATE leaseq_jobs
-SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+SET status = 'processing', worker_id = :worker_id, claim_token = {claim_token},
+    attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now},
     concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
@@ -28,11 +30,12 @@ WHERE queue = :queue AND id = :id
   AND (lease_until IS NULL OR (lease_until <= {now} AND (status = 'pending' OR lease_until < {now})))
 RETURNING *;
 
--- :leases is a JSON array of [id, lease_epoch, worker_id] (worker_id null: unchecked).
+-- :leases is a JSON array of [id, lease_epoch, worker_id, claim_token] (worker_id or
+-- claim_token null: unchecked).
 -- name: heartbeat
 WITH l AS MATERIALIZED (  -- materialized so the plan drives from the leases into the primary key
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS lease_epoch,
-           json_extract(value, '$[2]') AS worker_id
+           json_extract(value, '$[2]') AS worker_id, json_extract(value, '$[3]') AS claim_token
     FROM json_each(:leases))
 UPDATE leaseq_jobs
 SET lease_until = {now} + :lease_s
@@ -40,6 +43,7 @@ FROM l
 WHERE leaseq_jobs.queue = :queue AND leaseq_jobs.id = l.id
   AND leaseq_jobs.lease_epoch = l.lease_epoch AND leaseq_jobs.status = 'processing'
   AND (l.worker_id IS NULL OR leaseq_jobs.worker_id = l.worker_id)
+  AND (l.claim_token IS NULL OR leaseq_jobs.claim_token = l.claim_token)
 RETURNING leaseq_jobs.id;
 
 -- The status goes into the reason last, so no text of it is read as a template field.

@@ -1,11 +1,13 @@
 -- SQLite queries of leaseq: finish (placeholders as described in common.sql).
--- Every finish is fenced by id + lease_epoch + status processing + the claim's worker
--- (:worker_id NULL: unchecked, a lease made by hand); see leaseq.job.Lease.
+-- Every finish is fenced by id + lease_epoch + status processing + the claim's worker and
+-- token (:worker_id, :claim_token NULL: unchecked, a lease made by hand); see
+-- leaseq.job.Lease.
 
 -- name: fenced_row
 SELECT stale, attempts, max_attempts, snoozes, givebacks FROM leaseq_jobs
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
-  AND (:worker_id IS NULL OR worker_id = :worker_id);
+  AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token);
 
 -- name: complete
 UPDATE leaseq_jobs
@@ -13,15 +15,17 @@ SET status = :status, result = :result, result_key = :result_key, failure = NULL
     lease_until = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token)
 RETURNING *;
 
--- :items is a JSON array of [id, lease_epoch, status, result_json, result_key, worker_id].
--- Stale jobs are left out here (they become give-backs one by one).
+-- :items is a JSON array of [id, lease_epoch, status, result_json, result_key, worker_id,
+-- claim_token]. Stale jobs are left out here (they become give-backs one by one).
 -- name: complete_many
 WITH i AS MATERIALIZED (  -- materialized so the plan drives from the items into the primary key
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS lease_epoch,
            json_extract(value, '$[2]') AS status, json_extract(value, '$[3]') AS result,
-           json_extract(value, '$[4]') AS result_key, json_extract(value, '$[5]') AS worker_id
+           json_extract(value, '$[4]') AS result_key, json_extract(value, '$[5]') AS worker_id,
+           json_extract(value, '$[6]') AS claim_token
     FROM json_each(:items))
 UPDATE leaseq_jobs
 SET status = i.status, result = i.result, result_key = i.result_key, failure = NULL,
@@ -29,7 +33,9 @@ SET status = i.status, result = i.result, result_key = i.result_key, failure = N
 FROM i
 WHERE leaseq_jobs.queue = :queue AND leaseq_jobs.id = i.id
   AND leaseq_jobs.lease_epoch = i.lease_epoch AND leaseq_jobs.status = 'processing'
-  AND (i.worker_id IS NULL OR leaseq_jobs.worker_id = i.worker_id) AND leaseq_jobs.stale = 0
+  AND (i.worker_id IS NULL OR leaseq_jobs.worker_id = i.worker_id)
+  AND (i.claim_token IS NULL OR leaseq_jobs.claim_token = i.claim_token)
+  AND leaseq_jobs.stale = 0
 RETURNING *;
 
 -- name: retry_later
@@ -38,6 +44,7 @@ SET status = 'pending', error = :error, lease_until = {now} + :delay_s, publishe
     updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token)
 RETURNING *;
 
 -- name: fail
@@ -46,6 +53,7 @@ SET status = 'failed', failure = :failure, error = :error, lease_until = NULL,
     updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token)
 RETURNING *;
 
 -- name: snooze
@@ -54,6 +62,7 @@ SET status = 'pending', attempts = max(attempts - 1, 0), snoozes = snoozes + 1,
     lease_until = {now} + :delay_s, stale = 0, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token)
 RETURNING *;
 
 -- name: snoozed_out
@@ -62,6 +71,7 @@ SET status = 'failed', failure = 'exhausted', error = :error, snoozes = snoozes 
     lease_until = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token)
 RETURNING *;
 
 -- Ready at once. :refund is 1 when the attempt is given back, :counted 1 when the give-back
@@ -72,6 +82,7 @@ SET status = 'pending', attempts = max(attempts - :refund, 0), givebacks = giveb
     lease_until = {now}, stale = 0, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token)
 RETURNING *;
 
 -- A stale job's finish: the new revision starts fresh, ready at once.
@@ -81,4 +92,5 @@ SET status = 'pending', attempts = 0, snoozes = 0, givebacks = 0, lease_until = 
     stale = 0, concurrency_key = next_concurrency_key, published_at = NULL, updated_at = {now}
 WHERE queue = :queue AND id = :id AND lease_epoch = :lease_epoch AND status = 'processing'
   AND (:worker_id IS NULL OR worker_id = :worker_id)
+  AND (:claim_token IS NULL OR claim_token = :claim_token)
 RETURNING *;

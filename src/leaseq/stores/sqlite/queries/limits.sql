@@ -63,7 +63,8 @@ cand AS (
         LIMIT :scan)
     WHERE concurrency_key IS NULL)
 UPDATE leaseq_jobs NOT INDEXED  -- by rowid (else the planner walks leaseq_jobs_status)
-SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+SET status = 'processing', worker_id = :worker_id, claim_token = {claim_token},
+    attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now},
     concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
@@ -103,7 +104,8 @@ FROM json_each(:keys) k;
 -- each still claimable (nothing else wrote since: the same BEGIN IMMEDIATE).
 -- name: claim_rowids
 UPDATE leaseq_jobs NOT INDEXED  -- by rowid (else the planner walks leaseq_jobs_status)
-SET status = 'processing', worker_id = :worker_id, attempts = attempts + 1,
+SET status = 'processing', worker_id = :worker_id, claim_token = {claim_token},
+    attempts = attempts + 1,
     lease_epoch = lease_epoch + 1, lease_until = {now} + :lease_s, stale = 0,
     updated_at = {now},
     concurrency_key = CASE WHEN stale THEN next_concurrency_key ELSE concurrency_key END
