@@ -112,6 +112,12 @@ class Lease:
                 and self.worker_id in (None, job.worker_id)
                 and self.claim_token in (None, job.claim_token))
 
+    def beaten(self, held: Mapping[tuple[str, int], str | None]) -> bool:
+        """Whether a heartbeat that extended ``held`` (each job's id and epoch → its claim
+        token) extended this lease: a batch may hold the leases of a job's two lives."""
+        key = (self.job_id, self.lease_epoch)
+        return key in held and self.claim_token in (None, held[key])
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:

@@ -319,7 +319,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
             lease_lost=LEASE_LOST),
             idempotent=True, autocommit=True)
         held = {(job_id, epoch): _token(token) for job_id, epoch, token in rows}
-        return [lease.job_id for lease in leases if not _beaten(lease, held)]
+        return [lease.job_id for lease in leases if not lease.beaten(held)]
 
     def _finish(self, queue: str, lease: Lease, name: str, then: Sequence[FollowUp] = (),
                 **params: Any) -> Job:
@@ -573,12 +573,6 @@ def _dt(value: datetime | None) -> datetime | None:
 
 def _token(value: uuid.UUID | None) -> str | None:
     return None if value is None else str(value)
-
-
-def _beaten(lease: Lease, held: dict[tuple[str, int], str | None]) -> bool:
-    """Whether a heartbeat that extended ``held`` (id, epoch → token) extended ``lease``."""
-    key = (lease.job_id, lease.lease_epoch)
-    return key in held and lease.claim_token in (None, held[key])
 
 
 #: Job's fields in the order of its constructor.

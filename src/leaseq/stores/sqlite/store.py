@@ -303,9 +303,9 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         fences = json.dumps([[lease.job_id, lease.lease_epoch, lease.worker_id,
                               lease.claim_token] for lease in leases])
         with self._tx() as conn:
-            held = {r["id"] for r in self._rows(conn, "heartbeat", queue=queue, leases=fences,
-                                                lease_s=lease_s)}
-            lost = [lease for lease in leases if lease.job_id not in held]
+            held = {(r["id"], r["lease_epoch"]): r["claim_token"] for r in self._rows(
+                conn, "heartbeat", queue=queue, leases=fences, lease_s=lease_s)}
+            lost = [lease for lease in leases if not lease.beaten(held)]
             conn.executemany(Q["journal_heartbeat_lost"], [self._params(
                 queue=queue, id=lease.job_id, lease_epoch=lease.lease_epoch,
                 lease_lost=LEASE_LOST) for lease in lost])

@@ -128,6 +128,7 @@ class LeaseSuite:
         assert isinstance(refused, LeaseLost)
         assert must_get(q, "j1") == before
         # And the new claim holds it and finishes it, in a batch with the old one's result
+        assert q.heartbeat([old, new]) == ["j1"]
         assert q.heartbeat([new]) == []
         refused, done = q.complete_many([(old, {"life": 1}), (new, {"life": 2})])
         assert isinstance(refused, LeaseLost)

@@ -44,7 +44,7 @@ WHERE leaseq_jobs.queue = :queue AND leaseq_jobs.id = l.id
   AND leaseq_jobs.lease_epoch = l.lease_epoch AND leaseq_jobs.status = 'processing'
   AND (l.worker_id IS NULL OR leaseq_jobs.worker_id = l.worker_id)
   AND (l.claim_token IS NULL OR leaseq_jobs.claim_token = l.claim_token)
-RETURNING leaseq_jobs.id;
+RETURNING leaseq_jobs.id, leaseq_jobs.lease_epoch, leaseq_jobs.claim_token;
 
 -- The status goes into the reason last, so no text of it is read as a template field.
 -- name: journal_heartbeat_lost
