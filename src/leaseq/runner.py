@@ -296,10 +296,14 @@ class Runner:
     @staticmethod
     def _landed_earlier(item: InFlight) -> Job | None:
         """The job as saved, when its journal holds a finish under this very lease (an
-        earlier try did commit); None when it does not, or cannot be read."""
+        earlier try did commit); None when it does not, or cannot be read. The journal of a
+        job deleted and enqueued again goes on with the new life's, whose epochs start again:
+        a finish by another worker under the same epoch is not this one's (the journal does
+        not keep claim tokens, so this worker's own two claims stay alike here)."""
         job = item.job
         try:
             saved = any(e.lease_epoch == job.lease_epoch and e.event in FINISH_EVENTS
+                        and e.worker_id in (None, job.worker_id)
                         for e in item.queue.journal(job.id))
             return item.queue.get(job.id) if saved else None
         except LeaseqError:

@@ -58,3 +58,28 @@ def test_a_write_that_landed_but_lost_its_answer_is_found_saved(
     saved = [e for e in q.journal(job_id) if e.event in ("result_saved", "retry_scheduled")
              and e.lease_epoch == 1]
     assert len(saved) == 1
+
+
+def test_a_finish_journaled_by_another_workers_claim_at_the_same_epoch_is_not_this_ones(
+        app: leaseq.App) -> None:
+    # Given a job this worker (W1) claimed, deleted while it ran and enqueued again, whose new
+    # life another worker (W2) claimed and finished at the same epoch 1: the journal goes on
+    # from the old life's, so it holds a finish at epoch 1 that is not W1's
+    from leaseq.browse import BulkAction
+    from leaseq.runner import InFlight, Runner
+
+    store = app.store
+    q = store.queue("work")
+    q.enqueue("j1", {})
+    (old,) = q.claim("host:1:w1", lease_s=60)
+    assert q.cancel("j1")
+    store.act_on_jobs("work", BulkAction.DELETE, ["j1"], "bob")
+    q.enqueue("j1", {})
+    (new,) = q.claim("host:2:w2", lease_s=60)
+    q.complete(new)
+    assert new.lease_epoch == old.lease_epoch
+    # When W1's write of an unknown outcome is refused and W1 asks whether it had landed
+    landed = Runner._landed_earlier(InFlight(old, None, q, 60, 20, 0))
+    # Then the other worker's finish is not taken for its own
+    assert landed is None
+    assert Runner._landed_earlier(InFlight(new, None, q, 60, 20, 0)) is not None
