@@ -63,6 +63,20 @@ def test_beyond_loopback_credentials_are_required(store: Store, served: list[Any
     assert served == []
 
 
+@pytest.mark.parametrize("credentials", [["--user", "", "--password", ""],
+                                         ["--user", "ops", "--password", ""],
+                                         ["--user", "", "--password", "pw"]],
+                         ids=["both-empty", "empty-password", "empty-user"])
+def test_empty_credentials_are_refused(store: Store, served: list[Any],
+                                       credentials: list[str]) -> None:
+    # An unset shell variable (--password "$PW") would otherwise serve every action beyond
+    # loopback to a login of just ":".
+    refused = CliRunner().invoke(cli, ["dashboard", "--url", url_of(store), "--host", "0.0.0.0",
+                                       *credentials])
+    assert refused.exit_code == 2 and "must not be empty" in refused.output
+    assert served == []
+
+
 def test_read_only_refuses_every_action(store: Store, served: list[Any]) -> None:
     def probe(app: Any, options: dict[str, Any]) -> None:
         client = TestClient(app, headers={"Authorization": "Basic b3BzOnB3"})  # ops:pw

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from leaseq.browse import JobFilter
 from leaseq.dashboard import BasicAuth, LoginToken, create_app
 from leaseq.dashboard.stats import StatsSnapshot
+from leaseq.errors import InvalidInput
 from leaseq.stores.base import Store
 
 PAGES = ["/", "/jobs", "/jobs?queue=mail&status=failed", "/quarantine", "/workers", "/health",
@@ -73,6 +74,15 @@ def test_basic_auth_lets_in_only_known_credentials(client: TestClient) -> None:
         assert response.status_code == 200, path
         assert "script-src 'self'" in response.headers["content-security-policy"]
         assert "unsafe-inline" not in response.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("users", [{}, {"": ""}, {"ops": ""}, {"": "pw"}, {"a:b": "pw"}],
+                         ids=["none", "both-empty", "empty-password", "empty-user", "colon"])
+def test_basic_auth_refuses_credentials_no_one_should_sign_in_with(
+        users: dict[str, str]) -> None:
+    # {"": ""} would let in a header of just ":" ("Og=="); "a:b" could never sign in.
+    with pytest.raises(InvalidInput, match="non-empty password"):
+        BasicAuth(users)
 
 
 def test_a_login_token_is_good_once_and_sets_a_session(store: Store) -> None:

@@ -34,6 +34,8 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
         raise Failed("the dashboard needs its extra: pip install 'leaseq[dashboard]'") from None
     if (user is None) != (password is None):
         raise click.UsageError("give both --user and --password, or neither")
+    if user == "" or password == "":  # an unset shell variable: a login anyone could give
+        raise click.UsageError("--user and --password must not be empty")
     store = open_store(url, create=False)
     permissions = "read_only" if read_only else "all"
     auth: BasicAuth | LoginToken

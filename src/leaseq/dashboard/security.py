@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from leaseq.errors import InvalidInput
+
 #: The actions a permission can grant ("pause" covers pausing and resuming a schedule).
 #: Reading is granted by being let in at all.
 ACTIONS = frozenset({"requeue", "cancel", "delete", "edit", "pause"})
@@ -36,9 +38,14 @@ Permissions = Grant | Callable[[str], Grant]
 
 
 class BasicAuth:
-    """HTTP basic auth against a user → password mapping (compared in constant time)."""
+    """HTTP basic auth against a user → password mapping (compared in constant time). An
+    empty user or password is refused: a header of just ``:`` would sign in."""
 
     def __init__(self, users: Mapping[str, str]):
+        if not users or any(not user or ":" in user or not password
+                            for user, password in users.items()):
+            raise InvalidInput("basic auth needs at least one user, each with a name (no "
+                               "colon) and a non-empty password")
         self.users = dict(users)
 
     def __call__(self, request: Request) -> str | None:
