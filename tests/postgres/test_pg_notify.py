@@ -11,6 +11,7 @@ import pytest
 
 from leaseq.job import Completion, Lease
 from leaseq.stores.postgres import PostgresStore
+from leaseq.stores.postgres.listen import Listener
 from leaseq.stores.watch import FinishWaiters, finish_key
 
 #: The idle worker's fallback poll: a wake-up that needs it would take this long.
@@ -111,3 +112,26 @@ def test_a_waiter_is_woken_by_a_key_in_a_shared_notification() -> None:
     # When one notification names b among others, Then only b's waiter wakes
     waiters.heard(f"{finish_key('q', 'x')} {finish_key('q', 'b')} {finish_key('q', 'y')}")
     assert woken == ["b"]
+
+
+def test_nobody_waits_for_a_listen_connection_that_cannot_be_made() -> None:
+    # Given a listener whose LISTEN connection is refused (no server on that port; a
+    # transaction pooler that cannot LISTEN fails the same way), while queries still work
+    listener = Listener("postgresql://127.0.0.1:1/test?connect_timeout=5", "leaseq_x",
+                        threading.Event(), finish_channel="leaseq_x_finish")
+    answers: list[bool] = []
+
+    def ask() -> None:
+        answers.append(listener.listen_finishes(ready_timeout_s=60))
+        answers.append(listener.watch(["q"], ready_timeout_s=60))
+
+    # When a caller waits for the finish channel's LISTEN, then for the queues' one
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    asker.join(10)
+    listener.close()
+    # Then both answer "not listening" once the connect failed, not after their minute (each
+    # `await_result` and `wait` had waited its 2 s before reading the job, whatever its
+    # timeout)
+    assert not asker.is_alive()
+    assert answers == [False, False]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.25
 #: Longest pause between two attempts to get the LISTEN connection back.
 MAX_PAUSE_S = 5.0
+#: How often a caller waiting for the LISTEN to be in place looks whether its connection failed.
+DOWN_CHECK_S = 0.02
 
 
 class Listener:
@@ -48,6 +51,9 @@ class Listener:
         self._watched: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self._listening = threading.Event()
+        #: Set while the LISTEN connection is down (its last attempt failed): nobody waits
+        #: for it then, the callers' fallback polls cover until it is back.
+        self._down = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._connects = 0
@@ -61,14 +67,27 @@ class Listener:
                 self._thread = threading.Thread(target=self._run, name="leaseq-listen",
                                                 daemon=True)
                 self._thread.start()
-        return self._listening.wait(ready_timeout_s)
+        return self._ready(self._listening, ready_timeout_s)
 
     def listen_finishes(self, ready_timeout_s: float) -> bool:
         """Listen to the finish channel from now on; True once that LISTEN is in place
         (waits up to ``ready_timeout_s``: the thread takes it at its next poll)."""
         self._want_finishes = True
         self.watch((), ready_timeout_s=0)
-        return self._finishes_heard.wait(ready_timeout_s)
+        return self._ready(self._finishes_heard, ready_timeout_s)
+
+    def _ready(self, listening: threading.Event, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for ``listening``; False at once while the connection is
+        down (a refused connect, a pooler that cannot LISTEN): a wait then only delays its
+        caller, whose own poll covers."""
+        deadline = time.monotonic() + timeout_s
+        while not self._down.is_set():
+            left = deadline - time.monotonic()
+            if listening.wait(min(max(left, 0.0), DOWN_CHECK_S)):
+                return True
+            if left <= 0:
+                return False
+        return listening.is_set()
 
     def close(self) -> None:
         self._stop.set()
@@ -84,6 +103,7 @@ class Listener:
             except psycopg.Error as exc:
                 self._listening.clear()
                 self._finishes_heard.clear()
+                self._down.set()
                 if self._stop.is_set():
                     return
                 log.warning("leaseq LISTEN connection lost (%s); retrying in %.1f s",
@@ -100,6 +120,7 @@ class Listener:
                 self._event.set()
                 self.finishes.wake_all()
             self._connects += 1
+            self._down.clear()
             self._listening.set()
             while not self._stop.is_set():
                 self._listen_finishes_if_wanted(conn)
