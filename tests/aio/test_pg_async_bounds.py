@@ -189,3 +189,42 @@ async def _gone(conninfo: str, pid: int, within_s: float) -> bool:
                 return True
             await asyncio.sleep(0.05)
     return False
+
+
+def test_a_connection_whose_set_up_was_cancelled_is_not_kept(
+        pg_store_url: str, jobs_lock: JobsLock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a store whose new async connections stall in their set-up (a slow network)
+    import leaseq.stores.postgres.aio as pg_aio
+
+    store = connect(pg_store_url)
+    assert isinstance(store, PostgresStore)
+    configure = pg_aio._configure
+
+    async def scenario() -> None:
+        entered, never = asyncio.Event(), asyncio.Event()
+
+        async def stalled(conn: psycopg.AsyncConnection, options: object) -> None:
+            entered.set()
+            await never.wait()
+
+        monkeypatch.setattr(pg_aio, "_configure", stalled)
+        # When the caller's call is cancelled during that set-up (a timeout around it)
+        call = asyncio.ensure_future(Queue(store, "mail").aget("held"))
+        await entered.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # Then the connection is closed, not kept idle with the role's own settings
+        assert _loop_connections(store) == []
+        # And the next call sets up a connection of its own
+        monkeypatch.setattr(pg_aio, "_configure", configure)
+        assert (await Queue(store, "mail").aget("held")) is not None
+        (kept,) = _loop_connections(store)
+        shown = await (await kept.execute("SELECT current_setting('TimeZone')")).fetchone()
+        assert shown == ("UTC",)
+        await store.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()

@@ -128,7 +128,7 @@ class LoopConnections:
             call = Call(conn, self._options.call_timeout_s)
             try:
                 if fresh:
-                    await _configure(conn, self._options)
+                    await self._configure(call)
                 yield call
             finally:
                 try:
@@ -159,6 +159,16 @@ class LoopConnections:
                     raise
         except TimeoutError:
             raise _NoConnection(wait_s, by_callers) from None
+
+    async def _configure(self, call: Call) -> None:
+        """A new connection's settings; one whose set-up did not finish (cancelled, cut at
+        its deadline, refused) is marked cut, so that it is closed, never kept idle with the
+        role's own settings."""
+        try:
+            await _configure(call.conn, self._options)
+        except BaseException:
+            call.cut = True
+            raise
 
     async def _give_back(self, call: Call) -> None:
         """Keep a healthy connection, idle (outside any transaction); close a broken one, or
