@@ -4,6 +4,7 @@ enqueue opens no transaction the caller does not decide."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +126,29 @@ def test_a_callers_transaction_that_read_before_another_wrote_is_store_unavailab
     finally:
         conn.close()
     assert q.get("j1") is None and q.get("other") is not None
+
+
+def test_an_async_enqueue_joins_the_callers_connection_and_its_transaction(
+        store: SQLiteStore, path: str) -> None:
+    # Given a caller's connection with a transaction of its own open
+    q = store.queue("mail")
+    conn = sqlite3.connect(path, isolation_level=None)
+
+    async def enqueue(job_id: str) -> None:
+        await q.aenqueue(job_id, {}, connection=conn)
+
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        # When an asyncio caller enqueues in it, then rolls back; and again, then commits
+        asyncio.run(enqueue("rolled"))
+        conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        asyncio.run(enqueue("kept"))
+        # Then the enqueue is the caller's: unseen by the store until the commit (it had
+        # failed with the driver's "objects created in a thread" error, its connection used
+        # on another thread)
+        assert q.get("kept") is None
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    assert q.get("rolled") is None and q.get("kept") is not None

@@ -212,7 +212,11 @@ class AsyncPrimitives:
         """``enqueue_many`` for asyncio callers. This default runs the blocking call in a
         worker thread (the SQLite store's way), so the event loop never waits on the
         database; stores with a native async driver override it and then take that driver's
-        async connection as ``connection=``."""
+        async connection as ``connection=``. Given the caller's own (blocking) connection, it
+        runs on the caller's thread, in the caller's transaction: that connection belongs to
+        its thread (sqlite3 refuses any other), and the caller already waits on it."""
+        if connection is not None:
+            return self.enqueue_many(queue, specs, on_conflict, connection)
         return await self._in_thread(self.enqueue_many, queue, specs, on_conflict, connection)
 
     async def aget(self, queue: str, job_id: str) -> Job | None:
