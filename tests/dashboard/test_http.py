@@ -259,6 +259,25 @@ def test_one_stats_snapshot_per_second_however_many_readers(store: Store) -> Non
     assert mail["counts"]["failed"] == "2" and mail["failed_last_hour"] == 2
 
 
+def test_the_last_hour_is_the_hour_up_to_now_not_the_clock_hour(store: Store) -> None:
+    # Given mail's 2 quarantines and 1 result, 59 minutes old: in another clock hour, or in
+    # the same one, whatever the time now
+    store.time_offset_s += 59 * 60
+    now = [100.0]
+    stats = StatsSnapshot(store, clock=lambda: now[0])
+
+    def mail() -> dict[str, object]:
+        now[0] += 2  # past the snapshot's age
+        return next(r for r in stats.get() if r["queue"] == "mail")
+
+    # Then the overview counts them in its last hour (it had counted from the clock hour's
+    # start only, so they dropped out at every hour)
+    assert (mail()["done_last_hour"], mail()["failed_last_hour"]) == (1, 2)
+    # And two minutes later they are more than an hour old
+    store.time_offset_s += 120
+    assert (mail()["done_last_hour"], mail()["failed_last_hour"]) == (0, 0)
+
+
 def test_the_event_stream_sends_the_shared_snapshot(store: Store) -> None:
     client = TestClient(create_app(store, auth=BasicAuth({"admin": "pw"}), sse_every_s=0.01))
     with client.stream("GET", "/events", headers=ADMIN) as response:

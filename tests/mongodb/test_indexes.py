@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from leaseq.job import Lease
-from leaseq.stores.mongodb import documents, indexes
+from leaseq.stores.mongodb import documents, indexes, operators
 
 JOBS = [keys for keys, _ in indexes.job_indexes({"tombstone": 60})]
 OLD_INDEX = [("status", 1), ("lease_until", 1)]
@@ -166,3 +166,13 @@ def test_the_journal_query_is_served_by_the_journal_index():
     query = documents.journal_of("q", "j")
     assert indexes.unserved(query, documents.JOURNAL_SORT, journal) == []
     assert indexes.unserved(query, documents.JOURNAL_SORT, [OLD_INDEX]) != []
+
+
+@pytest.mark.parametrize("pipeline", [
+    operators.hourly("q", datetime(2026, 1, 1, tzinfo=UTC)),
+    operators.counted("q", datetime(2026, 1, 1, tzinfo=UTC))], ids=["per hour", "last hour"])
+def test_the_journal_counts_are_served_by_the_journal_time_index(pipeline):
+    # The dashboard reads them every second: a range on the time after the queue's equality
+    match = pipeline[0]["$match"]
+    assert indexes.unserved(match, [], [indexes.JOURNAL_TIME_INDEX]) == []
+    assert indexes.unserved(match, [], [indexes.ID_INDEX]) != []

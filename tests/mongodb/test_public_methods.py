@@ -238,6 +238,10 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                        lambda s, db: [(c.hour, c.event, c.count)
                                       for c in s.journal_hourly("q", 2)],
                        [(HOUR, "claimed", 3)]),
+    "journal_counts": (lambda db: db["leaseq_journal"].answer("aggregate", [
+                           {"_id": "quarantined", "n": 2}, {"_id": "result_saved", "n": 5}]),
+                       lambda s, db: s.journal_counts("q", 3600),
+                       {"quarantined": 2, "result_saved": 5}),
     "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 5),
                                   db[Q].answer("find", [{"_id": "a", "lease_until": LONG_AGO}])),
                       lambda s, db: (lambda r: ({k: str(c) for k, c in r.counts.items()},

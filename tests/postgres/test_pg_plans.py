@@ -116,6 +116,8 @@ def test_hourly_counts_read_only_the_events_they_count(store: PostgresStore, pg_
         # When the hourly counts are planned and run
         plan = analyze(conn, store.queries["journal_hourly"], {"queue": "hourly", "hours": 1,
                                                                "off": 0.0})
+        window = analyze(conn, store.queries["journal_counts"], {
+            "queue": "hourly", "within_s": 3600.0, "off": 0.0})
         (definition,) = conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = 'journal_at'",
             (store.options.schema,)).fetchone() or ("",)
@@ -125,6 +127,10 @@ def test_hourly_counts_read_only_the_events_they_count(store: PostgresStore, pg_
     assert rows_read(plan) == 3
     assert all(f"'{event}'" in definition for event in HOURLY_UNCOUNTED), definition
     assert [(c.event, c.count) for c in store.journal_hourly("hourly", 1)] == [("quarantined", 3)]
+    # And so do the counts of the last hour (the dashboard's overview)
+    assert scans(window) == ["Index Only Scan using journal_at"]
+    assert rows_read(window) == 3
+    assert store.journal_counts("hourly", 3600) == {"quarantined": 3}
 
 
 def test_a_filter_by_task_alone_walks_the_primary_key_in_id_order(store: PostgresStore,

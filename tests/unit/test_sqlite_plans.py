@@ -244,3 +244,8 @@ def test_hourly_counts_read_only_the_events_they_count(
     assert steps * STEP < 500, (steps * STEP, plan)
     assert all(f"'{event}'" in definition for event in HOURLY_UNCOUNTED), definition
     assert [(c.event, c.count) for c in store.journal_hourly("q1", 1)] == [("quarantined", 5)]
+    # And so do the counts of the last hour (the dashboard's overview)
+    window = _plan(conn, "journal_counts", queue="q1", within_s=3600.0)
+    assert any("USING COVERING INDEX leaseq_journal_at" in line for line in window), window
+    assert _steps(conn, "journal_counts", queue="q1", within_s=3600.0) * STEP < 500
+    assert store.journal_counts("q1", 3600) == {"quarantined": 5}

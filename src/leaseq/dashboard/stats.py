@@ -11,9 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from leaseq.browse import HourlyCount
 from leaseq.journal import JournalEvent
 from leaseq.stores.base import Store
+
+#: The overview's "last hour": the hour up to now, not the clock hour now running.
+LAST_HOUR_S = 3600.0
 
 
 class StatsSnapshot:
@@ -43,7 +45,7 @@ class StatsSnapshot:
 
     def _row(self, queue: str, limited: bool) -> dict[str, Any]:
         summary = self.store.queue_summary(queue)
-        hour = self.store.journal_hourly(queue, 1)
+        hour = self.store.journal_counts(queue, LAST_HOUR_S)
         held = self.store.held_back(queue) if limited else None
         return {
             "queue": queue,
@@ -52,10 +54,6 @@ class StatsSnapshot:
             # None, not 0, for a queue without limits: the page shows "—" (nothing to hold).
             "held_by_key": None if held is None else held.by_key,
             "held_by_rate": None if held is None else held.by_rate,
-            "done_last_hour": _count(hour, JournalEvent.RESULT_SAVED),
-            "failed_last_hour": _count(hour, JournalEvent.QUARANTINED),
+            "done_last_hour": hour.get(JournalEvent.RESULT_SAVED, 0),
+            "failed_last_hour": hour.get(JournalEvent.QUARANTINED, 0),
         }
-
-
-def _count(hour: list[HourlyCount], event: str) -> int:
-    return sum(c.count for c in hour if c.event == event)

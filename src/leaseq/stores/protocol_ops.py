@@ -154,6 +154,12 @@ class OperatorPrimitives(abc.ABC):
         enqueues and claims are not counted (``leaseq.journal.HOURLY_UNCOUNTED``)."""
 
     @abc.abstractmethod
+    def journal_counts(self, queue: str, within_s: float) -> dict[str, int]:
+        """Journal events of ``queue`` in the last ``within_s`` seconds (store clock), counted
+        per event; ``{}`` when none. As ``journal_hourly``, the enqueues and claims are not
+        counted: "in the last hour" without the hours' edges."""
+
+    @abc.abstractmethod
     def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
         """Jobs of each of ``SUMMARY_STATUSES`` and the ready ones, each counted up to
         ``cap`` (past it: ``exact`` False, and an estimate where the store has one), with the

@@ -144,6 +144,11 @@ class OperatorTools(OffsetClock):
         return [HourlyCount(records.dt(r["_id"]["hour"]),  # type: ignore[arg-type]
                             r["_id"]["event"], int(r["n"])) for r in rows]
 
+    @guarded
+    def journal_counts(self, queue: str, within_s: float) -> dict[str, int]:
+        since = self.server_now() - timedelta(seconds=float(within_s))
+        return {r["_id"]: int(r["n"]) for r in self._journal.aggregate(counted(queue, since))}
+
     # --- bounded counts -------------------------------------------------------------------
 
     @guarded
@@ -254,10 +259,19 @@ def edit_payload(new: Mapping[str, Any], offset_s: float) -> list[dict[str, Any]
             *documents.operator_requeue(offset_s)]
 
 
+def counted(queue: str, since: datetime) -> list[dict[str, Any]]:
+    """``journal_counts``: the counted events since ``since``, per event."""
+    return [_counted_since(queue, since), {"$group": {"_id": "$event", "n": {"$sum": 1}}}]
+
+
+def _counted_since(queue: str, since: datetime) -> dict[str, Any]:
+    return {"$match": {"queue": queue, "at": {"$gte": since},
+                       "event": {"$nin": list(HOURLY_UNCOUNTED)}}}
+
+
 def hourly(queue: str, since: datetime) -> list[dict[str, Any]]:
     return [
-        {"$match": {"queue": queue, "at": {"$gte": since},
-                    "event": {"$nin": list(HOURLY_UNCOUNTED)}}},
+        _counted_since(queue, since),
         {"$group": {"_id": {"hour": {"$dateTrunc": {"date": "$at", "unit": "hour"}},
                             "event": "$event"}, "n": {"$sum": 1}}},
         {"$sort": {"_id.hour": 1, "_id.event": 1}},

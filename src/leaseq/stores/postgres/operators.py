@@ -124,6 +124,10 @@ class PostgresOperatorTools:
         return [HourlyCount(self._stamp(r["hour"]), r["event"], int(r["n"]))
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
 
+    def journal_counts(self, queue: str, within_s: float) -> dict[str, int]:
+        return {r["event"]: int(r["n"]) for r in self._read(
+            "journal_counts", queue=queue, within_s=float(within_s))}
+
     def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
         def work(conn: psycopg.Connection) -> QueueSummary:
             counts = {status: self._capped(conn, queue, status, cap)

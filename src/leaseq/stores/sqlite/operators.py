@@ -115,6 +115,10 @@ class SQLiteOperatorTools:
         return [HourlyCount(self._stamp(r["hour"]), r["event"], int(r["n"]))
                 for r in self._read("journal_hourly", queue=queue, hours=hours)]
 
+    def journal_counts(self, queue: str, within_s: float) -> dict[str, int]:
+        return {r["event"]: int(r["n"]) for r in self._read(
+            "journal_counts", queue=queue, within_s=float(within_s))}
+
     def queue_summary(self, queue: str, cap: int = COUNT_CAP) -> QueueSummary:
         with self._lock:  # one read transaction's worth of statements, one after another
             counts = {status: self._capped("count_capped", cap, queue=queue, status=status)

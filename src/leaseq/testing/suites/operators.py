@@ -181,6 +181,28 @@ class OperatorToolsSuite:
         assert wide[0].hour < wide[1].hour == recent[0].hour
         assert store.journal_hourly("other", hours=4) == []
 
+    def test_journal_counts_a_window_that_ends_now(self, leaseq_store: FreshStore) -> None:
+        # Given a job quarantined and one done, 40 minutes later another quarantined, and
+        # 30 minutes after that a third: the first two 70 minutes old, wherever the clock
+        # hour's edge fell
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_failed(q, "f0")
+        q.enqueue("d0", {})
+        done = q.claim_one("d0", W1, lease_s=600)
+        assert done is not None
+        q.complete(done)
+        advance(store, 2400)
+        given_failed(q, "f1")
+        advance(store, 1800)
+        given_failed(q, "f2")
+        # When the last hour is counted, Then it holds the two recent quarantines only; the
+        # enqueues and claims are not counted (HOURLY_UNCOUNTED)
+        assert store.journal_counts("jobs", 3600) == {"quarantined": 2}
+        # And a wider window counts the first two as well
+        assert store.journal_counts("jobs", 5400) == {"quarantined": 3, "result_saved": 1}
+        assert store.journal_counts("other", 3600) == {}
+
     def test_worker_registry_keeps_pruned_and_forgotten(self, leaseq_store: FreshStore) -> None:
         store = leaseq_store.store
         # Given two workers that beat

@@ -11,6 +11,14 @@ WHERE queue = %(queue)s AND event NOT IN ({event.enqueued}, {event.claimed})
 GROUP BY 1, 2
 ORDER BY 1, 2;
 
+-- The same events in a window that ends now (the overview's "last hour"), by the same index.
+-- name: journal_counts
+SELECT event, count(*) AS n
+FROM {journal}
+WHERE queue = %(queue)s AND event NOT IN ({event.enqueued}, {event.claimed})
+  AND at >= {now} - make_interval(secs => %(within_s)s)
+GROUP BY event;
+
 -- Bounded counts for the overview and doctor: at most "cap" index entries each.
 -- name: count_capped
 SELECT count(*) AS n FROM (

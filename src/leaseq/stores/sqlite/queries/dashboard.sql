@@ -11,6 +11,14 @@ WHERE queue = :queue AND event NOT IN ({event.enqueued}, {event.claimed})
 GROUP BY hour, event
 ORDER BY hour, event;
 
+-- The same events in a window that ends now (the overview's "last hour"), by the same index.
+-- name: journal_counts
+SELECT event, count(*) AS n
+FROM leaseq_journal
+WHERE queue = :queue AND event NOT IN ({event.enqueued}, {event.claimed})
+  AND at >= {now} - :within_s
+GROUP BY event;
+
 -- Bounded counts for the overview and doctor: at most :cap index entries each.
 -- name: count_capped
 SELECT count(*) AS n FROM (
