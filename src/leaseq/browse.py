@@ -250,11 +250,22 @@ def _decode(cursor: str | None) -> tuple[Any, str | None]:
         return None, None
     try:
         key, job_id = json.loads(cursor)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         raise InvalidInput(BAD_CURSOR) from None
     if not isinstance(job_id, str) or not isinstance(key, (str, int, float, type(None))):
         raise InvalidInput(BAD_CURSOR)
+    if not all(_encodable(text) for text in (job_id, key) if isinstance(text, str)):
+        raise InvalidInput(BAD_CURSOR)  # a lone surrogate, written as a JSON escape
     return key, job_id
+
+
+def _encodable(text: str) -> bool:
+    """Whether a store can take ``text`` (UTF-8: no lone surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def number_key(key: Any) -> float | None:

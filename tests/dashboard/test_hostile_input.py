@@ -117,11 +117,26 @@ def test_a_read_only_user_cannot_search_the_real_error_text(client: TestClient,
     "/jobs?queue=mail&status=failed&cursor=%5B%22abc%22%2C%22x%22%5D",
     "/jobs?queue=mail&status=failed&cursor=%5B1e400%2C%22x%22%5D",
     "/jobs?queue=mail&status=failed&cursor=%5Btrue%2C%22x%22%5D",
+    # a lone surrogate (a JSON escape) and a cursor nested too deeply: they had reached the
+    # store, or the JSON decoder's recursion limit, and answered 500
+    "/jobs?queue=mail&status=failed&cursor=%5B1%2C%22%5Cud800%22%5D",
+    "/jobs?queue=mail&cursor=%5B%22%5Cud800%22%2C%22x%22%5D",
+    "/jobs?queue=mail&task=send&cursor=" + "%5B" * 5000,
     "/jobs?queue=%00", "/jobs?queue=mail&status=%00", "/job/mail/%00", "/job/%00/x",
     "/job/mail?id=%00", "/job/mail",
 ])
 def test_a_query_no_page_gave_is_refused(client: TestClient, path: str) -> None:
     assert client.get(path, headers=ADMIN).status_code == 400
+
+
+def test_an_edit_nested_too_deeply_is_refused_and_changes_nothing(client: TestClient,
+                                                                  store: Store) -> None:
+    fail(store, "j1")
+    answer = client.post("/edit", headers=ADMIN, data={
+        "csrf_token": csrf(client), "queue": "mail", "job_id": "j1",
+        "payload": "[" * 5000 + "]" * 5000})
+    assert answer.status_code == 400 and "nested too deeply" in answer.text
+    assert store.get("mail", "j1").status == "failed"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("path", "form"), [

@@ -306,6 +306,8 @@ class Dashboard:
             payload = json.loads(text)
         except ValueError:
             return PlainTextResponse("refused: the payload is not JSON", 400)
+        except RecursionError:
+            return PlainTextResponse("refused: the payload is nested too deeply to store", 400)
         checked = validate.payload(payload, self.store.queue(queue).policy.max_payload_bytes)
         done = self.store.requeue_edited(queue, job_id, checked, access.user)
         return RedirectResponse(_root(request) + job_path(queue, job_id), 303) if done else \
