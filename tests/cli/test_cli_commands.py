@@ -530,3 +530,20 @@ def test_a_metrics_port_that_is_taken_is_one_line_and_exit_2(invoke: Invoke,
     assert result.exit_code == 2, result.output
     assert f"cannot serve metrics on 127.0.0.1:{port}" in result.output
     assert "Traceback" not in result.output
+
+
+def test_text_from_the_store_cannot_drive_the_operators_terminal(
+        invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a job failed with an error text full of terminal escapes (a retitle, a screen
+    # clear, a colour), as an exception message built from outside input can be
+    q = store.queue("images")
+    q.enqueue("e\x1b[2J1", {}, task="resize")
+    job = q.claim_one("e\x1b[2J1", "host:1:abcd", lease_s=60)
+    assert job is not None
+    q.fail(job, "boom \x1b]0;pwned\x07\x1b[2J\x1b[31mFAKE OK\x1b[0m")
+    # When the quarantine is listed and the job inspected
+    for shown in (invoke("failed"), invoke("inspect", "e\x1b[2J1")):
+        # Then no control character reaches the terminal: each is written out as \xNN
+        assert shown.exit_code == 0, shown.output
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown.output), repr(shown.output)
+        assert r"\x1b[31mFAKE OK" in shown.output

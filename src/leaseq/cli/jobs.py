@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from leaseq import validate
 from leaseq.app import App
@@ -123,7 +122,7 @@ def inspect(job_id: str, url: str | None, queue: str | None, as_json: bool) -> N
         return
     console = Console()
     console.print(render.record_table(job))
-    console.print(f"\n[bold]story of {escape(job.id)}[/bold]")
+    console.print(f"\n[bold]story of {render.shown(job.id)}[/bold]")
     for line in render.story(entries, now):
         console.print(line, highlight=False)
 

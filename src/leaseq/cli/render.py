@@ -4,6 +4,7 @@ a job's journal told as a story."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,16 @@ from leaseq.metrics import QueueSnapshot
 from leaseq.timeline import read_timeline
 
 STATUS_COLUMNS = ["pending", "processing", "done", "failed", "cancelled"]
+
+#: Control characters but line feed and tab (C0, DEL, C1): an ESC in an error text could
+#: retitle, clear or recolour the operator's terminal, or fake a line of output.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """Text from a store (ids, tasks, errors, reasons) as a command prints it: rich markup
+    escaped, and each control character but line feed and tab written as ``\\xNN``."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
 
 #: How the story tells an event; an event not listed is told by its name. Rows written under
 #: an older name (``RENAMED_EVENTS``) are told as the event they mean today.
@@ -55,7 +66,7 @@ def status_rows(snaps: Sequence[QueueSnapshot]) -> dict[str, Any]:
 
 
 def status_table(url: str, snaps: Sequence[QueueSnapshot]) -> Table:
-    table = Table(title=f"leaseq — {escape(url)}")
+    table = Table(title=f"leaseq — {shown(url)}")
     others = sorted({k for s in snaps for k in s.counts} - set(STATUS_COLUMNS))
     limited = any(s.held_back.total for s in snaps)
     held = ["held by key", "held by rate"] if limited else []
@@ -65,7 +76,7 @@ def status_table(url: str, snaps: Sequence[QueueSnapshot]) -> Table:
     for s in snaps:
         held_cells = [str(s.held_back.by_key), str(s.held_back.by_rate)] if limited else []
         counts = [str(s.counts.get(k, 0)) for k in [*STATUS_COLUMNS, *others]]
-        table.add_row(escape(s.queue), *counts, str(s.ready), *held_cells, str(s.in_flight),
+        table.add_row(shown(s.queue), *counts, str(s.ready), *held_cells, str(s.in_flight),
                       f"{s.oldest_pending_age_s:.1f} s")
     return table
 
@@ -85,8 +96,8 @@ def quarantine_table(jobs: Sequence[Job]) -> Table:
         table.add_column(column, overflow="fold")
     for j in jobs:
         last_line = (j.error or "").strip().splitlines()[-1:] or [""]
-        table.add_row(escape(j.queue), escape(j.id), escape(j.task or ""), j.failure or "",
-                      str(j.attempts), escape(last_line[0][:200]))
+        table.add_row(shown(j.queue), shown(j.id), shown(j.task or ""), j.failure or "",
+                      str(j.attempts), shown(last_line[0][:200]))
     return table
 
 
@@ -99,14 +110,14 @@ ALWAYS_SHOWN = ("status", "attempts", "snoozes", "givebacks")
 
 def record_table(job: Job) -> Table:
     """The job's record; the payload only as its size and keys (it may hold anything)."""
-    table = Table(show_header=False, title=f"job {escape(job.id)}", title_justify="left")
+    table = Table(show_header=False, title=f"job {shown(job.id)}", title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for name, value in job.to_dict().items():
         if name == "payload":
             value = f"{len(json.dumps(value))} bytes, keys: {', '.join(sorted(value)) or '-'}"
         if value not in (None, "", False) or name in ALWAYS_SHOWN:
-            table.add_row(name, escape(str(value)))
+            table.add_row(name, shown(str(value)))
     return table
 
 
@@ -127,12 +138,12 @@ def story_line(entry: JournalEntry, start: datetime | None, note: str | None = N
     if entry.attempt:
         parts.append(f"attempt {entry.attempt}")
     if entry.worker_id:
-        parts.append(f"by {escape(entry.worker_id)}")
+        parts.append(f"by {shown(entry.worker_id)}")
     detail = entry.reason or ""
     if entry.data and "delay_s" in entry.data:
         detail += f" (in {float(entry.data['delay_s']):.2f} s)"
     if detail:
-        parts.append(f"— {escape(detail)}")
+        parts.append(f"— {shown(detail)}")
     if note:
         parts.append(f"· {note}")
     return "  ".join(parts)
