@@ -110,10 +110,18 @@ def test_status_table_and_json(invoke: Invoke, store: leaseq.Store) -> None:
     assert images["counts"] == {"pending": 2, "failed": 1}
     assert images["ready"] == 1
     assert images["oldest_pending_age_s"] >= 0
-    only = json.loads(invoke("status", "--json", "--queue", "nothing").output)
+    nothing = invoke("status", "--json", "--queue", "nothing")
+    only = json.loads(nothing.stdout)
     assert only["queues"]["nothing"] == {"counts": {}, "ready": 0, "in_flight": 0,
                                          "held_back": {"by_key": 0, "by_rate": 0},
                                          "oldest_pending_age_s": 0.0}
+    # And a queue with no jobs is named as such (a typo must not read as an empty queue)
+    assert nothing.exit_code == 0
+    assert "no jobs in queue(s): nothing (is the name right?)" in nothing.stderr
+    assert "no jobs" not in invoke("status", "--queue", "images").stderr
+    # And a name no queue can have is refused, as by every other command
+    refused = invoke("status", "--queue", "bad/queue")
+    assert refused.exit_code == 2 and "queue" in refused.output
     q.claim("host:1:abcd", 1)
     assert json.loads(invoke("status", "--json").output)["queues"]["images"]["in_flight"] == 1
 

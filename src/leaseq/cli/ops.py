@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from leaseq import sweeper
+from leaseq import sweeper, validate
 from leaseq.cli import Seconds, echo_json, errors, json_option, open_store, render, url_option
 from leaseq.metrics import Metrics, snapshot
 from leaseq.signals import StopSignals, stop_event
@@ -23,8 +23,12 @@ from leaseq.signals import StopSignals, stop_event
 def status(url: str | None, queues: tuple[str, ...], as_json: bool) -> None:
     """Jobs by status, ready count (and how many of those a claim limit holds back), in-flight
     count and oldest pending age, per queue."""
+    names = [validate.queue_name(queue) for queue in queues]
     with open_store(url, create=False) as store:
-        snaps = snapshot(store, list(queues) or None)
+        snaps = snapshot(store, names or None)
+        empty = sorted(set(names) - set(store.queues()))
+    if empty:  # a typo must not read as an empty queue
+        click.echo(f"no jobs in queue(s): {', '.join(empty)} (is the name right?)", err=True)
     if as_json:
         echo_json({"url": store.url, "queues": render.status_rows(snaps)})
     else:
