@@ -193,6 +193,9 @@ class Worker(LeaseClock, Lifecycle):
         self._pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
         self._loop = LoopThread()
+        self.started = threading.Event()
+        """Set once ``run`` has started everything (metrics server, pools, heartbeat,
+        scheduler) and works: what can fail at start-up has failed by then."""
 
     def __repr__(self) -> str:
         return f"<Worker {self.worker_id} queues={[q.name for q in self.queues]}>"
@@ -237,6 +240,7 @@ class Worker(LeaseClock, Lifecycle):
         stop_scheduler = self._start_scheduler()
         log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues),
                  extra=queue_fields("worker_started"))
+        self.started.set()
         try:
             self._work(stop_event)
         finally:

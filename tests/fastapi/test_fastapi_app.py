@@ -1,9 +1,13 @@
-"""The FastAPI router and lifespan in process (``TestClient``): who may read a job, and a
-lifespan started again after a shutdown, on SQLite and PostgreSQL (a fresh schema)."""
+"""The FastAPI router and lifespan in process (``TestClient``): who may read a job, a
+lifespan started again after a shutdown, and the embedded worker's start, failure and stop, on
+SQLite and PostgreSQL (a fresh schema)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import socket
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,8 +20,10 @@ from fastapi.testclient import TestClient
 from fastapi_helpers import fresh_store_url
 
 import leaseq
-from leaseq import connect
+from leaseq import connect, sweeper
 from leaseq.contrib.fastapi import jobs_router, lifespan, new_job_id
+from leaseq.errors import InvalidInput
+from leaseq.worker import WorkerConfig
 
 ALICE, BOB = {"Authorization": "alice"}, {"Authorization": "bob"}
 
@@ -102,3 +108,103 @@ def test_the_lifespan_leaves_a_store_it_did_not_open(api: FastAPI, jobs: leaseq.
     assert jobs.store is store
     assert jobs.tasks["build"].enqueue(2).outcome == "created"
     store.close()
+
+
+def test_an_embedded_worker_that_cannot_start_fails_the_start_up(jobs: leaseq.App) -> None:
+    # Given an embedded worker whose metrics port is taken
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config = WorkerConfig(metrics_port=taken.getsockname()[1], metrics_addr="127.0.0.1")
+        api = FastAPI(lifespan=lifespan(jobs, worker=config))
+        # When the server starts, Then its start-up fails with the worker's reason
+        with pytest.raises(InvalidInput, match="cannot serve metrics"), TestClient(api):
+            pass
+    # And the store it opened is closed again
+    assert not jobs.has_open_store()
+
+
+def test_a_failed_start_up_closes_the_store_it_opened(url: str) -> None:
+    # Given an embedded worker for an App with no task yet
+    jobs = leaseq.App(url=url)
+    api = FastAPI(lifespan=lifespan(jobs, worker=True))
+    # When the server starts, Then the worker cannot be built and the start-up fails
+    with pytest.raises(InvalidInput, match="nothing to work on"), TestClient(api):
+        pass
+    # And the store it opened is closed, so the next start-up opens (and closes) its own
+    assert not jobs.has_open_store()
+
+    @jobs.task
+    def noop() -> None:
+        return None
+
+    with TestClient(api):
+        assert jobs.has_open_store()
+    assert not jobs.has_open_store()
+
+
+def test_an_embedded_worker_that_dies_is_logged_and_raised_at_shutdown(
+        jobs: leaseq.App, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given an embedded worker whose first sweep fails with a bug once the app serves
+    serving = threading.Event()
+
+    def broken_sweep(*args: object, **kwargs: object) -> list[sweeper.SweepResult]:
+        serving.wait(timeout=10)
+        raise RuntimeError("a bug in the sweep")
+
+    monkeypatch.setattr(sweeper, "run_once", broken_sweep)
+    api = FastAPI(lifespan=lifespan(jobs, worker=True))
+    # When the app has started and the worker dies
+    with pytest.raises(RuntimeError, match="a bug in the sweep"), TestClient(api):
+        serving.set()
+    # Then its death was logged, the shutdown raised it, and the store is closed
+    assert [r.levelname for r in caplog.records if getattr(r, "action", None) == "worker_error"
+            ] == ["ERROR"]
+    assert not jobs.has_open_store()
+
+
+def test_stopping_an_idle_embedded_worker_wakes_it(jobs: leaseq.App,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an embedded worker idle in a long wait for work
+    store = jobs.store
+    idle = threading.Event()
+    woken: list[bool] = []
+    wait_for_work = store.wait_for_work
+
+    def watched(queues: Sequence[str], timeout_s: float) -> bool:
+        idle.set()
+        woken.append(wait_for_work(queues, timeout_s))
+        return woken[-1]
+
+    monkeypatch.setattr(store, "wait_for_work", watched)
+    config = WorkerConfig(idle_min_s=5, idle_max_s=5, sweep_every_s=60)
+    api = FastAPI(lifespan=lifespan(jobs, worker=config))
+    with TestClient(api):
+        assert idle.wait(timeout=5)
+    # When the server stops, Then the stop woke the wait instead of letting it run out
+    assert woken == [True]
+    store.close()
+
+
+def test_a_handler_outliving_the_grace_period_is_warned_about(
+        jobs: leaseq.App, caplog: pytest.LogCaptureFixture) -> None:
+    # Given an embedded worker with no grace period, running a sync handler that hangs
+    running, release = threading.Event(), threading.Event()
+
+    @jobs.task(queue="slow")
+    def hang() -> None:
+        running.set()
+        release.wait(timeout=10)
+
+    api = FastAPI(lifespan=lifespan(jobs, worker=WorkerConfig(grace_s=0)))
+    try:
+        with TestClient(api):
+            hang.enqueue()
+            assert running.wait(timeout=5)
+        # When the server stops, Then it warns that the handler's thread still runs
+        (warning,) = [r for r in caplog.records if getattr(r, "action", None) == "grace_expired"]
+        assert warning.levelno == logging.WARNING
+        assert "1 job(s)" in warning.getMessage()
+    finally:
+        release.set()
