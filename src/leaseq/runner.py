@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +25,7 @@ from leaseq.completer import Completer
 from leaseq.errors import InvalidInput, LeaseqError, StoreUnavailable
 from leaseq.job import Failure, Job, LeaseLost, Permanent, Retry, Snooze, safe_reason
 from leaseq.journal import JournalEvent
-from leaseq.logfields import job_fields
+from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
 from leaseq.policy import QueuePolicy
 from leaseq.queue import Queue
@@ -394,9 +394,11 @@ class LoopThread:
     ``submit`` and ``stop`` take turns under one lock, so a coroutine is either handed to the
     loop before its stop is queued, or to a new loop after it: never left in the queue of a
     loop that stopped. The stop cancels every task still on the loop, waits for them to end,
-    then closes the loop: nothing it was given is dropped unstarted."""
+    awaits ``on_stop`` (the store's ``aclose``: the async connections its handlers opened on
+    this loop), then closes the loop: nothing it was given is dropped unstarted."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._on_stop = on_stop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -417,7 +419,7 @@ class LoopThread:
         with self._lock:
             loop, self._loop = self._loop, None
             if loop is not None:
-                loop.call_soon_threadsafe(loop.create_task, _cancel_all_then_stop())
+                loop.call_soon_threadsafe(loop.create_task, _cancel_all_then_stop(self._on_stop))
 
     def join(self, timeout_s: float | None = None) -> None:
         """Wait for the last loop's thread to end (after ``stop``)."""
@@ -435,15 +437,22 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
         loop.close()
 
 
-async def _cancel_all_then_stop() -> None:
+async def _cancel_all_then_stop(on_stop: Callable[[], Awaitable[None]] | None) -> None:
     """The loop's last task: cancel every other one (a task whose coroutine never started is
-    closed by it), wait for them all, then stop the loop."""
+    closed by it), wait for them all, await ``on_stop``, then stop the loop."""
     this = asyncio.current_task()
     tasks = [task for task in asyncio.all_tasks() if task is not this]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    asyncio.get_running_loop().stop()
+    try:
+        if on_stop is not None:
+            await on_stop()
+    except Exception as exc:  # the loop stops all the same: a connection left is GC's
+        log.warning("closing the async handlers' connections failed: %s",
+                    safe_reason(exc), extra=queue_fields("async_close_failed"))
+    finally:
+        asyncio.get_running_loop().stop()
 
 
 class _Invalid(Exception):

@@ -192,7 +192,7 @@ class Worker(LeaseClock, Lifecycle):
         self._full_keys = FullKeys(self.config.idle_min_s, self.config.idle_max_s)
         self._pool: ThreadPoolExecutor | None = None
         self._finisher: ThreadPoolExecutor | None = None
-        self._loop = LoopThread()
+        self._loop = LoopThread(on_stop=self.store.aclose)
         self.started = threading.Event()
         """Set once ``run`` has started everything (metrics server, pools, heartbeat,
         scheduler) and works: what can fail at start-up has failed by then."""

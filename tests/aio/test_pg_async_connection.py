@@ -62,3 +62,33 @@ def test_an_event_loop_that_ends_without_aclose_does_not_hang(pg_store_url: str)
         assert q.counts() == {"pending": 5}
     finally:
         store.close()
+
+
+def test_a_worker_closes_the_connections_its_async_handlers_opened(pg_store_url: str) -> None:
+    # Given an async task that enqueues from inside its handler, on the worker's event loop
+    import leaseq
+    from leaseq.worker import Worker, WorkerConfig
+
+    app = leaseq.App(url=pg_store_url)
+    loops: list[asyncio.AbstractEventLoop] = []  # keeps the loop, and its connections, alive
+
+    @app.task(queue="parents")
+    async def parent(n: int) -> None:
+        loops.append(asyncio.get_running_loop())
+        await child.aenqueue(n, job_id=f"child-{n}")
+
+    @app.task(queue="children")
+    def child(n: int) -> None:
+        pass
+
+    try:
+        for n in range(3):
+            parent.enqueue(n)
+        # When a worker runs them and stops
+        Worker(app, WorkerConfig(queues=("parents",), burst=True, idle_max_s=0.05)).run()
+        # Then the children are there, and no connection is left open on the handlers' loop
+        # (they were left to the garbage collector, with a ResourceWarning each)
+        assert app.queue("children").counts() == {"pending": 3}
+        assert loops and app.store._async._by_loop.get(loops[0]) is None  # type: ignore[attr-defined]
+    finally:
+        app.close_store()

@@ -71,6 +71,48 @@ def test_the_stop_cancels_a_handler_that_awaits_and_closes_the_loop() -> None:
     assert thread is not None and not thread.is_alive()
 
 
+def test_the_stop_awaits_on_stop_on_the_loop_after_its_tasks_ended() -> None:
+    # Given a loop whose stop closes what its handlers opened (the store's aclose)
+    seen: list[tuple[str, asyncio.AbstractEventLoop | None]] = []
+    handler_ended = threading.Event()
+
+    async def close() -> None:
+        seen.append(("closed, the handler ended" if handler_ended.is_set() else "too soon",
+                     asyncio.get_running_loop()))
+
+    loops = LoopThread(on_stop=close)
+
+    async def handler() -> None:
+        try:
+            await asyncio.sleep(WAIT_S)
+        finally:
+            handler_ended.set()
+
+    loop_of: Future[asyncio.AbstractEventLoop] = loops.submit(_loop_of())
+    loops.submit(handler())
+    ran_on = loop_of.result(WAIT_S)
+    # When it stops, Then on_stop runs once, on that loop, after the handler was cancelled
+    loops.stop()
+    loops.join(WAIT_S)
+    assert seen == [("closed, the handler ended", ran_on)]
+
+
+def test_a_failing_on_stop_still_closes_the_loop() -> None:
+    async def close() -> None:
+        raise RuntimeError("the server went away")
+
+    loops = LoopThread(on_stop=close)
+    assert loops.submit(_value(1)).result(WAIT_S) == 1
+    loops.stop()
+    loops.join(WAIT_S)
+    thread = loops._thread
+    assert thread is not None and not thread.is_alive()
+
+
+async def _loop_of() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
 def test_a_submit_after_the_stop_runs_on_a_new_loop() -> None:
     loops = LoopThread()
     assert loops.submit(_value(1)).result(WAIT_S) == 1

@@ -56,7 +56,7 @@ class AppExecutor:
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], InFlight] = {}
         self._started = False
-        self._loop = LoopThread()
+        self._loop = LoopThread(on_stop=self._close_async)
         self._abandoned = AbandonedJournal(time.monotonic)
 
     def __call__(self, job: Job) -> Job:
@@ -104,6 +104,11 @@ class AppExecutor:
         if outcome == "store_error" or after is None:
             raise StoreUnavailable(f"job {job.id[:200]!r}: its outcome could not be saved")
         return after
+
+    async def _close_async(self) -> None:
+        """On the handlers' loop as it stops: the async connections they opened there."""
+        if self.app.has_open_store():
+            await self.app.store.aclose()
 
     def close(self) -> None:
         with self._lock:
