@@ -110,6 +110,19 @@ def test_scheduler_refuses_an_app_without_schedules(invoke) -> None:
     assert result.exit_code == 2 and "declares no schedules" in result.output
 
 
+def test_scheduler_of_an_app_whose_last_schedule_was_removed_retires_it_then_refuses(
+    invoke, store
+) -> None:
+    # Given a schedule in cli_tasks' queue "images" that its previous code declared
+    store.register_schedule("thumbnails", "images", '{"task":"resize","every_s":3600}')
+    # When `leaseq scheduler` of the code without it starts
+    result = invoke("scheduler", "cli_tasks:app")
+    # Then it refuses to run, and the schedule is marked inactive first
+    assert result.exit_code == 2 and "marked inactive" in result.output
+    state = store.schedule_state("thumbnails")
+    assert state is not None and not state.active
+
+
 def test_a_record_the_code_refuses_is_listed_with_what_is_known(invoke, store) -> None:
     # Given a record an older version accepted: every_s beyond this code's 100 years
     store.register_schedule("aeons", "default", '{"task":"t","every_s":1e12}')

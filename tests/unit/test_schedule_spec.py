@@ -3,6 +3,7 @@ catch-up plan, and what ``@app.periodic`` / ``app.schedule`` register."""
 
 from __future__ import annotations
 
+import zoneinfo
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -13,6 +14,7 @@ from leaseq.app import PayloadMismatch
 from leaseq.errors import InvalidInput
 from leaseq.job import JobSpec
 from leaseq.ledger import ScheduleState, format_tick
+from leaseq.scheduler import spec
 from leaseq.scheduler.plan import plan
 from leaseq.scheduler.spec import MAX_EVERY_S, Schedule
 
@@ -232,3 +234,58 @@ def test_schedule_checks_the_payload_and_refuses_a_second_name(tmp_path):
             app.schedule("odd", sync_drive, every_s=300, payload=payload)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):  # not JSON: refused when declared, not at every tick
         app.schedule("set", sync_drive, every_s=300, payload={"drive": {"a"}})
+
+
+# --- zones that depend on the host, and a cron that is not text ----------------------------
+
+
+@pytest.mark.parametrize("zone", [
+    "localtime", "posixrules", "Factory", "posix/Europe/Kyiv", "right/UTC"])
+def test_a_zone_the_host_resolves_its_own_way_is_refused(zone):
+    with pytest.raises(InvalidInput, match="depends on the host"):
+        cron("0 3 * * *", zone)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Etc/UTC", "Europe/Kyiv", "America/New_York"])
+def test_iana_zones_are_taken(zone):
+    assert cron("0 3 * * *", zone).timezone == zone
+
+
+def test_the_tz_database_is_scanned_once(monkeypatch):
+    # Given a count of the tz database's scans, from a fresh cache
+    scans: list[int] = []
+    real = zoneinfo.available_timezones
+
+    def counted() -> set[str]:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(zoneinfo, "available_timezones", counted)
+    spec.known_zones.cache_clear()
+    try:
+        # When three schedules are declared
+        for zone in ("UTC", "Europe/Kyiv", "Asia/Tokyo"):
+            cron("0 3 * * *", zone)
+    finally:
+        spec.known_zones.cache_clear()
+    # Then the database was read once
+    assert scans == [1]
+
+
+@pytest.mark.parametrize("expr", [123, ["0", "3", "*", "*", "*"], 3.5])
+def test_a_cron_that_is_not_text_is_refused_with_a_typed_error(expr):
+    with pytest.raises(InvalidInput, match="cron must be a string"):
+        Schedule("s", "t", "q", cron=expr)
+
+
+def test_skip_fires_only_the_latest_due_tick_even_when_an_earlier_one_is_on_time():
+    # Given every 10 s, found 25 s after the cursor: ticks 15 s and 5 s late, both on time
+    skip = Schedule("s", "t", "q", every_s=10, catch_up="skip")
+    latest = Schedule("s", "t", "q", every_s=10, catch_up="latest")
+    now = T0 + timedelta(seconds=25)
+    on_time = plan(skip, _state(T0), now, None, 60, _spec)
+    # Then skip fires the latest one only, as latest does: it never fires more than latest
+    assert on_time is not None and [t for t, _ in on_time.jobs] == [T0 + timedelta(seconds=20)]
+    assert on_time.missed == 1
+    by_latest = plan(latest, _state(T0), now, None, 60, _spec)
+    assert by_latest is not None and on_time.jobs == by_latest.jobs

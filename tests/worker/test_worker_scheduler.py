@@ -10,6 +10,7 @@ from prometheus_client import generate_latest
 from worker_helpers import running, wait_until
 
 import leaseq
+from leaseq.scheduler import Scheduler
 
 
 def _every_second(app: leaseq.App, seen: list[datetime]) -> None:
@@ -44,3 +45,29 @@ def test_a_worker_without_the_scheduler_leaves_the_ledger_alone(app: leaseq.App)
         other.enqueue()
         wait_until(lambda: app.store.counts("work").get("done") == 1, what="one job done")
     assert app.store.schedules() == [] and seen == []
+
+
+def test_a_worker_of_an_app_without_schedules_leaves_another_apps_schedules_active(
+        app: leaseq.App) -> None:
+    # Given a scheduler's app that declares a schedule in queue "work"
+    scheduling = leaseq.App(store=app.store)
+    scheduling.task(lambda: None, name="report", queue="work")
+    scheduling.schedule("hourly", "report", every_s=3600)
+    Scheduler(scheduling).register()
+    # And the workers' app, which declares the task and no schedule (a common arrangement:
+    # the schedules live in the scheduler's module only)
+    app.task(lambda: None, name="report", queue="work")
+    # When a worker of it runs a job
+    app.queue("work").enqueue("j", {}, task="report")
+    with running(app, idle_max_s=0.05):
+        wait_until(lambda: app.store.counts("work").get("done") == 1, what="the job done")
+    # Then the schedule stays active: retiring it would make its scheduler revive it from
+    # now at each look, dropping the ticks in between (`leaseq scheduler` of an app without
+    # schedules is how its last one is retired)
+    assert _active(app, "hourly")
+
+
+def _active(app: leaseq.App, name: str) -> bool:
+    state = app.store.schedule_state(name)
+    assert state is not None
+    return state.active

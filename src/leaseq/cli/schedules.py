@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from leaseq.app import App
@@ -78,8 +77,9 @@ def _table(rows: list[dict[str, Any]]) -> Table:
         zone = "" if row["timezone"] in ("UTC", "?") else f" ({row['timezone']})"
         job = f"{row['last_job']} ({row['last_job_status'] or 'purged'})" \
             if row["last_job"] else "-"
-        table.add_row(escape(row["name"]), escape(row["spec"] + zone), row["next_tick"] or "-",
-                      row["last_tick"] or "-", escape(job), _state_words(row))
+        table.add_row(render.shown(row["name"]), render.shown(row["spec"] + zone),
+                      row["next_tick"] or "-", row["last_tick"] or "-", render.shown(job),
+                      _state_words(row))
     return table
 
 
@@ -191,7 +191,11 @@ def scheduler(app_ref: str, url: str | None, metrics_port: int | None, log_level
     if url:
         app.use_store(open_store(url))
     if not app.schedules:
-        raise click.UsageError(f"{app_ref} declares no schedules (@app.periodic, app.schedule)")
+        # Its schedules' removal still stands: those left in the ledger for its queues are
+        # marked inactive (as a worker's scheduler does), then there is nothing to run.
+        Scheduler(app).register()
+        raise click.UsageError(f"{app_ref} declares no schedules (@app.periodic, app.schedule); "
+                               "any left in the ledger for its queues are marked inactive")
     stop_server = _serve_metrics(app.store, metrics_port)
     try:
         with stop_event() as stop:

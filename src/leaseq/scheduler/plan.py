@@ -20,8 +20,10 @@ def plan(schedule: Schedule, state: ScheduleState, now: datetime, running: str |
     """The advance for the ticks in (``state.cursor``, ``now``]; None when none is due.
 
     ``running``: the schedule's previous job when it is still pending or processing (only
-    looked up for ``overlap="skip"``). ``on_time_s``: with ``catch_up="skip"``, how late a tick
-    may be and still fire (a scheduler wakes a moment after the tick, never exactly at it).
+    looked up for ``overlap="skip"``). ``on_time_s``: with ``catch_up="skip"``, how late the
+    latest due tick may be and still fire (a scheduler wakes a moment after the tick it slept
+    for, never exactly at it); the ticks before it are dropped, so ``skip`` never fires more
+    than ``latest`` would.
     """
     keep = schedule.max_catch_up if schedule.catch_up == "all" else 1
     due = schedule.due(state.cursor, now, keep)

@@ -10,6 +10,7 @@ mostly read an advanced cursor and write nothing), never longer than ``max_sleep
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -43,8 +44,8 @@ class ScheduleNotFound(LeaseqError, LookupError):
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     on_time_s: float = 60.0
-    """With ``catch_up="skip"``, how late a tick may be found and still fire. Defaults to
-    60 s."""
+    """With ``catch_up="skip"``, how late the latest due tick may be found and still fire
+    (those before it never do). Defaults to 60 s."""
     max_sleep_s: float = 60.0
     """Longest sleep between looks at the ledger, so a pause, a resume or another deployment's
     change is seen. Defaults to 60 s."""
@@ -54,8 +55,9 @@ class SchedulerConfig:
     """Up to this much random delay after each tick. Defaults to 50 ms."""
     retire_s: float = 300.0
     """How often the schedules of the app's queues that its code no longer declares are
-    marked inactive again (a scheduler of older code reactivates them during a rolling
-    deploy; once it is gone, the newest code's word stands). Defaults to 5 minutes."""
+    marked inactive again, and those it declares with another spec in the ledger written
+    again (a scheduler of older code reactivates or respecs them during a rolling deploy;
+    once it is gone, the newest code's word stands). Defaults to 5 minutes."""
 
     def __post_init__(self) -> None:
         for name in ("on_time_s", "max_sleep_s", "retry_s", "jitter_s", "retire_s"):
@@ -98,22 +100,39 @@ class Scheduler:
         self._registered = True
 
     def _retire(self) -> None:
-        """Mark inactive the schedules of the app's queues that its code does not declare."""
+        """Mark inactive the schedules of the app's queues that its code does not declare
+        (all of them when it declares none: its last schedule was removed)."""
         gone = self.store.deactivate_schedules(self._queues(), sorted(self.app.schedules))
         for name in gone:
             log.info("schedule %s is no longer in the code: marked inactive", name,
                      extra={"action": "schedule_inactive", "schedule": name})
 
     def _retire_now_and_then(self, now: datetime) -> None:
-        """``_retire`` every ``retire_s`` on the database's clock, not only at the start:
-        a scheduler of older code that still declares a removed schedule reactivates it
-        at its looks, and would leave it active (and its lag growing) for good."""
+        """``_respec`` and ``_retire`` every ``retire_s`` on the database's clock, not only at
+        the start: a scheduler of older code writes its spec, or reactivates a schedule it
+        still declares, at its start and its looks; without this pass either would stand
+        for good after it is gone."""
         last = self._retired_at
         if last is not None and (now - last).total_seconds() < self.config.retire_s:
             return
-        if last is not None:  # None: register has just retired them
+        if last is not None:  # None: register has just written and retired them
+            self._respec()
             self._retire()
         self._retired_at = now
+
+    def _respec(self) -> None:
+        """Register again each declared schedule whose record in its queue holds another
+        spec (a look re-registers only a record that is missing, inactive or elsewhere).
+        Only here, once per ``retire_s``: while two versions of the code run, each writes
+        its own spec at most that often (each write journaled ``schedule_changed``, the
+        cursor kept), instead of at every look of each."""
+        for schedule in self.app.schedules.values():
+            state = self.store.schedule_state(schedule.name)
+            if (state is None or state.queue != schedule.queue
+                    or state.spec_json == schedule.spec_json()):
+                continue  # missing or elsewhere: the look registers it (or logs the conflict)
+            with contextlib.suppress(ScheduleConflict):  # taken meanwhile: the look logs it
+                self._register(schedule)
 
     def _queues(self) -> list[str]:
         """The queues of the app: its schedules' and its tasks'. A schedule's record in one

@@ -9,15 +9,17 @@ be one job.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
+import zoneinfo
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, get_args
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
@@ -42,6 +44,12 @@ MAX_EVERY_S = 100 * 365.25 * 86_400
 #: Spec fields compared when the code registers a schedule again (a change is journaled).
 SPEC_FIELDS = ("task", "cron", "every_s", "timezone", "catch_up", "max_catch_up", "overlap",
                "payload", "max_attempts", "takes_tick", "priority")
+#: Keys a tz database answers that name no place: the host's own zone (``localtime``), its
+#: build's internals (``posixrules``, ``Factory``) and its variants of every zone (``posix/``,
+#: ``right/``: with leap seconds, 27 s off). Each host may resolve them differently, so two
+#: schedulers would compute different instants for one tick.
+HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+HOST_ZONE_DIRS = ("posix/", "right/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,24 +116,38 @@ class Schedule:
         object.__setattr__(self, "payload", dict(self.payload))
 
     def _check_timing(self) -> None:
-        try:
-            zone = ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
-            raise InvalidInput(f"schedule {self.name!r}: unknown time zone "
-                               f"{str(self.timezone)[:60]!r} (use an IANA name such as "
-                               "Europe/Kyiv)") from None
+        self._check_zone()
         if self.cron is not None:
-            try:
-                CronSim(self.cron, datetime(2000, 1, 1, tzinfo=zone))
-            except (CronSimError, TypeError) as exc:
-                raise InvalidInput(f"schedule {self.name!r}: bad cron expression "
-                                   f"{str(self.cron)[:80]!r}: {exc}") from None
+            self._check_cron(self.cron)
             return
         every = self.every_s
         if (isinstance(every, bool) or not isinstance(every, int | float)
                 or not MIN_EVERY_S <= every <= MAX_EVERY_S):
             raise InvalidInput(f"schedule {self.name!r}: every_s must be a number from "
                                f"{MIN_EVERY_S:g} to {MAX_EVERY_S:g} (100 years)")
+
+    def _check_zone(self) -> None:
+        """Only a key of the tz database that names a place: ``ZoneInfo`` alone would take a
+        host's own (``localtime``) or a file's path under the database (``posix/...``)."""
+        key = self.timezone
+        if isinstance(key, str) and (key in HOST_ZONES or key.startswith(HOST_ZONE_DIRS)):
+            raise InvalidInput(f"schedule {self.name!r}: time zone {key!r} depends on the "
+                               "host, so schedulers on two hosts would tick at different "
+                               "instants: name the IANA zone (such as Europe/Kyiv or UTC)")
+        if not isinstance(key, str) or key not in known_zones():
+            raise InvalidInput(f"schedule {self.name!r}: unknown time zone {str(key)[:60]!r} "
+                               "(use an IANA name such as Europe/Kyiv; a host without a tz "
+                               "database needs `pip install tzdata`)")
+
+    def _check_cron(self, cron: object) -> None:
+        if not isinstance(cron, str):
+            raise InvalidInput(f"schedule {self.name!r}: cron must be a string such as "
+                               f"'0 3 * * *', not {type(cron).__name__}")
+        try:
+            CronSim(cron, datetime(2000, 1, 1, tzinfo=self.zone))
+        except (CronSimError, TypeError) as exc:
+            raise InvalidInput(f"schedule {self.name!r}: bad cron expression "
+                               f"{cron[:80]!r}: {exc}") from None
 
     # --- when it ticks ----------------------------------------------------------------------
 
@@ -223,6 +245,15 @@ class Schedule:
         if self.cron is not None:
             return f"cron {self.cron}"
         return f"every {self.every_s:g} s"
+
+
+@functools.cache
+def known_zones() -> frozenset[str]:
+    """The zone keys a schedule may name: the tz database's (the system's, else the
+    ``tzdata`` package's) less ``HOST_ZONES`` and ``HOST_ZONE_DIRS``. Scanned once per
+    process (the scan reads the database's directory, tens of milliseconds)."""
+    return frozenset(key for key in zoneinfo.available_timezones()
+                     if key not in HOST_ZONES and not key.startswith(HOST_ZONE_DIRS))
 
 
 def _minutes_and_seconds(cron: str) -> tuple[str, tuple[int, ...]]:
