@@ -214,12 +214,11 @@ def key_backlog(ready_and_running: Sequence[tuple[int, int]], key_limit: int) ->
                for ready, running in ready_and_running)
 
 
-def held_back(ready: int, by_key: int, recent: Sequence[float], now: float,
-              limits: ClaimLimits) -> HeldBack:
-    """What the limits hold back of ``ready`` claimable jobs, ``by_key`` of them by keys."""
+def held_back(ready: int, by_key: int, limits: ClaimLimits) -> HeldBack:
+    """What the limits hold back of ``ready`` claimable jobs, ``by_key`` of them by keys: by
+    the rate, of the rest those beyond one second's claims (``rate_per_s``). Not the room
+    left in the current window: that is 0 for most of every second of a busy queue, and an
+    autoscaler reading it would see no work while a backlog waits."""
     if limits.rate_per_s is None:
         return HeldBack(by_key, 0)
-    open_ = ready - by_key
-    recent = on_clock(recent, now)
-    room = admit(recent, stamp(recent, now), open_, limits.rate_per_s)
-    return HeldBack(by_key, max(0, open_ - room))
+    return HeldBack(by_key, max(0, ready - by_key - limits.rate_per_s))

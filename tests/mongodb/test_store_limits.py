@@ -180,7 +180,8 @@ def test_limits_is_a_taken_queue_name(store):
 def test_held_back_without_a_key_limit_reads_no_keys(db, store):
     db[Q].answer("aggregate", [{"n": 4, "age_ms": 1}])
     db[LIMITS].answer("find_one", {"recent": [T0.timestamp() - 0.5]})
-    assert store.held_back("q", ClaimLimits(rate_per_s=2)) == HeldBack(0, 3)
+    # 4 ready, 2 a second: 2 beyond one second's claims, whatever the window holds now
+    assert store.held_back("q", ClaimLimits(rate_per_s=2)) == HeldBack(0, 2)
     assert len(db.of(Q, "aggregate")) == 1
 
 
@@ -330,3 +331,17 @@ def test_claim_one_counts_a_lapsed_job_under_its_new_revisions_key(db, store):
     assert store.claim_one("q", "m1", "w", 60, ClaimLimits(key_limit=1)) is None
     (count,) = db.of(Q, "count_documents")
     assert count[0][0]["concurrency_key"] == "b"
+
+
+@pytest.mark.parametrize("lease_until, running", [
+    (T0 + timedelta(seconds=1), True), (T0, True), (T0 - timedelta(seconds=1), False)])
+def test_held_backs_key_counts_leave_a_lapsed_lease_out_of_the_running(lease_until, running):
+    # The claim's key walk counts it (its slot stays taken until the sweep); held_back does
+    # not: the lapsed job is ready itself, and an autoscaler must start the worker that
+    # frees its slot
+    doc = {"_id": "j", "concurrency_key": "a", "status": "processing",
+           "lease_until": lease_until, "attempts": 1}
+    held = documents.key_counts(0, lapsed_free=True)[1]["$group"]["running"]["$sum"]["$cond"][0]
+    claim = documents.key_counts(0, processing_only=True)[1]["$group"]["running"]["$sum"]
+    assert truthy(evaluate(held, doc, T0)) is running
+    assert truthy(evaluate(claim["$cond"][0], doc, T0)) is True

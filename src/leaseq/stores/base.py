@@ -448,9 +448,9 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
 
     @abc.abstractmethod
     def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
-        """How many ready jobs ``limits`` keep from being claimed right now: by key limits
-        (per key, the ready jobs beyond its free slots) and by the rate limit (of the rest,
-        those beyond the room left in the current window). ``limits=None``: those the queue's
+        """How many ready jobs ``limits`` keep from being claimed: by key limits (per key, the
+        ready jobs beyond its free slots; a lease that ran out holds none) and by the rate
+        limit (of the rest, those beyond one second's claims). ``limits=None``: those the queue's
         limited claims last ran with, which the store keeps beside the rate log (so a reader
         without the app's policy, such as ``leaseq status``, sees the same). Reads only;
         ``HeldBack()`` when none."""

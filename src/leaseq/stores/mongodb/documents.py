@@ -191,16 +191,22 @@ def keys_running(keys: list[str]) -> list[Doc]:
     ]
 
 
-def key_counts(offset_s: float, processing_only: bool = False) -> list[Doc]:
+def key_counts(offset_s: float, processing_only: bool = False,
+               lapsed_free: bool = False) -> list[Doc]:
     """Per key with live jobs: how many are processing and how many are claimable. It reads
     every live keyed job's index entry (``held_back``); ``processing_only``: every processing
     keyed job's, as many as run at once whatever the backlog (the key walk of a key-limited
-    claim: the keys of its jobs whose lease ran out, and every key's running count)."""
+    claim: the keys of its jobs whose lease ran out, and every key's running count).
+    ``lapsed_free`` (``held_back``): a job whose lease ran out is not counted as running, only
+    as claimable (the next sweep frees its slot)."""
     ready = {"$or": [branch_expr(b, offset_s) for b in claimable(offset_s)["$or"]]}
+    running: Doc = {"$eq": ["$status", PROCESSING]}
+    if lapsed_free:
+        running = {"$and": [running, {"$gte": ["$lease_until", now(offset_s)]}]}
     return [
         {"$match": {"status": PROCESSING, **HAS_KEY} if processing_only else live_keyed()},
         {"$group": {"_id": "$concurrency_key",
-                    "running": {"$sum": {"$cond": [{"$eq": ["$status", PROCESSING]}, 1, 0]}},
+                    "running": {"$sum": {"$cond": [running, 1, 0]}},
                     "ready": {"$sum": {"$cond": [ready, 1, 0]}}}},
     ]
 

@@ -189,11 +189,10 @@ class LimitedClaims:
         by_key = 0
         if limits.key_limit is not None:
             by_key = key_backlog([(int(r["ready"]), int(r["running"]))
-                                  for r in coll.aggregate(documents.key_counts(self._off))],
+                                  for r in coll.aggregate(documents.key_counts(
+                                      self._off, lapsed_free=True))],
                                  limits.key_limit)
-        recent = [float(t) for t in gate.get("recent") or []]
-        now = self._db.command("hello")["localTime"]
-        return held_back(ready, by_key, recent, _seconds(now) + self._off, limits)
+        return held_back(ready, by_key, limits)
 
     @guarded
     def forget_limits(self, queue: str) -> None:

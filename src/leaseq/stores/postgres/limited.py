@@ -137,7 +137,7 @@ class LimitedClaims:
                 by_key = key_backlog([(r["ready"], r["running"]) for r in
                                       self._rows(conn, "key_backlog", queue=queue)],
                                      asked.key_limit)
-            return held_back(ready, by_key, state.recent, state.now, asked)
+            return held_back(ready, by_key, asked)
 
         return self._session.run(work, idempotent=True)
 

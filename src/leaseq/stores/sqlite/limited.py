@@ -123,7 +123,7 @@ class LimitedClaims:
                 by_key = key_backlog([(int(r["ready"]), int(r["running"])) for r in
                                       self._rows(conn, "key_backlog", queue=queue)],
                                      limits.key_limit)
-            return held_back(ready, by_key, state.recent, state.now, limits)
+            return held_back(ready, by_key, limits)
 
     def forget_limits(self, queue: str) -> None:
         with self._tx() as conn:

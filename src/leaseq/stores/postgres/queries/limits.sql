@@ -141,10 +141,11 @@ WHERE queue = %(queue)s AND (key_limit IS NOT NULL OR rate_per_s IS NOT NULL);
 SELECT queue, key_limit, rate_per_s FROM {limits}
 WHERE key_limit IS NOT NULL OR rate_per_s IS NOT NULL;
 
--- Per key with live jobs: how many are ready and how many are processing (held_back).
+-- Per key with live jobs: how many are ready and how many are processing under a lease that
+-- has not run out (held_back: a lapsed one is ready, and the next sweep frees its slot).
 -- name: key_backlog
 SELECT concurrency_key,
-       count(*) FILTER (WHERE status = 'processing') AS running,
+       count(*) FILTER (WHERE status = 'processing' AND lease_until >= {now}) AS running,
        count(*) FILTER (WHERE attempts < max_attempts AND lease_until <= {now}
                         AND (status = 'pending' OR lease_until < {now})) AS ready
 FROM {jobs}

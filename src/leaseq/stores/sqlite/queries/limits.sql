@@ -139,10 +139,11 @@ VALUES (:queue, :recent, :key_limit, :rate_per_s)
 ON CONFLICT (queue) DO UPDATE
 SET recent = excluded.recent, key_limit = excluded.key_limit, rate_per_s = excluded.rate_per_s;
 
--- Per key with ready jobs: how many are ready and how many run (for held_back).
+-- Per key with ready jobs: how many are ready and how many run under a lease that has not run
+-- out (held_back: a lapsed one is ready, and the next sweep frees its slot).
 -- name: key_backlog
 SELECT concurrency_key,
-       sum(status = 'processing') AS running,
+       sum(status = 'processing' AND lease_until >= {now}) AS running,
        sum(attempts < max_attempts AND lease_until <= {now}
            AND (status = 'pending' OR lease_until < {now})) AS ready
 FROM leaseq_jobs
