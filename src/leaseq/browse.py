@@ -140,6 +140,10 @@ class QueueSummary:
     ready: Count
     oldest_ready_s: float
     """Seconds since the longest-waiting ready job became ready; 0.0 when none."""
+    lapsed: Count = Count(0)
+    """Processing jobs whose lease ran out and that no sweep reclaimed yet, counted by their
+    own predicate in one read (``processing − in_flight``, read apart, counts a job finished
+    between the two reads)."""
 
 
 @dataclass(frozen=True, slots=True)

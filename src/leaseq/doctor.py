@@ -150,12 +150,15 @@ def check_oldest_ready(store: Store, facts: QueueFacts, config: DoctorConfig,
     queue, age_s = facts.queue, facts.summary.oldest_ready_s
     if facts.summary.ready.n == 0 or age_s <= config.oldest_ready_s:
         return []
-    if facts.held_back.total >= facts.summary.ready.n:
+    ready, held = facts.summary.ready, facts.held_back.total
+    if ready.exact and held >= ready.n:
         # Every ready job waits for a key's slot or the rate's room: the limits at work,
-        # which more workers would not change
+        # which more workers would not change. (Past the count's cap, held back may be the
+        # cap too while thousands more wait for no limit: reported, with the held count.)
         return []
+    held_words = f" ({held} of the ready jobs held back by limits)" if held else ""
     return [Finding(
-        "oldest_ready", queue, f"the oldest ready job has waited {age_s:.0f} s",
+        "oldest_ready", queue, f"the oldest ready job has waited {age_s:.0f} s{held_words}",
         "too few workers for the rate of work, or workers busy with slow jobs",
         f"ready_stats: oldest ready age over {config.oldest_ready_s:.0f} s",
         f"leaseq status --queue {queue}  (then start more: leaseq worker MODULE:APP "
@@ -164,16 +167,15 @@ def check_oldest_ready(store: Store, facts: QueueFacts, config: DoctorConfig,
 
 def check_expired_leases(store: Store, facts: QueueFacts, config: DoctorConfig,
                          live: set[str]) -> list[Finding]:
-    queue, processing = facts.queue, facts.summary.counts["processing"]
-    lapsed = processing.n - facts.in_flight
-    if lapsed <= 0:
+    queue, lapsed = facts.queue, facts.summary.lapsed
+    if lapsed.n <= 0:
         return []
-    more = "" if processing.exact else " or more"
+    more = "" if lapsed.exact else " or more"
     return [Finding(
-        "expired_leases", queue, f"{lapsed}{more} job(s) hold a lease that ran out and was not "
-        "reclaimed", "workers die or hang faster than a sweeper reclaims their jobs "
+        "expired_leases", queue, f"{lapsed.n}{more} job(s) hold a lease that ran out and was "
+        "not reclaimed", "workers die or hang faster than a sweeper reclaims their jobs "
         "(no sweeper runs, or the lease is shorter than the work between heartbeats)",
-        "counts(processing) − in_flight (live leases)",
+        "queue_summary: processing jobs whose lease ran out",
         f"leaseq sweep --queue {queue}")]
 
 

@@ -92,6 +92,43 @@ def test_leases_that_ran_out_and_were_not_reclaimed(store: Store) -> None:
     assert checks(store) == {"expired_leases"}
 
 
+def test_a_job_finished_between_two_reads_is_no_expired_lease(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a busy queue: a job under a live lease, finished by its worker just as the doctor
+    # reads the queue (between its summary and its in-flight count: made to happen here)
+    healthy(store)
+    q = store.queue("mail")
+    (job,) = q.claim(W, lease_s=900)
+    in_flight = store.in_flight
+
+    def finishing_first(queue: str) -> int:
+        q.complete(job, None)
+        return in_flight(queue)
+
+    monkeypatch.setattr(store, "in_flight", finishing_first)
+    # Then no lease is reported as run out (processing − in flight, read apart, counted it)
+    assert "expired_leases" not in checks(store)
+
+
+def test_ready_jobs_past_the_counts_cap_are_not_taken_as_all_held_back(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given 5 jobs of a key limited to one at a time held back and 3 jobs without a key that
+    # wait for no limit, all old, with the ready count capped at 5 (COUNT_CAP, made small)
+    q = store.queue("mail", key_limit=1, lease_s=3600)
+    for i in range(6):
+        q.enqueue(f"k-{i}", {}, concurrency_key="tenant")
+    for i in range(3):
+        q.enqueue(f"u-{i}", {})
+    assert q.claim_one("k-0", W) is not None
+    summary = store.queue_summary
+    monkeypatch.setattr(store, "queue_summary", lambda queue: summary(queue, cap=5))
+    store.time_offset_s = 400
+    store.register_worker(W, ["mail"], 0)
+    # Then the jobs no limit holds are reported waiting (the capped 5 ready read as "all
+    # held back" by the 5 the key holds)
+    assert "oldest_ready" in checks(store)
+
+
 def test_a_quarantine_that_grew_this_hour_warns(store: Store) -> None:
     healthy(store)
     q = store.queue("mail")

@@ -268,6 +268,11 @@ def test_in_flight_is_processing_with_a_live_lease():
                               "$expr": {"$gt": ["$lease_until", NOW]}}
 
 
+def test_lapsed_is_processing_with_a_lease_that_ran_out():
+    assert documents.lapsed(0) == {"status": "processing", "lease_until": {"$type": "date"},
+                                   "$expr": {"$lt": ["$lease_until", NOW]}}
+
+
 # --- indexes -------------------------------------------------------------------------------
 
 

@@ -118,6 +118,7 @@ QUERIES = {
     "processing key counts": (documents.key_counts(0, processing_only=True)[0]["$match"], []),
     "ready": (documents.ready(0)[0]["$match"], []),
     "in_flight": (documents.in_flight(0), []),
+    "lapsed": (documents.lapsed(0), []),
     "outbox_due": (documents.outbox_due(0), documents.OUTBOX_SORT),
     "republish": (documents.published_before(60, 0), []),
     "mark_published": (documents.unpublished([("a", 0), ("b", 2)], 0), []),

@@ -242,13 +242,14 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                            {"_id": "quarantined", "n": 2}, {"_id": "result_saved", "n": 5}]),
                        lambda s, db: s.journal_counts("q", 3600),
                        {"quarantined": 2, "result_saved": 5}),
-    "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 5),
+    "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 5, 2),
                                   db[Q].answer("find", [{"_id": "a", "lease_until": LONG_AGO}])),
                       lambda s, db: (lambda r: ({k: str(c) for k, c in r.counts.items()},
-                                                str(r.ready), r.oldest_ready_s > 0))(
+                                                str(r.ready), r.oldest_ready_s > 0,
+                                                str(r.lapsed)))(
                           s.queue_summary("q", cap=5)),
                       ({"pending": "3", "processing": "0", "done": "5+", "failed": "0",
-                        "cancelled": "0"}, "5+", True)),
+                        "cancelled": "0"}, "5+", True, "2")),
     "table_health": (lambda db: None, lambda s, db: s.table_health(), []),
     "index_health": (lambda db: None, lambda s, db: s.index_health(), []),
     "register_worker": (lambda db: None, lambda s, db: s.register_worker("w", ["q"], 1), None),

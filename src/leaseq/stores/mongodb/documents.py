@@ -295,6 +295,12 @@ def in_flight(offset_s: float) -> Doc:
             "$expr": {"$gt": ["$lease_until", now(offset_s)]}}
 
 
+def lapsed(offset_s: float) -> Doc:
+    """Processing under a lease that ran out: a job no sweep reclaimed yet."""
+    return {"status": PROCESSING, "lease_until": {"$type": "date"},
+            "$expr": {"$lt": ["$lease_until", now(offset_s)]}}
+
+
 def outbox_due(offset_s: float) -> Doc:
     """Pending, unpublished, due, attempts left; a rooted ``$or`` served by ``OUTBOX_INDEX``
     branch by branch, in claim order."""

@@ -163,7 +163,8 @@ class OperatorTools(OffsetClock):
         since = records.dt(first[0].get("lease_until") or first[0].get("created_at")) \
             if first else None
         age = (self.server_now() - since).total_seconds() if since else 0.0
-        return QueueSummary(queue, counts, ready, max(age, 0.0))
+        lapsed = _count(coll.count_documents(documents.lapsed(self._off), limit=cap), cap)
+        return QueueSummary(queue, counts, ready, max(age, 0.0), lapsed)
 
     # --- the worker registry ----------------------------------------------------------------
 

@@ -135,7 +135,9 @@ class PostgresOperatorTools:
             ready = int(self._rows(conn, "ready_capped", queue=queue, cap=cap)[0]["n"])
             oldest = self._rows(conn, "oldest_ready", queue=queue)
             age = max(float(oldest[0]["age"]), 0.0) if oldest else 0.0
-            return QueueSummary(queue, counts, Count(ready, exact=ready < cap), age)
+            lapsed = int(self._rows(conn, "lapsed_capped", queue=queue, cap=cap)[0]["n"])
+            return QueueSummary(queue, counts, Count(ready, exact=ready < cap), age,
+                                Count(lapsed, exact=lapsed < cap))
         return self._session.run(work, idempotent=True)
 
     def _capped(self, conn: psycopg.Connection, queue: str, status: str, cap: int) -> Count:

@@ -125,8 +125,9 @@ class SQLiteOperatorTools:
                       for status in SUMMARY_STATUSES}
             ready = self._capped("ready_capped", cap, queue=queue)
             oldest = self._read("oldest_ready", queue=queue)
+            lapsed = self._capped("lapsed_capped", cap, queue=queue)
         return QueueSummary(queue, counts, ready, max(float(oldest[0]["age"]), 0.0)
-                            if oldest else 0.0)
+                            if oldest else 0.0, lapsed)
 
     def _capped(self, name: str, cap: int, **params: Any) -> Count:
         n = int(self._read(name, cap=cap, **params)[0]["n"])

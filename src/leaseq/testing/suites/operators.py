@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from leaseq.browse import BulkAction, JobFilter
+from leaseq.browse import BulkAction, Count, JobFilter
 from leaseq.errors import JobNotFound
 from leaseq.queue import Queue
 from leaseq.testing.harness import (
@@ -263,3 +263,19 @@ class OperatorToolsSuite:
         empty = store.queue_summary("other")
         assert (empty.ready.n, empty.oldest_ready_s) == (0, 0.0)
         assert sum(c.n for c in empty.counts.values()) == 0
+        assert exact.lapsed.n == empty.lapsed.n == 0
+
+    def test_queue_summary_counts_the_leases_that_ran_out(self, leaseq_store: FreshStore) -> None:
+        # Given three claimed jobs: two under a lease of 10 s, one of an hour
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        given_jobs(q, 3)
+        assert len(q.claim(W1, limit=2, lease_s=10)) == 2
+        assert len(q.claim(W2, limit=1, lease_s=3600)) == 1
+        # When 30 s pass, Then the two short leases have run out, and a cap stops the count
+        advance(store, 30)
+        assert store.queue_summary("jobs").lapsed == Count(2)
+        assert store.queue_summary("jobs", cap=1).lapsed == Count(1, exact=False)
+        # And a sweep's reclaim leaves none
+        q.reclaim_expired()
+        assert store.queue_summary("jobs").lapsed == Count(0)

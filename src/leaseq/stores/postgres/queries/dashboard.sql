@@ -29,6 +29,12 @@ SELECT count(*) AS n FROM (
 -- name: estimate_status
 EXPLAIN (FORMAT JSON) SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = %(status)s;
 
+-- name: lapsed_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {jobs}
+    WHERE queue = %(queue)s AND status = 'processing' AND lease_until < {now}
+    LIMIT %(cap)s) AS c;
+
 -- name: ready_capped
 SELECT count(*) AS n FROM (
     SELECT 1 FROM {jobs}

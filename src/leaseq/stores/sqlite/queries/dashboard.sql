@@ -24,6 +24,11 @@ GROUP BY event;
 SELECT count(*) AS n FROM (
     SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND status = :status LIMIT :cap);
 
+-- name: lapsed_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM leaseq_jobs
+    WHERE queue = :queue AND status = 'processing' AND lease_until < {now} LIMIT :cap);
+
 -- name: ready_capped
 SELECT count(*) AS n FROM (
     SELECT 1 FROM leaseq_jobs
