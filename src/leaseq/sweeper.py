@@ -59,15 +59,25 @@ class SweepResult:
 
 def run_once(store: Store, config: SweeperConfig | None = None,
              queues: Sequence[str] | None = None) -> list[SweepResult]:
-    """One sweep over every queue of the store (or just ``queues``); one result per queue."""
+    """One sweep over every queue of the store (or just ``queues``); one result per queue. A
+    queue whose sweep fails (a purge cut at its deadline, say) is logged and the next queues
+    are swept all the same; the first such error is raised once every queue had its turn."""
     config = config or SweeperConfig()
     store.prune_workers(config.workers_gone_after_s)
-    results = []
+    results, failed = [], []
     for name in queues or store.queues():
         queue = Queue(store, name)
-        expired, reclaimed = queue.reclaim_expired()
-        purged = queue.purge(config.retention_s) if config.retention_s else 0
+        try:
+            expired, reclaimed = queue.reclaim_expired()
+            purged = queue.purge(config.retention_s) if config.retention_s else 0
+        except LeaseqError as exc:
+            log.warning("sweep of queue %s failed; sweeping the others: %s", name,
+                        safe_reason(exc))
+            failed.append(exc)
+            continue
         results.append(SweepResult(name, expired, reclaimed, purged))
+    if failed:
+        raise failed[0]
     return results
 
 

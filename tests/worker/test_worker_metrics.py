@@ -221,6 +221,29 @@ def test_sweeper_reclaims_buries_and_purges(app: leaseq.App) -> None:
     assert [(r.expired, r.reclaimed, r.purged) for r in sweeper.run_once(app.store)] == [(0, 0, 0)]
 
 
+def test_a_queue_whose_sweep_fails_leaves_the_others_swept(
+        app: leaseq.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given two queues with a lease that ran out in each, and a purge of the first that fails
+    # (cut at its deadline on a big table, say)
+    for name in ("aa", "zz"):
+        q = app.queue(name)
+        q.enqueue("j", {})
+        assert q.claim("w", 1, lease_s=1)
+    app.store.time_offset_s = 5
+    purge = app.store.purge
+
+    def failing(queue: str, *args: object, **kwargs: object) -> int:
+        if queue == "aa":
+            raise StoreUnavailable("the purge was cut at its deadline")
+        return purge(queue, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.store, "purge", failing)
+    # When a sweep runs, Then it raises the failure, but only once the other queue is swept
+    with pytest.raises(StoreUnavailable, match="cut at its deadline"):
+        sweeper.run_once(app.store, sweeper.SweeperConfig(retention_s={"done": 60}))
+    assert app.queue("zz").get("j").status == "pending"  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("config", [{"every_s": 0}, {"retention_s": {"pending": 1}},
                                     {"retention_s": {"done": -1}}])
 def test_sweeper_config_is_checked(config: dict) -> None:
