@@ -157,3 +157,30 @@ def test_a_filter_by_task_alone_walks_the_primary_key_in_id_order(store: Postgre
     # And the pages it makes list the task's jobs in id order
     page = store.find_jobs(JobFilter("tasks", task="rare"), limit=50)
     assert [job.id for job in page.jobs] == [f"j{i:05d}" for i in range(7, 3000, 100)]
+
+
+def test_a_purge_deletes_in_batches_each_its_own_statement(
+        store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given 5 old done jobs, and purges of 2 jobs a statement (PURGE_BATCH, made small)
+    import leaseq.stores.postgres.store as pg_store
+
+    q = store.queue("old")
+    q.enqueue_many([q.spec(f"j{i}", {}) for i in range(5)])
+    q.complete_many(q.claim("w", limit=5))
+    store.time_offset_s += 100
+    monkeypatch.setattr(pg_store, "PURGE_BATCH", 2)
+    deleted: list[int] = []
+    count = store._count
+
+    def counted(conn: object, name: str, **params: object) -> int:
+        n = count(conn, name, **params)  # type: ignore[arg-type]
+        if name == "purge":
+            deleted.append(n)
+        return n
+
+    monkeypatch.setattr(store, "_count", counted)
+    # When they are purged, Then three statements delete 2, 2 and 1 (one statement deleted
+    # every job at once: on a first retention over millions, past its call's deadline)
+    assert q.purge(done=50) == 5
+    assert deleted == [2, 2, 1]
+    assert q.counts() == {} and q.journal("j0") == []

@@ -152,3 +152,30 @@ def test_an_async_enqueue_joins_the_callers_connection_and_its_transaction(
     finally:
         conn.close()
     assert q.get("rolled") is None and q.get("kept") is not None
+
+
+def test_a_purge_lets_go_of_the_write_lock_between_batches(
+        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given 5 old done jobs, and purges of 2 jobs a transaction (PURGE_BATCH, made small)
+    import leaseq.stores.sqlite.store as sqlite_store
+
+    q = store.queue("mail")
+    q.enqueue_many([q.spec(f"j{i}", {}) for i in range(5)])
+    q.complete_many(q.claim("w", limit=5))
+    store.time_offset_s += 100
+    monkeypatch.setattr(sqlite_store, "PURGE_BATCH", 2)
+    transactions: list[int] = []
+    tx = store._tx
+
+    def counted() -> object:
+        transactions.append(1)
+        return tx()
+
+    monkeypatch.setattr(store, "_tx", counted)
+    # When they are purged
+    assert q.purge(done=50) == 5
+    # Then in three transactions (2, 2, 1), each letting other writers in after it: one
+    # transaction held the database's write lock for the whole purge (on a first retention
+    # over millions of jobs, for longer than a writer's busy timeout)
+    assert len(transactions) == 3
+    assert q.counts() == {}

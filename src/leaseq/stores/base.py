@@ -59,6 +59,10 @@ from leaseq.validate import redact_url
 if TYPE_CHECKING:
     from leaseq.queue import Queue
 
+#: Jobs a purge deletes (with their journal) per transaction: a first retention over a table
+#: of millions holds no write lock for long (SQLite's is the whole database's), and no
+#: statement runs into its call's deadline.
+PURGE_BATCH = 1000
 
 class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
     """One database that holds leaseq's jobs. Thread-safe; open with ``leaseq.connect``.
@@ -292,8 +296,9 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
     @abc.abstractmethod
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
         """Delete jobs (and their journal) whose status is a key of ``older_than_s`` and whose
-        ``updated_at`` is older than its value in seconds. Live statuses are refused by the
-        caller. Returns how many jobs were deleted; 0 when none.
+        ``updated_at`` is older than its value in seconds, ``PURGE_BATCH`` jobs per
+        transaction. Live statuses are refused by the caller. Returns how many jobs were
+        deleted; 0 when none.
         """
 
     # --- operators -------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from leaseq.job import (
 )
 from leaseq.journal import EXPIRED, OPERATOR, SPENT_WHILE_PENDING, JournalEvent
 from leaseq.limits import FrontFirst
-from leaseq.stores.base import Store, require_schema
+from leaseq.stores.base import PURGE_BATCH, Store, require_schema
 from leaseq.stores.mongodb import documents, indexes, records, upserts
 from leaseq.stores.mongodb.aio import AsyncMongo, AsyncOpener
 from leaseq.stores.mongodb.connection import (
@@ -384,7 +384,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         coll, deleted = self._coll(queue), 0
         for status, age in older_than_s.items():
             query = documents.purgeable(status, age, self._off)
-            while ids := [d["_id"] for d in coll.find(query, {"_id": 1}, limit=1000)]:
+            while ids := [d["_id"] for d in coll.find(query, {"_id": 1}, limit=PURGE_BATCH)]:
                 gone = coll.delete_many({**query, "_id": {"$in": ids}}).deleted_count
                 left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
                 self._journal.delete_many({"queue": queue,

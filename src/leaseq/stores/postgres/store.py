@@ -49,7 +49,7 @@ from leaseq.journal import (
     sql_literals,
 )
 from leaseq.limits import NO_LIMITS, ClaimLimits
-from leaseq.stores.base import Store, require_schema
+from leaseq.stores.base import PURGE_BATCH, Store, require_schema
 from leaseq.stores.postgres.aio import AsyncPostgres
 from leaseq.stores.postgres.enqueue import PostgresEnqueue
 from leaseq.stores.postgres.enqueue import check_text as _check_text
@@ -423,11 +423,19 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         return self._session.run(work)
 
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
-        if not older_than_s:
-            return 0
+        deleted = 0
+        for status, age in older_than_s.items():
+            while (gone := self._purge_batch(queue, status, float(age))) == PURGE_BATCH:
+                deleted += gone
+            deleted += gone
+        return deleted
+
+    def _purge_batch(self, queue: str, status: str, age_s: float) -> int:
+        """Up to ``PURGE_BATCH`` jobs and their journal, in a statement of their own (safe to
+        retry: a batch that landed leaves those jobs gone, and the next finds others)."""
         return self._session.run(lambda conn: self._count(
-            conn, "purge", queue=queue, statuses=list(older_than_s),
-            ages=[float(v) for v in older_than_s.values()]), autocommit=True)
+            conn, "purge", queue=queue, status=status, age_s=age_s, batch=PURGE_BATCH),
+            idempotent=True, autocommit=True)
 
     # --- operators -------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from leaseq.journal import (
     quarantine_reason,
 )
 from leaseq.limits import NO_LIMITS, ClaimLimits, FrontFirst
-from leaseq.stores.base import Store, require_schema
+from leaseq.stores.base import PURGE_BATCH, Store, require_schema
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.sqlite import schema
 from leaseq.stores.sqlite.checkpoint import BACKSTOP_PAGES, Checkpointer
@@ -447,14 +447,22 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
         deleted = 0
-        with self._tx() as conn:
-            for status, age in older_than_s.items():
-                params = self._params(queue=queue, status=status, older_than_s=age)
-                ids = [row[0] for row in conn.execute(Q["purge_jobs"], params).fetchall()]
-                if ids:
-                    conn.execute(Q["purge_journal"], {"queue": queue, "ids": json.dumps(ids)})
-                deleted += len(ids)
+        for status, age in older_than_s.items():
+            while (gone := self._purge_batch(queue, status, age)) == PURGE_BATCH:
+                deleted += gone
+            deleted += gone
         return deleted
+
+    def _purge_batch(self, queue: str, status: str, age: float) -> int:
+        """Up to ``PURGE_BATCH`` jobs and their journal, in a transaction of their own (the
+        write lock is let go between batches, for every other writer of the database)."""
+        with self._tx() as conn:
+            params = self._params(queue=queue, status=status, older_than_s=age,
+                                  batch=PURGE_BATCH)
+            ids = [row[0] for row in conn.execute(Q["purge_jobs"], params).fetchall()]
+            if ids:
+                conn.execute(Q["purge_journal"], {"queue": queue, "ids": json.dumps(ids)})
+        return len(ids)
 
     # --- operators -------------------------------------------------------------------------
 

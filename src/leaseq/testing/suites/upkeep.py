@@ -12,6 +12,7 @@ import pytest
 from leaseq.errors import InvalidInput, JobNotFound, StoreNotFound
 from leaseq.job import LeaseLost
 from leaseq.stores import connect
+from leaseq.stores.base import PURGE_BATCH
 from leaseq.testing.harness import (
     CLOCK_SLACK_S,
     LONG_LEASE_S,
@@ -20,6 +21,7 @@ from leaseq.testing.harness import (
     advance,
     events,
     given_claimed,
+    given_jobs,
     must_get,
     run_processes,
     shifted_clock,
@@ -92,6 +94,24 @@ class UpkeepSuite:
         assert remaining == {"skipped-old", "pending-old", "done-new"}
         assert q.journal("done-new") != []
         assert q.purge(done=50, failed=50) == 0
+
+    def test_purge_of_more_jobs_than_one_batch_deletes_them_all(
+            self, leaseq_store: FreshStore) -> None:
+        # Given two batches' worth of old done jobs and a few more (a first retention over a
+        # big table), and one kept by its age
+        q = leaseq_store.queue()
+        total = 2 * PURGE_BATCH + 5
+        ids = given_jobs(q, total)
+        while jobs := q.claim(W1, limit=500):
+            q.complete_many(jobs)
+        advance(leaseq_store.store, 100)
+        q.complete(given_claimed(q, "done-new"))
+        # When they are purged, batch after batch
+        assert q.purge(done=50) == total
+        # Then every one is gone with its journal, and the young one stays
+        assert q.counts() == {"done": 1}
+        assert q.journal(ids[0]) == [] and q.journal(ids[-1]) == []
+        assert q.purge(done=50) == 0
 
     def test_purge_refuses_live_statuses(self, leaseq_store: FreshStore) -> None:
         q = leaseq_store.queue()

@@ -31,13 +31,18 @@ SELECT count(*) AS n FROM changed;
 SELECT 1 AS found FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
 
 -- statuses / ages are parallel arrays: one retention rule per status.
+-- One batch (%(batch)s jobs at most, found through jobs_status) of a purge of one status. The
+-- delete tests the status and age again: a job requeued since it was found is not deleted.
 -- name: purge
-WITH rules AS (
-    SELECT * FROM unnest(%(statuses)s::text[], %(ages)s::float8[]) AS r(status, age_s)),
+WITH found AS (
+    SELECT id FROM {jobs}
+    WHERE queue = %(queue)s AND status = %(status)s
+      AND updated_at < {now} - make_interval(secs => %(age_s)s)
+    LIMIT %(batch)s),
 gone AS (
-    DELETE FROM {jobs} j USING rules r
-    WHERE j.queue = %(queue)s AND j.status = r.status
-      AND j.updated_at < {now} - make_interval(secs => r.age_s)
+    DELETE FROM {jobs} j
+    WHERE j.queue = %(queue)s AND j.id IN (SELECT id FROM found) AND j.status = %(status)s
+      AND j.updated_at < {now} - make_interval(secs => %(age_s)s)
     RETURNING j.id),
 log AS (
     DELETE FROM {journal}

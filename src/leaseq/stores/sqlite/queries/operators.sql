@@ -20,9 +20,12 @@ SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND id = :id;
 
 -- The jobs first, then the journal of exactly those: two statements reading the clock each
 -- left the journal of a job that came of age between them.
+-- One batch (:batch jobs at most) of a purge, found through leaseq_jobs_status.
 -- name: purge_jobs
 DELETE FROM leaseq_jobs
-WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s
+WHERE rowid IN (SELECT rowid FROM leaseq_jobs
+                WHERE queue = :queue AND status = :status AND updated_at < {now} - :older_than_s
+                LIMIT :batch)
 RETURNING id;
 
 -- name: purge_journal
