@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import psycopg
+import pytest
 from plan_reading import analyze, rows_read, scans
 
 from leaseq.browse import JobFilter
