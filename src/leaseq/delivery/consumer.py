@@ -397,7 +397,7 @@ class Consumer:
                         "already failed: dead-lettered on redelivery")
             # Held by a live lease (another consumer's, or one abandoned here) is acked too:
             # when that lease lapses the reclaim makes the job owed, and it is published again.
-            return current, Settlement.ACK, f"not claimable: {_why_not(current)}"
+            return current, Settlement.ACK, f"not claimable: {_why_not(current, queue.limits.any)}"
         if not self._hold(running, job):
             return None, Settlement.REQUEUE, "given back: the consumer is stopping"
         return self._run(job, sent_at)
@@ -470,7 +470,7 @@ class Consumer:
                       traceback_text(exc, redact), extra=job_fields("journal_failed", job))
 
 
-def _why_not(job: Job | None) -> str:
+def _why_not(job: Job | None, limited: bool = False) -> str:
     if job is None:
         return "no such job"
     if is_terminal(job.status):
@@ -479,4 +479,6 @@ def _why_not(job: Job | None) -> str:
         return "attempts spent"
     if job.status == JobStatus.PROCESSING:
         return "held by a live lease"
+    if limited:  # docs/limits.md, "Broker delivery": published again only by a republish
+        return "held back by the queue's limits, or not due yet (`leaseq rabbitmq republish`)"
     return "not due yet"

@@ -175,14 +175,23 @@ class Topology:
 
 # ``declare`` is called with the channel alone; ``Callable[..., Any]`` lets the lambdas bind
 # their loop variables as defaults.
+#: The broker's refusals a new session would meet again: no such thing (404), other arguments
+#: (406), no access (403). Any other (541 INTERNAL_ERROR in a cluster's hiccup, say) is the
+#: broker's passing trouble: it ends the session, and the caller connects again.
+REFUSALS = frozenset({403, 404, 406})
+
+
 def _checked(channel: ChannelFactory, what: str, declare: Callable[..., Any]) -> None:
-    """Run one declare on a fresh channel; turn the broker's refusal into ``TopologyError``."""
+    """Run one declare on a fresh channel; turn the broker's refusal (``REFUSALS``) into
+    ``TopologyError``."""
     from pika.exceptions import ChannelClosedByBroker
 
     ch = channel()
     try:
         declare(ch)
     except ChannelClosedByBroker as exc:
+        if exc.reply_code not in REFUSALS:
+            raise  # an AMQPError: a reconnecting loop starts a new session
         raise TopologyError(_explain(what, exc.reply_code, exc.reply_text)) from None
     if ch.is_open:
         ch.close()
