@@ -263,12 +263,17 @@ class Worker(LeaseClock, Lifecycle):
             self._give_back_overdue()
             self._gather_slots()
             # A job still in flight when the claim ran may hold what the claim lacked (a
-            # key's slot): burst stops only after a claim that found the worker empty.
+            # key's slot): burst stops only after a claim that found the worker empty. Nor
+            # while a slot is still taken with nothing in flight: a job whose outcome is
+            # written holds its slot until its handler's run ends, a moment later, and a
+            # claim skipped for want of room found nothing.
             was_busy = bool(self._snapshot())
-            if self._wants_claim() and self._claim_round():
+            asked = self._wants_claim()
+            if asked and self._claim_round():
                 idle_s = self.config.idle_min_s
                 continue
-            if self.config.burst and not was_busy and not self._snapshot():
+            if (self.config.burst and not was_busy and not self._snapshot()
+                    and (asked or not self._slot_taken())):
                 log.info("burst: nothing claimable and nothing in flight; stopping",
                          extra=queue_fields("burst_done"))
                 return
@@ -531,6 +536,11 @@ class Worker(LeaseClock, Lifecycle):
     def _snapshot(self) -> list[InFlight]:
         with self._lock:
             return list(self._in_flight.values())
+
+    def _slot_taken(self) -> bool:
+        """Whether a handler holds a slot (started, or ended with its run not yet over)."""
+        with self._lock:
+            return self._running > 0
 
     def _room(self, prefetch: bool = True) -> int:
         """Jobs the next claim may take: the free slots, plus the prefetch allowance, minus

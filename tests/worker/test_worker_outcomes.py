@@ -254,6 +254,46 @@ def test_burst_exits_with_nothing_to_do(app: leaseq.App) -> None:
     assert app.queue("work").get("later").status == "pending"  # type: ignore[union-attr]
 
 
+def test_burst_does_not_stop_while_a_settled_job_still_holds_its_slot(
+        app: leaseq.App) -> None:
+    # Given two async jobs for a worker of one slot, and a handler run that goes on a moment
+    # after its job's outcome is written (as a wrapper's clean-up does: the Django worker
+    # closes the job's connections there), held until the loop has looked at the worker with
+    # nothing in flight and the slot still taken
+    @app.task(queue="work")
+    async def one(n: int) -> int:
+        return n
+
+    one.enqueue(n=1, job_id="first")
+    one.enqueue(n=2, job_id="second")
+    worker = Worker(app, WorkerConfig(burst=True, concurrency=1, prefetch=0))
+    saw_the_window = threading.Event()
+    wants_claim = worker._wants_claim
+
+    def watched() -> bool:
+        if not worker._snapshot() and worker._room() == 0:
+            saw_the_window.set()
+        return wants_claim()
+
+    worker._wants_claim = watched  # type: ignore[method-assign]
+    run_async = worker._runner.run_async
+
+    async def cleans_up_after(item: object, finish_in: Callable[..., object]) -> str:
+        try:
+            return await run_async(item, finish_in)  # type: ignore[arg-type]
+        finally:
+            await asyncio.to_thread(saw_the_window.wait, 10)
+
+    worker._runner.run_async = cleans_up_after  # type: ignore[method-assign]
+    # When it runs in burst mode
+    worker.run()
+    # Then it claimed the second job once the first's slot was free (it had stopped: nothing
+    # in flight, and no room to claim, read as nothing claimable)
+    assert saw_the_window.is_set()
+    q = app.queue("work")
+    assert [q.get(j).status for j in ("first", "second")] == ["done", "done"]  # type: ignore[union-attr]
+
+
 def test_enqueue_in_the_same_process_wakes_an_idle_worker(app: leaseq.App) -> None:
     # Given a worker whose idle wait is 60 s
     @app.task(queue="work")
