@@ -43,13 +43,19 @@ def run_worker(app_ref: str, url: str | None, config: WorkerConfig, *,
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker = Worker(app, config)
     worker.run(handle_signals=True)
+    exit_now_if_stragglers(worker)
+    return 0
+
+
+def exit_now_if_stragglers(worker: Worker) -> None:
+    """End the process at once (status 0) when a handler thread outlived the grace period:
+    its job was given back, and a normal exit would wait for the thread, letting the handler
+    carry on with its side effects while another worker may already run the job."""
     if worker.has_stragglers():
-        # A handler thread outlived the grace period (its job was given back); a normal exit
-        # would wait for it.
         logging.shutdown()
         sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(0)
-    return 0
 
 
 def _child(app_ref: str, url: str | None, config: WorkerConfig, log_level: int) -> None:

@@ -15,14 +15,16 @@ INSTALLED_APPS = ["django.contrib.contenttypes", "leaseq.contrib.django", "djang
 LEASEQ_APP = "djangotest_app.jobs:app"
 LEASEQ_URL = "django://default"
 TASKS = {"default": {"BACKEND": "leaseq.contrib.django.tasks.LeaseqBackend",
-                     "QUEUES": ["default"]}}
+                     "QUEUES": ["default", "other"]},
+         "immediate": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
 
 _SQLITE = os.environ.get("LEASEQ_DJANGO_SQLITE", "/tmp/leaseq-django-tests.db")
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3", "NAME": _SQLITE,
         "TEST": {"NAME": _SQLITE},
-        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30,
+                    "init_command": "PRAGMA journal_mode=WAL"},
     },
 }
 if os.environ.get("LEASEQ_DJANGO_PG_NAME"):

@@ -8,7 +8,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -241,3 +242,84 @@ def test_a_key_limited_claim_inside_atomic_joins_the_callers_transaction() -> No
         # Then the claim was part of that transaction: the job is pending again, not left
         # processing by a COMMIT of the claim's own that ended the caller's transaction
         assert store.get("keyed", "j1").status == "pending"  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def reroute() -> Iterator[Callable[..., None]]:
+    """``reroute(alias, **settings)``: ``alias``'s next connection is opened with ``settings``
+    changed, for this test only (an alias added at run time would be one the test may not
+    use). Put back here, not by ``monkeypatch``: before the tables are emptied."""
+    saved: list[tuple[str, dict[str, object]]] = []
+
+    def reroute(alias: str, **changes: object) -> None:
+        settings = connections[alias].settings_dict
+        saved.append((alias, {key: settings[key] for key in changes}))
+        settings.update(changes)
+
+    yield reroute
+    for alias, before in reversed(saved):
+        connections[alias].close()
+        connections[alias].settings_dict.update(before)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        return int(listener.getsockname()[1])
+
+
+def test_a_store_on_an_unreachable_database_is_unavailable(
+        alias: str, reroute: Callable[..., None], tmp_path: Path) -> None:
+    # Given an alias whose database cannot be reached (a closed port; a file in no folder)
+    connections[alias].close()
+    reroute(alias, **{"PORT": str(_closed_port())} if alias == "pg" else {
+        "NAME": str(tmp_path / "no-such-folder" / "db.sqlite3")})
+    # When a store is opened on it
+    # Then it says the store is unavailable (leaseq's error, not Django's OperationalError)
+    with pytest.raises(StoreUnavailable, match=f"django://{alias} is unavailable"):
+        connect(f"django://{alias}")
+
+
+@pytest.mark.skipif("pg" not in aliases(), reason="a server to lose is PostgreSQL's")
+def test_every_call_after_the_server_went_away_is_unavailable(
+        reroute: Callable[..., None]) -> None:
+    import psycopg
+
+    from leaseq.contrib.django.postgres import alias_conninfo
+
+    # Given a django:// PostgreSQL store in use
+    store = connect("django://pg")
+    try:
+        queue = store.queue("mail")
+        assert queue.claim("w1") == []
+        # When the server goes away: it ends this connection, and refuses new ones
+        backend = connections["pg"].connection.info.backend_pid
+        with psycopg.connect(alias_conninfo("pg"), autocommit=True) as admin:
+            reroute("pg", PORT=str(_closed_port()))
+            admin.execute("SELECT pg_terminate_backend(%s)", [backend])
+        # Then the call that meets the lost connection and the next one, which finds none
+        # (Django's reconnect raises Django's own OperationalError), are both unavailable:
+        # a worker's claim round goes on after them
+        for _ in range(2):
+            with pytest.raises(StoreUnavailable, match="django://pg is unavailable"):
+                queue.claim("w1")
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif("pg" not in aliases(), reason="only the PostgreSQL store takes options")
+def test_a_django_url_takes_leaseqs_options_only_each_decoded_once() -> None:
+    from leaseq.errors import InvalidURL
+
+    # Given django:// URLs with a mistyped option, a libpq keyword, and an encoded "&"
+    # When they are opened
+    # Then the keys that would do nothing are refused, and the "&" stays in the value
+    with pytest.raises(InvalidURL, match=r"unknown option\(s\) schem; known: .*schema"):
+        connect("django://pg?schem=x")
+    with pytest.raises(InvalidURL, match=r"unknown option\(s\) connect_timeout"):
+        connect("django://pg?connect_timeout=5")
+    with pytest.raises(InvalidURL, match="schema"):
+        connect("django://pg?schema=leaseq%26x")
+    with connect("django://pg?pool_max=3&schema=leaseq") as store:
+        assert (store.options.pool_max, store.options.schema) == (3, "leaseq")  # type: ignore[attr-defined]

@@ -9,14 +9,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.test import TestCase
-from django_tasks import TaskResult, TaskResultStatus
+from django.utils import timezone
+from django_tasks import TaskResult, TaskResultStatus, task_backends
 from django_tasks.signals import task_enqueued, task_finished, task_started
 from djangotest_app import jobs
 from djangotest_helpers import aliases, worker_env
 
+from leaseq.contrib.django import worker as django_worker
+from leaseq.contrib.django.tasks import register_runners
 from leaseq.contrib.django.testing import run_jobs
 from leaseq.stores import connect
 from leaseq.worker import WorkerConfig
@@ -66,6 +71,36 @@ def test_leaseq_tasks_run_in_a_worker_process_with_fresh_connections(on_alias: s
     assert job.status == "done" and job.result == {"sent_to": "a@example.com"}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_command_does_not_wait_for_a_handler_past_the_grace_period(
+        tmp_path: Path) -> None:
+    # Given a worker process whose sync handler blocks far longer than the grace period
+    marker = tmp_path / "started"
+    jobs.hang.enqueue(str(marker), 600, job_id="h")
+    command = [sys.executable, "-m", "django", "leaseq_worker", "--queue", "hang",
+               "--grace-s", "0.2"]
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(command, env=worker_env(), stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert process.poll() is None and time.monotonic() < deadline, "never started"
+            time.sleep(0.05)
+        # When it is asked to stop
+        process.terminate()  # SIGTERM
+        # Then it exits once the grace period is over, its job given back, the handler
+        # stopped with the process instead of finishing later
+        assert process.wait(30) == 0, log.read_text()[-2000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    job = jobs.app.queue("hang").get("h")
+    assert job is not None and (job.status, job.givebacks) == ("pending", 1)
+    assert not Path(f"{marker}.end").exists()
+
+
 class RunJobsInsideATestCase(TestCase):
     def test_enqueued_jobs_run_synchronously_in_the_tests_transaction(self) -> None:
         jobs.send_mail.enqueue("a@example.com", job_id="t1")
@@ -86,8 +121,6 @@ class RunJobsInsideATestCase(TestCase):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_django_worker_refreshes_connections_around_every_job(monkeypatch) -> None:
-    import leaseq.contrib.django.worker as django_worker
-
     calls: list[str] = []
     real = django_worker.close_old_connections
 
@@ -106,36 +139,71 @@ def test_the_django_worker_refreshes_connections_around_every_job(monkeypatch) -
 
 
 @pytest.mark.django_db(transaction=True)
-def test_async_jobs_get_fresh_connections_on_the_thread_of_their_orm_queries(
-        monkeypatch) -> None:
-    import leaseq.contrib.django.worker as django_worker
+def test_async_jobs_get_fresh_connections_on_a_thread_of_their_own(monkeypatch) -> None:
+    from django.db import connections
 
     # Given two async jobs on Django's async ORM; the first (higher priority: it runs first)
     # closes its connection under Django, as a database restart would
-    refreshed: list[tuple[int, str]] = []
-    real = django_worker.close_old_connections
+    closed: list[tuple[int, str]] = []
+    real = connections.close_all
 
     def counted() -> None:
-        refreshed.append((time.monotonic_ns(), threading.current_thread().name))
+        closed.append((time.monotonic_ns(), threading.current_thread().name))
         real()
 
-    monkeypatch.setattr(django_worker, "close_old_connections", counted)
+    monkeypatch.setattr(connections, "close_all", counted)
     jobs.orm_probe.enqueue(True, job_id="broke", priority=1)
     jobs.orm_probe.enqueue(job_id="next")
     # When a Django worker runs them one at a time (one claim per job: no prefetch)
     django_worker.run(jobs.app, WorkerConfig(queues=("orm",), burst=True, concurrency=1,
                                              prefetch=0), threading.Event())
-    # Then both read through the ORM: the broken connection was replaced before "next" ran
+    # Then both read through the ORM: the broken connection was not handed to "next"
     queue = jobs.app.queue("orm")
     broke, following = queue.get("broke"), queue.get("next")
+    assert broke is not None and following is not None
     assert (broke.status, following.status) == ("done", "done"), following.error
     assert following.result["count"] == broke.result["count"] > 0
-    # And the connections were refreshed before and after each job, on its ORM thread
-    orm_thread = broke.result["thread"]
-    assert following.result["thread"] == orm_thread
-    assert [name for _, name in refreshed] == [orm_thread] * 4
-    before_1, after_1, before_2, after_2 = (at for at, _ in refreshed)
-    assert before_1 < broke.result["at"] < after_1 <= before_2 < following.result["at"] < after_2
+    # And each job's ORM calls ran on a thread of its own, whose connections were closed
+    # when the job ended
+    assert broke.result["thread"] != following.result["thread"]
+    assert [name for _, name in closed] == [broke.result["thread"], following.result["thread"]]
+    after_1, after_2 = (at for at, _ in closed)
+    assert broke.result["at"] < after_1 < following.result["at"] < after_2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_jobs_clean_up_leaves_another_async_jobs_connection_open(
+        monkeypatch) -> None:
+    from django.contrib.contenttypes.models import ContentType
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    # Given rows to read one chunk at a time, and two async jobs: one iterates over them and,
+    # after its first chunk, waits until the other has ended and a connection was closed
+    for n in range(3):
+        ContentType.objects.create(app_label="interleave", model=f"m{n}")
+    rows = ContentType.objects.count()
+    turns = {name: threading.Event()
+             for name in ("iterating", "quick_returned", "other_job_cleaned_up")}
+    monkeypatch.setattr(jobs, "turns", turns)
+    real_close = BaseDatabaseWrapper.close
+
+    def close(wrapper: BaseDatabaseWrapper) -> None:
+        real_close(wrapper)
+        if turns["quick_returned"].is_set():
+            turns["other_job_cleaned_up"].set()
+
+    monkeypatch.setattr(BaseDatabaseWrapper, "close", close)
+    iterating = jobs.iterate_across_another_job.enqueue(priority=1).job_id
+    quick = jobs.quick_count.enqueue().job_id
+    # When a Django worker runs both at once (Django's default CONN_MAX_AGE: 0)
+    django_worker.run(jobs.app, WorkerConfig(queues=("interleave",), burst=True,
+                                             concurrency=2), threading.Event())
+    # Then the other job's clean-up closed no connection under the iteration: it read all
+    queue = jobs.app.queue("interleave")
+    job = queue.get(iterating)
+    assert (job.status, job.result) == ("done", rows), job.error  # type: ignore[union-attr]
+    assert turns["other_job_cleaned_up"].is_set()
+    assert queue.get(quick).status == "done"  # type: ignore[union-attr]
 
 
 class DjangoTasksInsideATestCase(TestCase):
@@ -173,6 +241,86 @@ class DjangoTasksInsideATestCase(TestCase):
             ("finished", "add", S.SUCCESSFUL), ("enqueued", "explode", S.READY),
             ("started", "explode", S.RUNNING), ("finished", "explode", S.FAILED)])
 
+    def test_a_return_value_json_cannot_hold_fails_the_task_for_good(self) -> None:
+        # Given a task whose return value JSON cannot hold, and a receiver of task_finished
+        finished: list[str] = []
+
+        def receive(sender: object, task_result: TaskResult, **kwargs: object) -> None:
+            finished.append(task_result.status)
+
+        task_finished.connect(receive)
+        self.addCleanup(task_finished.disconnect, receive)
+        enqueued = jobs.returns_a_datetime.enqueue()
+        # When it runs
+        [ran] = run_jobs(queues=["default"])
+        # Then it failed for good, as in Django's own backends (no retry runs its body again)
+        self.assertEqual((ran.status, ran.failure), ("failed", "permanent"), ran.error)
+        result = jobs.returns_a_datetime.get_result(enqueued.id)
+        self.assertEqual(result.status, TaskResultStatus.FAILED)
+        self.assertIs(result.errors[0].exception_class, TypeError)
+        self.assertEqual(finished, [TaskResultStatus.FAILED])
+
+    def test_a_task_runs_and_reads_back_as_using_made_it(self) -> None:
+        # Given a task declared on another backend, enqueued through leaseq's with using()
+        run_after = timezone.now() - timedelta(minutes=1)
+        enqueued = jobs.reports_its_task.using(backend="default", queue_name="other",
+                                               run_after=run_after).enqueue()
+        # When it runs
+        [ran] = run_jobs(queues=["other"])
+        # Then it ran as enqueued (on leaseq's backend, from the queue using() chose), and
+        # its result reads back so
+        made = {"backend": "default", "queue_name": "other", "run_after": run_after.isoformat()}
+        self.assertEqual((ran.status, ran.result), ("done", made), ran.error)
+        result = task_backends["default"].get_result(enqueued.id)
+        task = result.task
+        self.assertEqual((task.backend, task.queue_name, task.run_after),
+                         ("default", "other", run_after))
+
+    def test_a_job_enqueued_by_an_older_leaseq_runs_as_its_task_is_declared(self) -> None:
+        # Given a job of a Django task whose payload has no "using" (an older leaseq's)
+        register_runners(jobs.app, ["default"])  # as the backend's first use does
+        payload = {"path": "djangotest_app.jobs.add", "args": [2, 3], "kwargs": {}}
+        jobs.app.queue("default").enqueue("older", payload, task="django_tasks:default")
+        # When it runs
+        [ran] = run_jobs(queues=["default"])
+        # Then it ran, and reads back, as its task is declared
+        self.assertEqual((ran.status, ran.result), ("done", 5), ran.error)
+        result = jobs.add.get_result("older")
+        self.assertEqual((result.task.backend, result.task.queue_name), ("default", "default"))
+
+    def test_a_task_enqueued_as_declared_saves_no_using(self) -> None:
+        # So a worker of an older leaseq (whose handler takes no "using") runs it too
+        plain = jobs.add.enqueue(1, 2)
+        made = jobs.add.using(queue_name="other").enqueue(1, 2)
+        self.assertNotIn("using", jobs.app.queue("default").get(plain.id).payload)  # type: ignore[union-attr]
+        saved = jobs.app.queue("other").get(made.id).payload["using"]  # type: ignore[union-attr]
+        self.assertEqual(saved["queue_name"], "other")
+
+    def test_every_failure_names_an_exception_class_that_imports(self) -> None:
+        # Given Django tasks that failed: in the task, outside it (the runner names the
+        # exception's class only: here, attempts spent on an import that failed), and with a
+        # reason of leaseq's own (its lease ran out)
+        jobs.explode.enqueue()
+        run_jobs(queues=["default"])
+        queue = jobs.app.queue("default")
+        payload = {"path": "djangotest_app.jobs.add", "args": [], "kwargs": {}}
+        outside: dict[str, BaseException | str] = {
+            "unimportable": ModuleNotFoundError("No module named 'gone'"),
+            "expired": "lease expired 3 times"}
+        for job_id, error in outside.items():
+            queue.enqueue(job_id, payload, task="django_tasks:default")
+            queue.fail(queue.claim("w1")[0], error, "exhausted")
+        # When their results are read
+        failed = [job.id for job in queue.list_jobs("failed")]
+        backend = task_backends["default"]
+        classes = {job_id: [e.exception_class for e in backend.get_result(job_id).errors]
+                   for job_id in failed}
+        # Then each error names a class that imports
+        self.assertEqual(len(classes), 3)
+        self.assertEqual(classes.pop("unimportable"), [ModuleNotFoundError])
+        self.assertEqual(classes.pop("expired"), [Exception])
+        self.assertEqual(list(classes.values()), [[KeyError]])
+
     def test_started_at_is_the_claim_not_the_finish(self) -> None:
         # Given a task run to its end
         enqueued = jobs.add.enqueue(2, 2)
@@ -186,3 +334,15 @@ class DjangoTasksInsideATestCase(TestCase):
         self.assertEqual(result.worker_ids, [claim.worker_id])
         # (the same tick when a no-op runs within the clock's resolution)
         self.assertLessEqual(result.started_at, result.finished_at)
+
+
+def test_an_empty_queues_list_is_refused() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from leaseq.contrib.django.tasks import LeaseqBackend
+
+    # Given Django's "QUEUES": [] (any queue name), which no worker could serve
+    # When a leaseq backend is configured so
+    # Then it says to list the queues, rather than serving "default" alone
+    with pytest.raises(ImproperlyConfigured, match="list them"):
+        LeaseqBackend("tasks", {"QUEUES": []})

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("pika", reason="leaseq[rabbitmq] is not installed")
 
-from leaseq.delivery.consumer import _why_not  # noqa: E402
-from leaseq.job import Job  # noqa: E402
+from leaseq.delivery.consumer import _why_not
+from leaseq.job import Job
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

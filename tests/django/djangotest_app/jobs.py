@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import os
+import threading
 
 from django_tasks import TaskContext, task
 
@@ -63,3 +65,64 @@ async def orm_probe(break_connection: bool = False) -> dict[str, object]:
 @task(takes_context=True)
 def knows_its_context(context: TaskContext, tag: str) -> dict[str, object]:
     return {"tag": tag, "id": context.task_result.id, "attempt": context.attempt}
+
+
+#: Events the interleaving tests set: the handlers below wait on them or set them.
+turns: dict[str, threading.Event] = {}
+
+
+@app.task(queue="interleave")
+async def iterate_across_another_job() -> int:
+    """Read ``ContentType`` rows one chunk at a time (an open cursor between chunks), waiting
+    after the first chunk for ``turns["other_job_cleaned_up"]``."""
+    import asyncio
+
+    from django.contrib.contenttypes.models import ContentType
+
+    rows = 0
+    async for _ in ContentType.objects.all().aiterator(chunk_size=1):
+        rows += 1
+        if rows == 1:
+            turns["iterating"].set()
+            cleaned = await asyncio.to_thread(turns["other_job_cleaned_up"].wait, 10)
+            assert cleaned, "the other job was not cleaned up within 10 s"
+    return rows
+
+
+@app.task(queue="interleave")
+async def quick_count() -> int:
+    """Count ``ContentType`` rows once the other job is mid-iteration."""
+    import asyncio
+
+    from django.contrib.contenttypes.models import ContentType
+
+    await asyncio.to_thread(turns["iterating"].wait, 10)
+    count = await ContentType.objects.acount()
+    turns["quick_returned"].set()
+    return count
+
+
+@app.task(queue="hang")
+def hang(marker: str, seconds: float) -> None:
+    """Touch ``marker``, block for ``seconds`` (deaf to a shutdown), then touch
+    ``marker + ".end"``: a handler that outlives a worker's grace period."""
+    import time
+    from pathlib import Path
+
+    Path(marker).touch()
+    time.sleep(seconds)
+    Path(marker + ".end").touch()
+
+
+@task()
+def returns_a_datetime() -> datetime.datetime:
+    """A return value JSON cannot hold."""
+    return datetime.datetime.now(datetime.UTC)
+
+
+@task(backend="immediate", takes_context=True)
+def reports_its_task(context: TaskContext) -> dict[str, object]:
+    """Declared on another backend: what its run sees of its ``Task``."""
+    task = context.task_result.task
+    return {"backend": task.backend, "queue_name": task.queue_name,
+            "run_after": task.run_after.isoformat() if task.run_after else None}

@@ -13,7 +13,7 @@
         send_welcome.enqueue(user.id)   # commits or rolls back with the user row
 
 Parts: the ``django://ALIAS`` store (``store``), the worker (``manage.py leaseq_worker``,
-``close_old_connections()`` around every job), ``manage.py leaseq_migrate``, the tables in the
+Django's connections cleaned up around every job), ``manage.py leaseq_migrate``, the tables in the
 app's Django migration, a django-tasks backend (``tasks.LeaseqBackend``) and the test helper
 ``testing.run_jobs``. Settings: ``LEASEQ_APP`` and ``LEASEQ_URL`` (``settings``).
 

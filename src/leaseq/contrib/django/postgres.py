@@ -4,7 +4,9 @@ connection (see ``leaseq.contrib.django.store`` for what that means for the call
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
 from django.db import connections, transaction
@@ -12,12 +14,14 @@ from psycopg.conninfo import make_conninfo
 from psycopg.pq import Conninfo
 
 from leaseq.contrib.django.store import (
+    NO_CONNECTION,
     aenqueue_on_django_thread,
     enqueue_in_savepoint,
     in_atomic,
     raw_connection,
     unavailable,
 )
+from leaseq.errors import InvalidURL
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.options import LIBPQ_DEFAULTS, PostgresOptions, parse_url
@@ -77,9 +81,9 @@ class DjangoSession:
         try:
             if autocommit and not in_atomic(self.alias):
                 return work(raw_connection(self.alias))
-            with transaction.atomic(using=self.alias):
+            with transaction.atomic(using=self.alias):  # connects, or commits: Django's errors
                 return work(raw_connection(self.alias))
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, *NO_CONNECTION) as exc:
             self._drop_if_broken()
             raise unavailable(self.alias, exc) from None
 
@@ -101,15 +105,23 @@ class DjangoPostgresStore(PostgresStore):
     alias: str
 
     @classmethod
-    def for_alias(cls, alias: str, options: Mapping[str, Any],
+    def for_alias(cls, alias: str, query: str = "", options: Mapping[str, Any] | None = None,
                   create: bool = True) -> DjangoPostgresStore:
-        """Options as for ``postgresql://`` URLs (``schema``, ``pool_max``, …)."""
-        conninfo = alias_conninfo(alias)
-        query = "&".join(f"{k}={v}" for k, v in options.items() if k != "time_offset_s")
-        _, parsed = parse_url(f"postgresql:///?{query}" if query else "postgresql:///",
-                              **({"time_offset_s": options["time_offset_s"]}
-                                 if "time_offset_s" in options else {}))
-        return cls(alias, conninfo, parsed, create)
+        """``query``: a ``django://`` URL's (URL-encoded), with leaseq's options of a
+        ``postgresql://`` URL (``schema``, ``pool_max``, …); ``options``: as for
+        ``PostgresStore.from_url``. The connection settings are the alias's: a libpq
+        keyword, or any other key, raises ``InvalidURL``."""
+        rest, parsed = parse_url(f"postgresql:///?{query}", **(options or {}))
+        # parse_url hands every key that is not leaseq's on to libpq (in ``rest``), which
+        # here never sees it
+        unknown = sorted({key for key, _ in parse_qsl(query, keep_blank_values=True)}
+                         & {key for key, _ in parse_qsl(urlsplit(rest).query)})
+        if unknown:
+            known = sorted(f.name for f in fields(PostgresOptions) if f.name != "time_offset_s")
+            raise InvalidURL(f"django://{alias}: unknown option(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(known)} (the connection's settings are the "
+                             "alias's, in settings.DATABASES)")
+        return cls(alias, alias_conninfo(alias), parsed, create)
 
     def __init__(self, alias: str, conninfo: str, options: PostgresOptions,
                  create: bool = True):

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, transaction
 
 from leaseq.errors import InvalidInput, InvalidURL, StoreUnavailable
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
@@ -36,8 +36,9 @@ from leaseq.stores.watch import FinishWatch
 T = TypeVar("T")
 
 
-def parse_django_url(url: str) -> tuple[str, dict[str, str]]:
-    """``django://ALIAS?option=value`` → (alias, options). ``django://`` means ``default``."""
+def parse_django_url(url: str) -> tuple[str, str]:
+    """``django://ALIAS?option=value`` → (alias, its query, still URL-encoded). ``django://``
+    means ``default``."""
     parts = urlsplit(url)
     if parts.scheme != "django" or parts.path not in ("", "/"):
         raise InvalidURL(f"a Django store URL looks like django://default; got {url[:200]!r}")
@@ -51,7 +52,7 @@ def parse_django_url(url: str) -> tuple[str, dict[str, str]]:
         known = ", ".join(sorted(configured)) or "none"
         raise InvalidURL(f"django://{alias}: no such database alias in settings.DATABASES "
                          f"(known: {known})")
-    return alias, dict(parse_qsl(parts.query))
+    return alias, parts.query
 
 
 class DjangoStore(Store):
@@ -70,7 +71,7 @@ class DjangoStore(Store):
         if vendor == "postgresql":
             from leaseq.contrib.django.postgres import DjangoPostgresStore
 
-            return DjangoPostgresStore.for_alias(alias, {**query, **options}, create)
+            return DjangoPostgresStore.for_alias(alias, query, options, create)
         if vendor == "sqlite":
             if query or options:
                 raise InvalidURL(f"django://{alias} on SQLite takes no options")
@@ -82,10 +83,27 @@ class DjangoStore(Store):
 # --- borrowing Django's connection -----------------------------------------------------------
 
 
+#: Django's errors for a connection it could not open or has lost (the driver's, wrapped):
+#: to leaseq the store is unavailable, as with the driver's own errors.
+NO_CONNECTION = (OperationalError, InterfaceError)
+
+
+@contextmanager
+def unavailable_without_connection(alias: str) -> Iterator[None]:
+    """Raise ``StoreUnavailable`` for Django's "no connection" errors: Django (re)connects
+    lazily, in ``ensure_connection`` or on entering ``atomic()``, and a worker's claim round
+    goes on after a ``LeaseqError`` only."""
+    try:
+        yield
+    except NO_CONNECTION as exc:
+        raise unavailable(alias, exc) from None
+
+
 def raw_connection(alias: str) -> Any:
     """The DB-API connection under this thread's Django connection for ``alias``."""
     wrapper = connections[alias]
-    wrapper.ensure_connection()
+    with unavailable_without_connection(alias):
+        wrapper.ensure_connection()
     return wrapper.connection
 
 
@@ -97,7 +115,7 @@ def enqueue_in_savepoint(store: Store, alias: str, queue: str,
                          write: Callable[[Any], list[EnqueueResult]]) -> list[EnqueueResult]:
     """Run ``write(raw_connection)`` in a savepoint of the caller's ``atomic()`` (or in a
     transaction of its own), and wake this process's workers once it commits."""
-    with transaction.atomic(using=alias):
+    with unavailable_without_connection(alias), transaction.atomic(using=alias):
         results = write(raw_connection(alias))
         transaction.on_commit(lambda: store.notify_local(queue), using=alias)
     return results
@@ -189,5 +207,9 @@ class DjangoSQLiteStore(SQLiteStore):
 
 
 def unavailable(alias: str, exc: BaseException) -> StoreUnavailable:
+    """``StoreUnavailable`` with the first line of ``exc``, the alias's password masked."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(f"django://{alias}: {first[:300]}")
+    password = connections[alias].settings_dict.get("PASSWORD")
+    if password:
+        first = first.replace(password, "***")
+    return StoreUnavailable(f"django://{alias} is unavailable: {first[:300]}")

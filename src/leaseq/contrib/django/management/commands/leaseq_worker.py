@@ -1,7 +1,9 @@
 """``manage.py leaseq_worker``: run the project's leaseq tasks with Django set up.
 
-The App is ``settings.LEASEQ_APP``; jobs run with ``close_old_connections()`` around each
-(``leaseq.contrib.django.worker``). Queues of the django-tasks backend are served too.
+The App is ``settings.LEASEQ_APP``; jobs run with Django's connections cleaned up around each
+(``leaseq.contrib.django.worker``). Queues of the django-tasks backend are served too. As with
+``leaseq worker``, a handler still running after the grace period (its job given back) does
+not hold up the exit: the process ends at once, so the handler stops with it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from leaseq.contrib.django import worker
 from leaseq.contrib.django.settings import project_app
 from leaseq.contrib.django.tasks import backend_queue_names
+from leaseq.supervisor import exit_now_if_stragglers
 from leaseq.worker import WorkerConfig
 
 
@@ -38,4 +41,4 @@ class Command(BaseCommand):
         names = queues or sorted(set(app.queue_names()) | set(served))
         config = WorkerConfig(queues=tuple(names), concurrency=concurrency, burst=burst,
                               grace_s=grace_s)
-        worker.run(app, config)
+        exit_now_if_stragglers(worker.run(app, config))
