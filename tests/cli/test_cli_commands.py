@@ -425,6 +425,11 @@ def test_both_broker_consumer_commands_run_as_many_jobs_at_once_as_the_worker_by
         (["worker", "cli_tasks:app", "--burst", "--metrics-port", "65535", "--processes", "2"],
          "past 65535"),
         (["worker", "cli_tasks:app", "--burst", "--prefix", "shop"], "--delivery rabbitmq"),
+        # the polling worker's own: with push delivery they had been dropped without a word
+        (["worker", "cli_tasks:app", "--delivery", "rabbitmq", "--amqp-url", "amqp://b",
+          "--metrics-port", "9100"], "leaseq metrics"),
+        (["worker", "cli_tasks:app", "--delivery", "rabbitmq", "--amqp-url", "amqp://b",
+          "--sweep-every-s", "5"], "leaseq sweep --every"),
     ],
 )
 def test_worker_bad_arguments_exit_2(
@@ -555,3 +560,21 @@ def test_text_from_the_store_cannot_drive_the_operators_terminal(
         assert shown.exit_code == 0, shown.output
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown.output), repr(shown.output)
         assert r"\x1b[31mFAKE OK" in shown.output
+
+
+def test_a_broker_consumer_of_an_app_with_schedules_says_it_runs_none(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an app with schedules, moved from polling workers to push delivery
+    monkeypatch.syspath_prepend(str(HERE))
+    from leaseq.delivery import rabbitmq
+
+    monkeypatch.setattr(rabbitmq, "run_app_consumer", lambda app, amqp_url, **kwargs: None)
+    args = ["worker", "cli_periodic:app", "--delivery", "rabbitmq", "--amqp-url", "amqp://b"]
+    # When its consumer starts, Then it says its schedules tick elsewhere or not at all
+    assert invoke(*args).exit_code == 0
+    assert "runs no scheduler" in caplog.text and "leaseq scheduler" in caplog.text
+    # And --no-scheduler, which says so on purpose, silences it
+    caplog.clear()
+    assert invoke(*args, "--no-scheduler").exit_code == 0
+    assert "runs no scheduler" not in caplog.text

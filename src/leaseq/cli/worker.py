@@ -6,6 +6,7 @@ import logging
 import sys
 
 import click
+from click.core import ParameterSource
 
 from leaseq.app import App
 from leaseq.cli import Seconds, errors, open_store, url_option
@@ -52,8 +53,9 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     level = getattr(logging, log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if delivery == "rabbitmq":
+        _refuse_polling_options(metrics_port)
         _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes,
-                 prefix or "leaseq")
+                 prefix or "leaseq", no_scheduler)
         return
     if prefix is not None:
         raise click.UsageError("--prefix names RabbitMQ's exchanges and queues: it goes with "
@@ -72,9 +74,20 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     sys.exit(code)
 
 
+def _refuse_polling_options(metrics_port: int | None) -> None:
+    """The options only the polling worker has: given with ``--delivery rabbitmq`` they would
+    do nothing, and a deployment moved to push delivery must not lose them without a word."""
+    given = click.get_current_context().get_parameter_source("sweep_every_s")
+    if metrics_port is not None or given not in (None, ParameterSource.DEFAULT):
+        raise click.UsageError(
+            "--metrics-port and --sweep-every-s belong to the polling worker: with --delivery "
+            "rabbitmq run `leaseq sweep --every S` (the consumer reclaims no expired lease) "
+            "and `leaseq metrics` beside it")
+
+
 def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[str, ...],
              concurrency: int, grace_s: float, burst: bool, processes: int,
-             prefix: str) -> None:
+             prefix: str, no_scheduler: bool) -> None:
     """``--delivery rabbitmq``: the same tasks and outcomes, deliveries pushed by RabbitMQ."""
     from leaseq.delivery.rabbitmq import run_app_consumer
     from leaseq.delivery.topology import Topology
@@ -85,6 +98,11 @@ def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[
         raise click.UsageError("--delivery rabbitmq runs one process and has no --burst; "
                                "start more consumers to scale out")
     app = App.from_ref(app_ref)
+    if app.schedules and not no_scheduler:
+        logging.getLogger(__name__).warning(
+            "--delivery rabbitmq runs no scheduler: the app's schedules (%s) tick only where "
+            "`leaseq scheduler %s` or a polling `leaseq worker` runs (--no-scheduler silences "
+            "this)", ", ".join(sorted(app.schedules)), app_ref)
     with stop_event() as stop:
         run_app_consumer(app, amqp_url, queues=queues, store=open_store(url) if url else None,
                          concurrency=concurrency, grace_s=grace_s, stop=stop,
