@@ -61,6 +61,18 @@ class QueueSnapshot:
         return max(self.ready - self.held_back.total, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsServer:
+    """A running ``/metrics`` endpoint: the port it listens on (the one the system gave, for
+    port 0); called, it stops."""
+
+    port: int
+    stop: Callable[[], None]
+
+    def __call__(self) -> None:
+        self.stop()
+
+
 def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSnapshot]:
     """Counts by status, ready, oldest pending age, in-flight and held-back jobs per queue
     (all queues when None). Held back: by the limits the queue's claims last ran with."""
@@ -239,9 +251,10 @@ class Metrics:
         if n:
             self.reclaimed_jobs.labels(queue).inc(n)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> Callable[[], None]:
-        """Expose ``/metrics`` on ``port`` from a daemon thread; returns a function to stop it.
-        ``InvalidInput`` when it cannot listen there (the port is taken, the address unknown)."""
+    def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+        """Expose ``/metrics`` on ``port`` (0: a free one) from a daemon thread; returns the
+        server, which stops when called. ``InvalidInput`` when it cannot listen there (the
+        port is taken, the address unknown)."""
         try:
             server, thread = start_http_server(port, addr, registry=self.registry)
         except (OSError, OverflowError) as exc:
@@ -253,4 +266,4 @@ class Metrics:
             server.server_close()
             thread.join(timeout=5)
 
-        return stop
+        return MetricsServer(int(server.server_port), stop)

@@ -62,6 +62,16 @@ def test_worker_metrics_endpoint(app: leaseq.App) -> None:
     assert samples[("leaseq_in_flight_jobs", q)] == 0
 
 
+def test_port_0_serves_on_the_port_the_system_gave_and_says_which() -> None:
+    server = Metrics().serve(0, "127.0.0.1")
+    try:
+        # (the exporter's start-up line had announced ":0")
+        assert server.port > 0
+        assert scrape(server.port) is not None  # it answers there
+    finally:
+        server()
+
+
 def test_sweep_counts_reclaimed_leases(app: leaseq.App) -> None:
     @app.task(queue="work")
     def ok() -> None: ...

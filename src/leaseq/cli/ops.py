@@ -114,7 +114,8 @@ def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],
         registry.watch_store(store, lambda: list(queues) or None, refresh_s)
         registry.watch_schedules(store)
         stop_server = registry.serve(port, addr)
-        click.echo(f"serving metrics of {store.url} on http://{addr}:{port}/metrics", err=True)
+        click.echo(f"serving metrics of {store.url} on http://{addr}:{stop_server.port}/metrics",
+                   err=True)
         with StopSignals() as signals:
             signals.wait()
         stop_server()
