@@ -57,6 +57,24 @@ def test_a_placeholder_nothing_fills_is_refused(tmp_path: Path,
         load_queries("leaseq_test_badsql", "q.sql", **sql_literals())
 
 
+def test_a_comment_is_not_part_of_the_query_above_it(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the comment that introduces a query, naming a parameter of that query: it sat at
+    # the end of the query above, where psycopg read %(batch)s as a parameter it lacked
+    package = tmp_path / "leaseq_test_comments"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "q.sql").write_text(
+        "-- name: exists\nSELECT 1 WHERE id = %(id)s;\n\n"
+        "-- One batch (%(batch)s jobs at most) of a purge.\n"
+        "-- name: purge\nDELETE FROM jobs -- the rest\nLIMIT %(batch)s;\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # When it is loaded, Then each query holds its own lines only (an inline comment stays)
+    queries = load_queries("leaseq_test_comments", "q.sql")
+    assert queries == {"exists": "SELECT 1 WHERE id = %(id)s;",
+                       "purge": "DELETE FROM jobs -- the rest\nLIMIT %(batch)s;"}
+
+
 def _template_fields() -> set[str]:
     texts = [v for k, v in vars(journal).items() if k.isupper() and isinstance(v, str)]
     return {name for text in texts for _, name, _, _ in Formatter().parse(text) if name}

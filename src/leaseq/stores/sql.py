@@ -39,7 +39,7 @@ def _add_queries(queries: dict[str, str], label: str, text: str,
     """Add the named queries of one file's ``text`` to ``queries``; ``label`` names the file."""
     parts = _NAME.split(text)
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        sql = body.strip()
+        sql = _without_comment_lines(body).strip()
         for key, value in substitutions.items():
             sql = sql.replace("{" + key + "}", value)
         if left := _PLACEHOLDER.search(sql):
@@ -47,6 +47,14 @@ def _add_queries(queries: dict[str, str], label: str, text: str,
         if name in queries:
             raise ValueError(f"{label}: query {name!r} is defined twice")
         queries[name] = sql
+
+
+def _without_comment_lines(body: str) -> str:
+    """A query's text without its whole-line ``--`` comments: the comment that introduces the
+    next query sits at the end of this one's part of the file, and a driver reads a
+    placeholder inside a comment as its own (psycopg's ``%(name)s``: "query parameter
+    missing")."""
+    return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
 
 
 def migrations(package: str) -> list[tuple[int, str, str]]:

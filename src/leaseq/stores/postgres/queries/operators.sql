@@ -30,9 +30,8 @@ SELECT count(*) AS n FROM changed;
 -- name: exists
 SELECT 1 AS found FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
 
--- statuses / ages are parallel arrays: one retention rule per status.
--- One batch (%(batch)s jobs at most, found through jobs_status) of a purge of one status. The
--- delete tests the status and age again: a job requeued since it was found is not deleted.
+-- One batch (PURGE_BATCH jobs at most, found through jobs_status) of a purge of one status.
+-- The delete tests the status and age again: a job requeued since it was found is not deleted.
 -- name: purge
 WITH found AS (
     SELECT id FROM {jobs}

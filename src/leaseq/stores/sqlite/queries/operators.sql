@@ -20,7 +20,7 @@ SELECT 1 FROM leaseq_jobs WHERE queue = :queue AND id = :id;
 
 -- The jobs first, then the journal of exactly those: two statements reading the clock each
 -- left the journal of a job that came of age between them.
--- One batch (:batch jobs at most) of a purge, found through leaseq_jobs_status.
+-- One batch (PURGE_BATCH jobs at most) of a purge, found through leaseq_jobs_status.
 -- name: purge_jobs
 DELETE FROM leaseq_jobs
 WHERE rowid IN (SELECT rowid FROM leaseq_jobs
