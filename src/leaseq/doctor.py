@@ -151,10 +151,12 @@ def check_oldest_ready(store: Store, facts: QueueFacts, config: DoctorConfig,
     if facts.summary.ready.n == 0 or age_s <= config.oldest_ready_s:
         return []
     ready, held = facts.summary.ready, facts.held_back.total
-    if ready.exact and held >= ready.n:
-        # Every ready job waits for a key's slot or the rate's room: the limits at work,
-        # which more workers would not change. (Past the count's cap, held back may be the
-        # cap too while thousands more wait for no limit: reported, with the held count.)
+    if facts.held_back.by_rate or (ready.exact and held >= ready.n):
+        # The limits at work, which more workers would not change: every ready job waits for
+        # a key's slot, or the backlog is more than the rate lets through in a second (the
+        # oldest then waits its turn however many workers run). (Past the count's cap, held
+        # back by keys may be the cap too while thousands more wait for no limit: reported,
+        # with the held count.)
         return []
     held_words = f" ({held} of the ready jobs held back by limits)" if held else ""
     return [Finding(

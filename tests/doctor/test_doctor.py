@@ -84,6 +84,18 @@ def test_ready_jobs_all_held_back_by_a_key_limit_are_not_too_few_workers(store: 
     assert "oldest_ready" in checks(store)
 
 
+def test_a_backlog_the_rate_limit_holds_is_not_too_few_workers(store: Store) -> None:
+    # Given a queue limited to 2 claims a second with 10 old ready jobs, a live worker
+    q = store.queue("mail", rate_per_s=2)
+    for i in range(10):
+        q.enqueue(f"r-{i}", {})
+    assert len(q.claim(W, limit=1)) == 1  # its claims record the limit
+    store.time_offset_s = 400
+    store.register_worker(W, ["mail"], 0)
+    # Then doctor does not tell anyone to start more workers: the rate lets 2 a second go
+    assert "oldest_ready" not in checks(store)
+
+
 def test_leases_that_ran_out_and_were_not_reclaimed(store: Store) -> None:
     healthy(store)
     store.queue("mail").claim(W, lease_s=5)
