@@ -170,18 +170,37 @@ def test_a_purge_deletes_in_batches_each_its_own_statement(
     q.complete_many(q.claim("w", limit=5))
     store.time_offset_s += 100
     monkeypatch.setattr(pg_store, "PURGE_BATCH", 2)
-    deleted: list[int] = []
-    count = store._count
+    batches: list[tuple[int, int]] = []
+    batch = store._purge_batch
 
-    def counted(conn: object, name: str, **params: object) -> int:
-        n = count(conn, name, **params)  # type: ignore[arg-type]
-        if name == "purge":
-            deleted.append(n)
-        return n
+    def counted(*args: object) -> tuple[int, int]:
+        batches.append(batch(*args))  # type: ignore[arg-type]
+        return batches[-1]
 
-    monkeypatch.setattr(store, "_count", counted)
+    monkeypatch.setattr(store, "_purge_batch", counted)
     # When they are purged, Then three statements delete 2, 2 and 1 (one statement deleted
     # every job at once: on a first retention over millions, past its call's deadline)
     assert q.purge(done=50) == 5
-    assert deleted == [2, 2, 1]
+    assert batches == [(2, 2), (2, 2), (1, 1)]
     assert q.counts() == {} and q.journal("j0") == []
+
+
+def test_a_purge_batch_thinned_out_by_another_purge_is_not_the_last(
+        store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given batches as two sweepers' purges make them: of the jobs a batch found, the other
+    # purge deleted some first (or a requeue took them out), so it deleted fewer
+    import leaseq.stores.postgres.store as pg_store
+
+    monkeypatch.setattr(pg_store, "PURGE_BATCH", 2)
+    answers = iter([(1, 2), (2, 2), (0, 1)])  # (deleted, found)
+    calls: list[str] = []
+
+    def scripted(queue: str, status: str, age_s: float) -> tuple[int, int]:
+        calls.append(status)
+        return next(answers)
+
+    monkeypatch.setattr(store, "_purge_batch", scripted)
+    # When it purges, Then it goes on while a batch found as many as it may take (it had
+    # stopped after the first, with most of the aged jobs left)
+    assert store.purge("old", {"done": 50}) == 3
+    assert calls == ["done", "done", "done"]

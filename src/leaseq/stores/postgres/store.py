@@ -425,17 +425,20 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
     def purge(self, queue: str, older_than_s: Mapping[str, float]) -> int:
         deleted = 0
         for status, age in older_than_s.items():
-            while (gone := self._purge_batch(queue, status, float(age))) == PURGE_BATCH:
+            found = PURGE_BATCH
+            while found == PURGE_BATCH:
+                gone, found = self._purge_batch(queue, status, float(age))
                 deleted += gone
-            deleted += gone
         return deleted
 
-    def _purge_batch(self, queue: str, status: str, age_s: float) -> int:
-        """Up to ``PURGE_BATCH`` jobs and their journal, in a statement of their own (safe to
-        retry: a batch that landed leaves those jobs gone, and the next finds others)."""
-        return self._session.run(lambda conn: self._count(
+    def _purge_batch(self, queue: str, status: str, age_s: float) -> tuple[int, int]:
+        """Up to ``PURGE_BATCH`` jobs and their journal, in a statement of their own: how
+        many it deleted, and how many it found (safe to retry: a batch that landed leaves
+        those jobs gone, and the next finds others)."""
+        (row,) = self._session.run(lambda conn: self._rows(
             conn, "purge", queue=queue, status=status, age_s=age_s, batch=PURGE_BATCH),
             idempotent=True, autocommit=True)
+        return int(row["n"]), int(row["found"])
 
     # --- operators -------------------------------------------------------------------------
 

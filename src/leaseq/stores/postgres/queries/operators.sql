@@ -32,6 +32,8 @@ SELECT 1 AS found FROM {jobs} WHERE queue = %(queue)s AND id = %(id)s;
 
 -- One batch (PURGE_BATCH jobs at most, found through jobs_status) of a purge of one status.
 -- The delete tests the status and age again: a job requeued since it was found is not deleted.
+-- (It answers how many it found too: a batch another purge or a requeue thinned out is not
+-- the last one.)
 -- name: purge
 WITH found AS (
     SELECT id FROM {jobs}
@@ -46,7 +48,7 @@ gone AS (
 log AS (
     DELETE FROM {journal}
     WHERE queue = %(queue)s AND job_id IN (SELECT id FROM gone))
-SELECT count(*) AS n FROM gone;
+SELECT (SELECT count(*) FROM gone) AS n, (SELECT count(*) FROM found) AS found;
 
 -- --- operators' tools: job browser, bulk actions, journal per hour, worker registry -------
 
