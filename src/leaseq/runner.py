@@ -86,6 +86,9 @@ class InFlight:
     the job, whatever the network does, before the store can hand it to another worker."""
     landed: bool = False
     """Set (under the worker's lock) when the handler gave its slot back."""
+    settled_first: bool = False
+    """Set (under the worker's lock) when its outcome was written before its handler's run
+    gave the slot back: the slot is taken a moment longer with nothing in flight."""
     abandoned: bool = False
     """Set (under the worker's lock) when the lease clock ran out and the slot was freed
     while the handler still ran; its landing then frees nothing."""

@@ -183,6 +183,8 @@ class Worker(LeaseClock, Lifecycle):
         """Handler runs handed to the pool and not ended yet (``has_stragglers``)."""
         self._abandoned_threads = 0
         """Pool threads still in a sync handler the lease clock abandoned (``_slots``)."""
+        self._settled_first = 0
+        """Settled jobs whose handler's run still holds a slot (``_slot_taken``)."""
         self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
                                   self.config.concurrency)
         self._stop = threading.Event()
@@ -475,6 +477,8 @@ class Worker(LeaseClock, Lifecycle):
         start waiting jobs here (a pool thread's slot loop takes the next one itself)."""
         with self._lock:
             item.landed = True
+            if item.settled_first:
+                self._settled_first -= 1
             if not item.abandoned:  # an abandoned job's slot was freed already
                 self._running -= 1
             elif holds_a_thread(item):
@@ -502,6 +506,9 @@ class Worker(LeaseClock, Lifecycle):
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
+            if not item.landed and not item.abandoned:
+                item.settled_first = True
+                self._settled_first += 1
             self._full_keys.settled(item.queue.name)
         self._wake_loop(item)
 
@@ -538,9 +545,10 @@ class Worker(LeaseClock, Lifecycle):
             return list(self._in_flight.values())
 
     def _slot_taken(self) -> bool:
-        """Whether a handler holds a slot (started, or ended with its run not yet over)."""
+        """Whether a job whose outcome is written still holds its slot (its handler's run is
+        not over yet). Not a handler that runs on without a lease: that one may never end."""
         with self._lock:
-            return self._running > 0
+            return self._settled_first > 0
 
     def _room(self, prefetch: bool = True) -> int:
         """Jobs the next claim may take: the free slots, plus the prefetch allowance, minus
