@@ -10,9 +10,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from leaseq.errors import InvalidPolicy
+from leaseq.validate import MAX_DELAY_S
 
 #: The highest ``rate_per_s``: the store keeps one timestamp per claim of the last second.
 MAX_RATE_PER_S = 10_000
+#: A retry's delay is its backoff times a jitter of up to this much.
+MAX_JITTER = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,8 @@ class QueuePolicy:
         _check_int(self.max_attempts, "max_attempts", 1, 1_000_000)
         _check_number(self.lease_s, "lease_s", 0.001)
         _check_number(self.backoff_base_s, "backoff_base_s", 0.0)
-        _check_number(self.backoff_cap_s, "backoff_cap_s", 0.0)
+        # with its jitter, every delay the cap allows is one a retry may be written with
+        _check_number(self.backoff_cap_s, "backoff_cap_s", 0.0, MAX_DELAY_S / MAX_JITTER)
         _check_int(self.max_payload_bytes, "max_payload_bytes", 2, 1 << 30)
         _check_number(self.snooze_s, "snooze_s", 0.0)
         _check_int(self.max_snoozes, "max_snoozes", 0, 1_000_000)
@@ -104,14 +108,18 @@ def backoff_s(
         raw = min(math.ldexp(base_s, exponent), cap_s)
     except OverflowError:  # base · 2^exponent is past any float: the cap has long won
         raw = cap_s
-    return raw * (rng or random).uniform(1.0, 1.5)
+    return raw * (rng or random).uniform(1.0, MAX_JITTER)
 
 
-def _check_number(value: Any, name: str, minimum: float) -> None:
+def _check_number(value: Any, name: str, minimum: float, maximum: float = MAX_DELAY_S) -> None:
+    """A duration of the policy: from ``minimum`` to ``maximum`` (ten years: the longest
+    delay a store takes) seconds."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidPolicy(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not math.isfinite(value) or value < minimum:
         raise InvalidPolicy(f"{name} must be a finite number ≥ {minimum}, got {value!r}")
+    if value > maximum:
+        raise InvalidPolicy(f"{name} may be at most {maximum:.0f} s, got {value!r}")
 
 
 def check_limits(key_limit: Any, rate_per_s: Any) -> None:

@@ -97,12 +97,16 @@ def terminal_status(status: Any) -> str:
     return status
 
 
+#: The longest delay (and lease, and policy duration) leaseq takes: ten years.
+MAX_DELAY_S = 10 * 365 * 86400
+
+
 def delay_s(value: Any, name: str = "delay_s") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):  # a tuple: faster here
         raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not math.isfinite(value) or value < 0:
         raise InvalidInput(f"{name} must be a finite number ≥ 0, got {value!r}")
-    if value > 10 * 365 * 86400:
+    if value > MAX_DELAY_S:
         raise InvalidInput(f"{name} may be at most ten years, got {value!r}")
     return float(value)
 

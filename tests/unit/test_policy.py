@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import leaseq
+from leaseq import validate
 from leaseq.errors import InvalidInput, InvalidPolicy
 from leaseq.policy import QueuePolicy, backoff_s
 
@@ -62,6 +63,11 @@ def test_unknown_key_is_refused_and_known_keys_named() -> None:
         {"lease_s": "900"},
         {"backoff_base_s": -1},
         {"backoff_cap_s": float("-inf")},
+        # with its jitter (up to 1.5 times), a cap past 6.67 years would write a delay past
+        # the ten years a store takes: the retry's write would fail, the job stay processing
+        {"backoff_cap_s": 7 * 365 * 86400},
+        {"lease_s": 11 * 365 * 86400},
+        {"snooze_s": 11 * 365 * 86400},
         {"lease_s": 60, "heartbeat_every_s": 60},
         {"max_payload_bytes": 1},
         {"snooze_s": -1},
@@ -76,6 +82,13 @@ def test_unknown_key_is_refused_and_known_keys_named() -> None:
 def test_out_of_range_values_are_refused_when_built(options: dict[str, object]) -> None:
     with pytest.raises(InvalidPolicy):
         QueuePolicy.build(**options)  # type: ignore[arg-type]
+
+
+def test_the_longest_cap_still_writes_a_retry_a_store_takes() -> None:
+    longest = validate.MAX_DELAY_S / 1.5
+    policy = QueuePolicy(backoff_base_s=longest, backoff_cap_s=longest)
+    for seed in range(50):
+        assert validate.delay_s(policy.backoff_s(1, random.Random(seed))) <= validate.MAX_DELAY_S
 
 
 def test_policy_is_frozen() -> None:
