@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import os
 import socket
 import threading
@@ -56,6 +57,9 @@ from leaseq.signals import EXIT_SECOND_SIGNAL as EXIT_SECOND_SIGNAL
 from leaseq.signals import DrainThenExit
 
 log = logging.getLogger(__name__)
+
+#: ``WorkerConfig`` durations that may be infinite: wait for every job at a stop; never sweep.
+UNBOUNDED_OK = frozenset({"grace_s", "sweep_every_s"})
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,13 @@ class WorkerConfig:
         for name in ("grace_s", "sweep_every_s", "claim_gather_s", "idle_min_s", "idle_max_s",
                      "prefetch_wait_s", "lease_margin_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise InvalidInput(f"{name} must be a number of seconds ≥ 0, got {value!r}")
+            # NaN compares false with everything: a NaN margin would keep the lease clock
+            # from ever abandoning a job, a NaN grace would skip the grace period.
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or math.isnan(value) or value < 0
+                    or (math.isinf(value) and name not in UNBOUNDED_OK)):
+                raise InvalidInput(f"{name} must be a number of seconds ≥ 0"
+                                   f"{'' if name in UNBOUNDED_OK else ', finite'}, got {value!r}")
         if not 0 < self.idle_min_s <= self.idle_max_s:
             raise InvalidInput("idle_min_s must be > 0 and at most idle_max_s")
         if self.sweep_every_s <= 0:

@@ -262,7 +262,13 @@ def test_sweeper_config_is_checked(config: dict) -> None:
 
 
 @pytest.mark.parametrize("config", [{"concurrency": 0}, {"grace_s": -1}, {"idle_min_s": 0},
-                                    {"idle_min_s": 2, "idle_max_s": 1}, {"colour": "red"}])
+                                    {"idle_min_s": 2, "idle_max_s": 1}, {"colour": "red"},
+                                    # NaN passes every "< 0" check: a NaN margin would keep
+                                    # the lease clock from ever abandoning a job
+                                    {"lease_margin_s": float("nan")},
+                                    {"grace_s": float("nan")},
+                                    {"prefetch_wait_s": float("nan")},
+                                    {"claim_gather_s": float("inf")}], ids=repr)
 def test_worker_config_is_checked(config: dict) -> None:
     from leaseq.worker import WorkerConfig
 
