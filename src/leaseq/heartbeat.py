@@ -164,6 +164,14 @@ class Heartbeat:
                       extra=job_fields("abandon_failed", item.job))
             return False
 
+    def _hand_lost(self, item: InFlight) -> None:
+        """``on_lost(item)``, its error logged: the other jobs of the beat are still told."""
+        try:
+            self.on_lost(item)
+        except Exception as exc:
+            log.error("job %s: letting its lost lease go failed\n%s", item.job.id,
+                      traceback_text(exc, self.redact), extra=job_fields("lease_lost", item.job))
+
     def _tick(self, trust_at: float = float("inf")) -> None:
         """Call ``on_tick`` when due, bounded so that it never holds up the next lease-clock
         deadline (``trust_at``) or the beats."""
@@ -191,18 +199,22 @@ class Heartbeat:
         # order would report a job that just completed as a lost lease). Never wait for one:
         # a job whose lock is taken is being finished (or started) and sits this beat out.
         held = [item for item in group if item.lock.acquire(blocking=False)]
+        lost: list[InFlight] = []
         try:
             live = [i for i in held if _beaten(i)]
             for item in group:
                 if item not in held:
                     item.next_beat_at = self.clock() + item.heartbeat_every_s * RETRY_SHARE
             if live:
-                self._extend(live)
+                lost = self._extend(live)
         finally:
             for item in held:
                 item.lock.release()
+        for item in lost:  # once the locks are free: ``on_lost`` may take the job's own
+            self._hand_lost(item)
 
-    def _extend(self, live: list[InFlight]) -> None:
+    def _extend(self, live: list[InFlight]) -> list[InFlight]:
+        """Beat ``live`` (their locks held); the items whose lease the store reports lost."""
         queue, lease_s = live[0].queue, live[0].lease_s
         sent_at = self.clock()
         bound = self.bound_s(min(i.heartbeat_every_s for i in live))
@@ -216,7 +228,7 @@ class Heartbeat:
                         extra=queue_fields("heartbeat_failed", queue.name))
             for item in live:
                 item.next_beat_at = self.clock() + item.heartbeat_every_s * RETRY_SHARE
-            return
+            return []
         finally:
             self.longest_call_s = max(self.longest_call_s, self.clock() - sent_at)
         now = self.clock()
@@ -225,9 +237,9 @@ class Heartbeat:
             if item.job.id in lost:
                 log.warning("job %s: lease lost (attempt %d)", item.job.id, item.job.attempts,
                             extra=job_fields("lease_lost", item.job))
-                self.on_lost(item)
             else:
                 self.trust(item, sent_at, lease_s)
+        return [item for item in live if item.job.id in lost]
 
 
 def _beaten(item: InFlight) -> bool:

@@ -49,11 +49,26 @@ class LeaseClock:
         it: that write is fenced, so the store decides, and the lease clock looks again
         shortly."""
         outcome = abandon(item, self._runner, self._abandoned, self.clock)
+        self._let_go(item, outcome)
+        return outcome is not Abandoning.BUSY
+
+    def _lost(self, item: InFlight) -> None:
+        """A beat found the lease of ``item`` gone (heartbeat thread): the job was cancelled,
+        or another worker took it after its lease lapsed, and the store journaled
+        ``heartbeat_lost``. It is let go as an abandoned job is, without a journal entry of
+        its own: a waiting job never starts, an ``async def`` handler is cancelled, and the
+        slot is free at once. When its finishing write holds it, that write is fenced and
+        settles it; a handler starting just then sees ``job.lease_lost``."""
+        outcome = forsake(item, self._runner)
+        if outcome is Abandoning.BUSY:
+            self._runner.lease_lost(item)
+        self._let_go(item, outcome)
+
+    def _let_go(self, item: InFlight, outcome: Abandoning) -> None:
         if outcome is Abandoning.ABANDONED:
             self._free_slot(item)
             self._settle(item)
             self._start_ready()
-        return outcome is not Abandoning.BUSY
 
     def _free_slot(self, item: InFlight) -> None:
         """An abandoned job gives its slot back at once, whether its handler is waiting,
@@ -90,13 +105,11 @@ class Abandoning(enum.Enum):
     """Abandoned now."""
 
 
-def abandon(item: InFlight, runner: Runner, journal: AbandonedJournal,
-            clock: Callable[[], float]) -> Abandoning:
-    """Stop trusting the lease of ``item`` (the worker's and the broker consumer's lease
-    clock): the runner writes nothing for it any more, its handler sees ``job.lease_lost``
-    (an ``async def`` one is cancelled; a sync one runs on until it notices), the warning is
-    logged, and its ``lease_abandoned`` entry waits in ``journal``. Never waits for the job's
-    lock: a finishing write holding it makes this ``BUSY``."""
+def forsake(item: InFlight, runner: Runner) -> Abandoning:
+    """Stop working for ``item``: the runner writes nothing for it any more, its handler sees
+    ``job.lease_lost`` (an ``async def`` one is cancelled; a sync one runs on until it
+    notices; one still waiting for a slot never starts). Never waits for the job's lock: a
+    finishing write (or a handler's start) holding it makes this ``BUSY``."""
     if not item.lock.acquire(blocking=False):
         return Abandoning.BUSY
     try:
@@ -106,12 +119,22 @@ def abandon(item: InFlight, runner: Runner, journal: AbandonedJournal,
         runner.lease_lost(item)
     finally:
         item.lock.release()
-    silent_s = clock() - item.confirmed_at
-    log_abandoned(item, silent_s)
     if item.future is not None:
         item.future.cancel()
-    journal.add(item, silent_s)
     return Abandoning.ABANDONED
+
+
+def abandon(item: InFlight, runner: Runner, journal: AbandonedJournal,
+            clock: Callable[[], float]) -> Abandoning:
+    """Stop trusting the lease of ``item`` (the worker's and the broker consumer's lease
+    clock): ``forsake`` it, log the warning, and keep its ``lease_abandoned`` entry in
+    ``journal``."""
+    outcome = forsake(item, runner)
+    if outcome is Abandoning.ABANDONED:
+        silent_s = clock() - item.confirmed_at
+        log_abandoned(item, silent_s)
+        journal.add(item, silent_s)
+    return outcome
 
 
 def log_abandoned(item: InFlight, silent_s: float) -> None:

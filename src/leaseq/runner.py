@@ -84,6 +84,8 @@ class InFlight:
     """The local lease clock (worker's monotonic clock): when the request that last confirmed
     the lease was sent, plus the lease, minus the worker's margin. Past it the worker abandons
     the job, whatever the network does, before the store can hand it to another worker."""
+    slotted: bool = False
+    """Set (under the worker's lock) when the job took a slot (it had waited for one)."""
     landed: bool = False
     """Set (under the worker's lock) when the handler gave its slot back."""
     settled_first: bool = False

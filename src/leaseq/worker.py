@@ -173,7 +173,7 @@ class Worker(LeaseClock, Lifecycle):
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
                               on_settled=self._settle)
         self._completer: Completer | None = None
-        self._heartbeat = Heartbeat(self._snapshot, self._runner.lease_lost, clock, app.redact,
+        self._heartbeat = Heartbeat(self._snapshot, self._lost, clock, app.redact,
                                     on_tick=self._register,
                                     on_untrusted=self._abandon,
                                     margin_s=self.config.lease_margin_s,
@@ -197,6 +197,8 @@ class Worker(LeaseClock, Lifecycle):
         self._prefetch = Prefetch(self.config.prefetch, self.config.prefetch_wait_s,
                                   self.config.concurrency)
         self._stop = threading.Event()
+        self._stop_event: threading.Event | None = None
+        """The ``stop_event`` given to ``run``."""
         self._signals = DrainThenExit()  # counted by the handler, polled by the loop
         self._wake = threading.Event()
         self._rotation = 0
@@ -240,6 +242,7 @@ class Worker(LeaseClock, Lifecycle):
     def run(self, stop_event: threading.Event | None = None, *,
             handle_signals: bool = False) -> None:
         """Work until stopped (or, with ``burst``, until there is nothing left)."""
+        self._stop_event = stop_event
         restore = self._install_signals() if handle_signals else _nothing
         try:
             stop_server = (self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
@@ -400,12 +403,16 @@ class Worker(LeaseClock, Lifecycle):
             self._launch(item)
 
     def _take_ready(self) -> InFlight | None:
-        """The oldest waiting job, its slot taken; None when none waits or no slot is free."""
+        """The oldest waiting job, its slot taken; None when none waits, no slot is free, or
+        the worker is stopping (a stop signal, or ``run``'s ``stop_event``, reach the loop
+        only when it next looks: a job started meanwhile would not go back free)."""
         with self._lock:
-            if self._stop.is_set() or not self._ready or self._running >= self._slots():
+            if (self.stopping(self._stop_event) or not self._ready
+                    or self._running >= self._slots()):
                 return None
             _, item = self._ready.popleft()
             self._running += 1
+            item.slotted = True
         return item
 
     def _give_back_overdue(self) -> None:
@@ -515,7 +522,7 @@ class Worker(LeaseClock, Lifecycle):
             # job again under a newer epoch, and that attempt must stay tracked.
             if self._in_flight.get(key) is item:
                 del self._in_flight[key]
-            if not item.landed and not item.abandoned:
+            if item.slotted and not item.landed and not item.abandoned:
                 item.settled_first = True
                 self._settled_first += 1
             self._full_keys.settled(item.queue.name)

@@ -232,6 +232,71 @@ def test_cancelled_job_loses_its_lease_and_the_result_is_discarded(app: leaseq.A
         "leaseq_processed_total", {"queue": "work", "outcome": "done"}) is None
 
 
+def test_a_cancelled_async_job_is_cancelled_and_its_slot_runs_the_next(
+        app: leaseq.App) -> None:
+    # Given a worker of one slot running an async handler that would run for 20 s
+    started, cancelled = threading.Event(), threading.Event()
+
+    @app.task(queue="work", lease_s=BUSY_LEASE_S, heartbeat_every_s=BEAT_S)
+    async def long_async() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    @app.task(queue="work")
+    def after() -> str:
+        return "next"
+
+    long_async.enqueue(job_id="c")
+    q = app.queue("work")
+    with running(app, concurrency=1):
+        assert started.wait(10)
+        # When an operator cancels it mid-run
+        assert q.cancel("c")
+        # Then the next beat finds the lease gone and the handler is cancelled (its result
+        # would be discarded), and its slot runs the next job
+        assert cancelled.wait(10)
+        after.enqueue(job_id="n")
+        wait_until(lambda: q.is_finished("n"))
+    assert [q.get(i).status for i in ("c", "n")] == ["cancelled", "done"]  # type: ignore
+    assert events(q, "c")[-2:] == ["cancelled", "heartbeat_lost"]
+
+
+def test_a_sync_job_whose_lease_is_lost_frees_its_slot_while_it_runs_on(
+        app: leaseq.App) -> None:
+    # Given a worker of one slot running a sync handler that does not watch its lease
+    release = threading.Event()
+
+    @app.task(queue="work", lease_s=BUSY_LEASE_S, heartbeat_every_s=BEAT_S)
+    def stubborn() -> str:
+        assert release.wait(60)
+        return "late"
+
+    @app.task(queue="work")
+    def after() -> str:
+        return "next"
+
+    stubborn.enqueue(job_id="s")
+    q = app.queue("work")
+    try:
+        with running(app, concurrency=1):
+            wait_until(lambda: q.get("s").status == "processing")  # type: ignore[union-attr]
+            # When an operator cancels it
+            assert q.cancel("s")
+            # Then its slot is free once a beat finds the lease gone: the next job runs
+            # while the old handler is still in its thread
+            after.enqueue(job_id="n")
+            wait_until(lambda: q.is_finished("n"), timeout_s=20)
+            assert not release.is_set()
+            release.set()
+    finally:
+        release.set()
+    assert [q.get(i).status for i in ("s", "n")] == ["cancelled", "done"]  # type: ignore
+
+
 def test_stolen_lease_refuses_the_old_workers_result(app: leaseq.App, url: str) -> None:
     # Given a handler stuck past its lease whose heartbeat cannot help (it beats rarely)
     release = threading.Event()

@@ -101,3 +101,81 @@ def test_two_workers_start_8_long_jobs_none_waiting_behind_another(
 
 def _started(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _held_app(app: leaseq.App, ran: list[str], gate: threading.Event) -> Worker:
+    """A worker of one slot that has earned a prefetch allowance (20 quick jobs done), and
+    whose ``held`` task blocks job "a" until ``gate`` opens; the jobs beat every 0.1 s."""
+
+    @app.task(queue="work", lease_s=3.0, heartbeat_every_s=0.1)
+    def quick() -> None:
+        return None
+
+    @app.task(queue="work", lease_s=3.0, heartbeat_every_s=0.1)
+    def held(name: str) -> None:
+        ran.append(name)
+        if name == "a":
+            assert gate.wait(20)
+
+    worker = Worker(app, WorkerConfig(concurrency=1, prefetch=4, prefetch_wait_s=10.0,
+                                      idle_max_s=0.05))
+    thread = threading.Thread(target=worker.run, kwargs={"stop_event": worker_stop(worker)},
+                              daemon=True)
+    thread.start()
+    worker.thread = thread  # type: ignore[attr-defined]
+    q = app.queue("work")
+    for i in range(20):
+        quick.enqueue(job_id=f"q{i:02}")
+    wait_until(lambda: q.counts().get("done") == 20, what="the quick jobs")
+    app.enqueue_many([held.spec(name="a", job_id="a"), held.spec(name="b", job_id="b")])
+    wait_until(lambda: q.counts().get("processing") == 2, what="both claimed")
+    assert ran == ["a"]  # "b" waits for the slot
+    return worker
+
+
+def worker_stop(worker: Worker) -> threading.Event:
+    worker.stop = threading.Event()  # type: ignore[attr-defined]
+    return worker.stop  # type: ignore[attr-defined]
+
+
+def test_a_prefetched_job_cancelled_while_it_waits_never_starts(app: leaseq.App) -> None:
+    # Given a job waiting for the slot of a worker whose one slot is busy
+    ran: list[str] = []
+    gate = threading.Event()
+    worker = _held_app(app, ran, gate)
+    q = app.queue("work")
+    try:
+        # When an operator cancels it, and a beat finds its lease gone
+        assert q.cancel("b")
+        lost = worker.metrics.registry.get_sample_value
+        wait_until(lambda: lost("leaseq_lease_lost_total", {"queue": "work"}) == 1,
+                   what="the lost lease")
+        # And the slot frees
+        gate.set()
+        wait_until(lambda: q.is_finished("a") and worker.in_flight() == [], what="a to end")
+    finally:
+        gate.set()
+        worker.stop.set()  # type: ignore[attr-defined]
+        worker.thread.join(30)  # type: ignore[attr-defined]
+    # Then it never ran: its handler's side effects are not done for a cancelled job
+    assert ran == ["a"]
+    job = q.get("b")
+    assert job is not None and job.status == "cancelled"
+    assert worker._settled_first == 0  # and no slot is counted as still taken
+
+
+def test_a_prefetched_job_does_not_start_once_a_stop_was_asked(app: leaseq.App) -> None:
+    # Given a job waiting for the slot of a worker whose one slot is busy
+    ran: list[str] = []
+    gate = threading.Event()
+    worker = _held_app(app, ran, gate)
+    # When the worker is told to stop (its stop_event, as a signal would) and the slot frees
+    # at once, before the loop has looked
+    worker.stop.set()  # type: ignore[attr-defined]
+    gate.set()
+    worker.thread.join(30)  # type: ignore[attr-defined]
+    # Then the waiting job never started: it went back free, for another worker to start
+    assert ran == ["a"]
+    job = app.queue("work").get("b")
+    assert job is not None and (job.status, job.attempts, job.givebacks) == ("pending", 0, 0)
+    assert app.queue("work").journal("b")[-1].reason == PREFETCH_REASON
