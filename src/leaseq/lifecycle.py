@@ -173,9 +173,11 @@ class Lifecycle:
         if self._finisher is not None:
             self._finisher.shutdown(wait=True)
 
-    def _install_signals(self) -> Callable[[], None]:
-        """SIGTERM / SIGINT drain the worker, a second one ends it at once
-        (``leaseq.signals.DrainThenExit``); returns what puts the previous handlers back."""
+    def _install_signals(self, same_stop_s: float = 0.0) -> Callable[[], None]:
+        """SIGTERM / SIGINT drain the worker, a second one (more than ``same_stop_s`` later)
+        ends it at once (``leaseq.signals.DrainThenExit``); returns what puts the previous
+        handlers back."""
+        self._signals.same_stop_s = same_stop_s
         self._signals.install()
         return self._signals.restore
 

@@ -147,12 +147,20 @@ class DrainThenExit:
     ``signals``) are counted in ``received``, which the worker's loop polls to begin its drain;
     the second one writes ``SECOND_SIGNAL_MESSAGE`` to stderr and ends the process at once with
     ``EXIT_SECOND_SIGNAL``. A signal ignored when installed stays ignored; outside the main
-    thread nothing is installed (and ``received`` stays 0)."""
+    thread nothing is installed (and ``received`` stays 0).
 
-    def __init__(self, signals: Sequence[int] = STOP_SIGNALS):
+    ``same_stop_s``: a signal that comes this soon after the first is the same stop, sent
+    twice, and is not counted. A supervised child (``leaseq worker --processes``) gets the
+    stop of a whole process group or cgroup (systemd's default ``KillMode``, ``kill -TERM
+    -PGID``, ``tini -g``) and then its parent's forwarded one, at once: counted, the second
+    would end the child without its grace period."""
+
+    def __init__(self, signals: Sequence[int] = STOP_SIGNALS, same_stop_s: float = 0.0):
         self.signals = tuple(signals)
+        self.same_stop_s = same_stop_s
         self.received = 0
         """Stop signals received so far: written by the handler, read by the loop."""
+        self._first_at = 0.0
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -179,7 +187,13 @@ class DrainThenExit:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # It runs on the main thread between two bytecodes, maybe inside a lock that thread
-        # holds: an int attribute and a raw write to fd 2 take none (print and logging would).
+        # holds: an int attribute, the clock and a raw write to fd 2 take none (print and
+        # logging would).
+        now = time.monotonic()
+        if self.received and now - self._first_at < self.same_stop_s:
+            return
+        if not self.received:
+            self._first_at = now
         self.received += 1
         if self.received > 1:
             os.write(2, SECOND_SIGNAL_MESSAGE)

@@ -3,7 +3,9 @@
 The parent forwards SIGTERM / SIGINT to its children as SIGTERM (children ignore SIGINT, so a
 Ctrl-C in a terminal reaches each of them once, through the parent) and exits non-zero if a
 child crashed. After a crash it stops the other children too: the orchestrator that started
-the parent is the one to restart it, and a half-strength worker would hide the crash.
+the parent is the one to restart it, and a half-strength worker would hide the crash. A child
+takes a second stop signal within ``SAME_STOP_S`` of its first for the same stop: a stop sent
+to the whole process group reaches it directly and through the parent.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from leaseq.worker import Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
+#: How soon after a supervised child's first stop signal another is the same stop, sent to the
+#: process group and forwarded by the parent (``leaseq.signals.DrainThenExit``); a later one
+#: ends the child at once.
+SAME_STOP_S = 2.0
+
 
 def load_app(ref: str) -> App:
     """Deprecated: use ``App.from_ref(ref)``."""
@@ -42,7 +49,7 @@ def run_worker(app_ref: str, url: str | None, config: WorkerConfig, *,
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker = Worker(app, config)
-    worker.run(handle_signals=True)
+    worker.run(handle_signals=True, same_stop_s=SAME_STOP_S if ignore_sigint else 0.0)
     exit_now_if_stragglers(worker)
     return 0
 

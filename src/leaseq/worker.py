@@ -240,10 +240,13 @@ class Worker(LeaseClock, Lifecycle):
     # --- the loop ----------------------------------------------------------------------------
 
     def run(self, stop_event: threading.Event | None = None, *,
-            handle_signals: bool = False) -> None:
-        """Work until stopped (or, with ``burst``, until there is nothing left)."""
+            handle_signals: bool = False, same_stop_s: float = 0.0) -> None:
+        """Work until stopped (or, with ``burst``, until there is nothing left).
+        ``same_stop_s`` (with ``handle_signals``): a stop signal this soon after the first is
+        the same stop, sent twice, not the second that ends the process at once
+        (``leaseq.signals.DrainThenExit``)."""
         self._stop_event = stop_event
-        restore = self._install_signals() if handle_signals else _nothing
+        restore = self._install_signals(same_stop_s) if handle_signals else _nothing
         try:
             stop_server = (self.metrics.serve(self.config.metrics_port, self.config.metrics_addr)
                            if self.config.metrics_port is not None else _nothing)

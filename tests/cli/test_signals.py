@@ -11,7 +11,7 @@ import textwrap
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from types import FrameType
+from types import FrameType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -162,6 +162,29 @@ def test_a_first_stop_signal_is_counted_and_a_second_exits_without_taking_a_lock
     # And the previous handlers are back
     assert {s: signal.getsignal(s) for s in before} == before
 
+
+
+def test_a_stop_signal_soon_after_the_first_is_the_same_stop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the handler of a supervised child, for which a signal within 2 s of the first is
+    # the same stop, on a clock the test moves (and the exit recorded instead of taken)
+    fake = FakeOs()
+    monkeypatch.setattr(signals, "os", fake)
+    now = [100.0]
+    monkeypatch.setattr(signals, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    with DrainThenExit(same_stop_s=2.0) as stops:
+        # When the stop reaches it twice in a moment (its process group's, then the one its
+        # parent forwards)
+        os.kill(os.getpid(), signal.SIGTERM)
+        now[0] += 0.5
+        os.kill(os.getpid(), signal.SIGTERM)
+        # Then that is one stop: it drains
+        assert stops.received == 1 and fake.exited == []
+        # When another comes later
+        now[0] += 2.0
+        os.kill(os.getpid(), signal.SIGTERM)
+        # Then that one is the second stop, which exits at once
+        assert fake.exited == [EXIT_SECOND_SIGNAL]
 
 def test_the_worker_handler_keeps_an_ignored_signal_ignored() -> None:
     # Given SIGINT ignored (a supervised child, a job started in the background)

@@ -33,12 +33,16 @@ def proc_app(url: str) -> Iterator[leaseq.App]:
 
 
 @contextmanager
-def worker_process(url: str, *args: str) -> Iterator[subprocess.Popen]:
+def worker_process(url: str, *args: str, new_session: bool = False
+                   ) -> Iterator[subprocess.Popen]:
+    """``leaseq worker`` of worker_tasks; ``new_session``: in a process group of its own
+    (its id is the process's), as a service manager starts it."""
     env = {**os.environ, "PYTHONPATH": str(HERE), "LEASEQ_URL": url}
     command = [sys.executable, "-m", "leaseq.cli", "worker", "worker_tasks:app",
                "--sweep-every-s", "0.2", *args]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               stderr=subprocess.STDOUT, text=True,
+                               start_new_session=new_session)
     try:
         yield process
     finally:
@@ -154,6 +158,27 @@ def test_supervisor_forwards_sigterm_to_its_children(
         assert process.wait(30) == 0
     job = proc_app.queue("work").get("f")
     assert job is not None and (job.status, job.attempts) == ("pending", 0)
+
+
+def test_a_stop_sent_to_the_whole_process_group_still_lets_jobs_finish(
+    proc_app: leaseq.App, url: str, tmp_path: Path
+) -> None:
+    # Given two supervised worker processes of one slot, each in the middle of a job that
+    # needs a moment
+    marker = tmp_path / "m"
+    for n in range(2):
+        proc_app.tasks["hang_first"].enqueue(marker=f"{marker}{n}", seconds=1.0, job_id=f"pg{n}")
+    with worker_process(url, "--processes", "2", "--concurrency", "1", "--grace-s", "30",
+                        new_session=True) as process:
+        wait_until(lambda: all(started(Path(f"{marker}{n}")) for n in range(2)))
+        # When the stop goes to every process of the group at once (systemd's default
+        # KillMode, `kill -TERM -PGID`), so each child also gets the one its parent forwards
+        os.killpg(process.pid, signal.SIGTERM)
+        # Then that is one stop: the jobs finish within the grace period, and all exit 0
+        assert process.wait(30) == 0, process.stdout.read()  # type: ignore[union-attr]
+    q = proc_app.queue("work")
+    assert [(q.get(f"pg{n}").status, q.get(f"pg{n}").attempts)  # type: ignore[union-attr]
+            for n in range(2)] == [("done", 1)] * 2
 
 
 def test_worker_runs_in_a_thread_without_signals(proc_app: leaseq.App) -> None:
