@@ -499,6 +499,17 @@ def test_an_integer_wider_than_bson_is_invalid_payload_before_any_write(db, stor
     assert db.sequence(Q) == []
 
 
+def test_a_follow_up_with_an_integer_wider_than_bson_is_invalid_payload_before_any_write(
+        db, store):
+    # Given a finished handler whose follow-up job holds an integer beyond 8 bytes
+    with pytest.raises(InvalidPayload, match="8 bytes"):
+        store.complete("q", Lease("j1", 3), None,
+                       then=[FollowUp("q", [spec("next", {"n": 2**64})])])
+    # Then nothing was written: not the job's finish (on a server without transactions it
+    # stood, done, and the follow-up was lost), and the runner can quarantine the job
+    assert db.sequence(Q) == []
+
+
 def test_integers_that_fit_and_long_digit_strings_are_taken(db, store):
     db[Q].answer("find", [])
     db[Q].answer("find_one_and_update", None, None)

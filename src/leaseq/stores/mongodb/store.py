@@ -25,7 +25,6 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 from leaseq import validate
 from leaseq.errors import (
     InvalidInput,
-    InvalidPayload,
     InvalidQueueName,
     InvalidURL,
     JobConflict,
@@ -276,7 +275,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec], on_conflict: OnConflict = "raise",
                      connection: Any = None) -> list[EnqueueResult]:
         self._coll(queue)  # indexes first: createIndexes may not run inside a transaction
-        _refuse_wide_integers(specs)
+        upserts.refuse_wide_integers(specs)
         if connection is not None:
             self._check_session(connection)
             return self._enqueue(connection, queue, specs, on_conflict)
@@ -530,11 +529,3 @@ def _ttl_not_changed(collection: str, index: str, what: str) -> None:
     log.warning("MongoDB collection %s: TTL index %s %s; change it by hand (collMod or "
                 "dropIndexes) or grant the role those actions", collection, index, what)
 
-
-def _refuse_wide_integers(specs: Sequence[JobSpec]) -> None:
-    """Before anything is written: a payload integer BSON cannot hold (beyond 8 bytes) is
-    ``InvalidPayload`` (pymongo would raise a bare OverflowError mid-batch)."""
-    for spec in specs:
-        if upserts.wider_than_bson(spec.payload_json, spec.payload):
-            raise InvalidPayload(f"job {spec.job_id[:200]!r}: MongoDB stores integers of at most "
-                                 "8 bytes (-2**63 to 2**63 - 1); send a wider one as a string")

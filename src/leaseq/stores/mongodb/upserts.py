@@ -9,6 +9,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from leaseq.errors import InvalidPayload
+from leaseq.job import JobSpec
 from leaseq.stores.mongodb.documents import (
     PENDING,
     PROCESSING,
@@ -160,6 +162,16 @@ def _bson_equal(a: Any, b: Any) -> bool:
 #: BSON's widest integer is 8 bytes; a JSON number of 19 digits or more may not fit in one.
 _LONG_DIGITS = re.compile(r"\d{19,}")
 INT64 = range(-(2**63), 2**63)
+
+
+def refuse_wide_integers(specs: Sequence[JobSpec]) -> None:
+    """Before anything is written: a payload integer BSON cannot hold (beyond 8 bytes) is
+    ``InvalidPayload`` (pymongo would raise a bare OverflowError mid-batch)."""
+    for spec in specs:
+        if wider_than_bson(spec.payload_json, spec.payload):
+            raise InvalidPayload(f"job {spec.job_id[:200]!r}: MongoDB stores integers of at most "
+                                 "8 bytes (-2**63 to 2**63 - 1); send a wider one as a string")
+
 
 
 def wider_than_bson(payload_json: str, payload: Any) -> bool:

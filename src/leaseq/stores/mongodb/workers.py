@@ -18,7 +18,7 @@ from pymongo.errors import PyMongoError
 from leaseq.job import Failure, FollowUp, Job, Lease, LeaseLost
 from leaseq.journal import STALE_REASON, JournalEvent, quarantine_reason
 from leaseq.limits import NO_LIMITS, ClaimLimits
-from leaseq.stores.mongodb import documents, records
+from leaseq.stores.mongodb import documents, records, upserts
 from leaseq.stores.mongodb.connection import OffsetClock, guarded
 from leaseq.stores.mongodb.records import Event, JournalWriter
 
@@ -180,6 +180,7 @@ class WorkerWrites(OffsetClock):
     def complete(self, queue: str, lease: Lease, result_json: str | None, status: str = "done",
                  result_key: str | None = None, then: Sequence[FollowUp] = ()) -> Job:
         for follow in then:
+            upserts.refuse_wide_integers(follow.specs)  # before the job is written done
             self._coll(follow.queue)  # indexes before the transaction
 
         def work(session: Any) -> Job:
