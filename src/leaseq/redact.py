@@ -38,7 +38,7 @@ import re
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from leaseq.errors import InvalidInput, InvalidURL
 
@@ -349,8 +349,14 @@ def _masked_query(query: str) -> str:
     return "&".join(_masked_parameter(p) for p in query.split("&"))
 
 
+#: URL query parameters whose value holds credentials under names of their own: MongoDB's
+#: ``authMechanismProperties=AWS_SESSION_TOKEN:…``.
+SECRET_PARAMETERS = frozenset({"authmechanismproperties"})
+
+
 def _masked_parameter(parameter: str) -> str:
-    """A query parameter, its value masked when its name names a secret (the value runs to the
-    next ``&``, whatever it holds)."""
+    """A query parameter, its value masked when its name names a secret, or is one of
+    ``SECRET_PARAMETERS`` (the value runs to the next ``&``, whatever it holds)."""
     name, sep, _ = parameter.partition("=")
-    return f"{name}=***" if sep and _BUILT_IN.names_secret(name) else parameter
+    secret = _BUILT_IN.names_secret(name) or unquote(name).lower() in SECRET_PARAMETERS
+    return f"{name}=***" if sep and secret else parameter

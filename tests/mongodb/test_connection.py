@@ -16,12 +16,13 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
-from leaseq import deadline
+from leaseq import deadline, validate
 from leaseq.errors import InvalidURL, StoreUnavailable
 from leaseq.stores import connect
 from leaseq.stores.mongodb.connection import (
     TIMEOUT_DEFAULTS_MS,
     guarded,
+    mask,
     open_client,
     parse_ttl,
     parse_url,
@@ -82,6 +83,18 @@ def test_a_bad_prefix_is_refused():
 def test_secrets_are_the_password_as_written_and_decoded():
     assert set(secrets_of("mongodb://u:p%40ss@h/db")) == {"p%40ss", "p@ss"}
     assert secrets_of("mongodb://h/db") == ()
+
+
+def test_an_aws_session_token_is_a_secret_too():
+    # Given a URL for MONGODB-AWS with a session token, written as MongoDB documents it
+    token = "FwoGZXIvYXdzEJr8SESSIONxyz"
+    url = ("mongodb://AKIDEXAMPLE:wJalrSECRET@h/db?authMechanism=MONGODB-AWS"
+           f"&authMechanismProperties=AWS_SESSION_TOKEN:{token}")
+    # Then the token is masked wherever the store shows its URL or an error, as the password is
+    assert token not in validate.redact_url(url) and "wJalrSECRET" not in validate.redact_url(url)
+    assert "authMechanism=MONGODB-AWS" in validate.redact_url(url)
+    assert any(token in secret for secret in secrets_of(url))
+    assert token not in mask(f"auth failed for AWS_SESSION_TOKEN:{token}", secrets_of(url))
 
 
 def test_unknown_store_options_are_refused():

@@ -16,7 +16,7 @@ from pymongo.errors import ConfigurationError, ConnectionFailure, OperationFailu
 
 from leaseq import deadline, validate
 from leaseq.errors import InvalidURL, StoreUnavailable, UnsupportedOperation
-from leaseq.redact import ENCODE_HINT, refuse_ambiguous_userinfo
+from leaseq.redact import ENCODE_HINT, SECRET_PARAMETERS, refuse_ambiguous_userinfo
 
 #: MongoDB's error code for a transaction on a standalone server ("Transaction numbers are
 #: only allowed on a replica set member or mongos").
@@ -210,12 +210,16 @@ def mask(text: str, secrets: tuple[str, ...]) -> str:
 
 
 def secrets_of(url: str) -> tuple[str, ...]:
-    """The URL's password as written and decoded, to mask it in any error text."""
+    """The URL's password and its ``authMechanismProperties`` (an AWS session token), as
+    written and decoded, to mask them in any error text."""
     try:
-        userinfo = urlsplit(url).netloc.rpartition("@")[0]
+        parts = urlsplit(url)
     except ValueError:
         return ()
-    if ":" not in userinfo:
-        return ()
-    raw = userinfo.split(":", 1)[1]
-    return tuple(s for s in {raw, unquote(raw)} if s)
+    userinfo = parts.netloc.rpartition("@")[0]
+    written = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
+    for parameter in parts.query.split("&"):
+        name, sep, value = parameter.partition("=")
+        if sep and unquote(name).lower() in SECRET_PARAMETERS:
+            written.append(value)
+    return tuple(s for s in {*written, *map(unquote, written)} if s)
