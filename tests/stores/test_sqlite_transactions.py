@@ -86,6 +86,65 @@ def test_autocommit_connection_without_transaction_is_refused(
     assert store.queue("mail").get("j1") is not None
 
 
+class Autocommit(sqlite3.Connection):
+    """A connection as Python 3.12's ``sqlite3.connect(..., autocommit=True)`` makes one: no
+    implicit transactions, and ``isolation_level`` left at its default ``""``."""
+
+    autocommit = True
+
+
+def test_a_python_312_autocommit_connection_without_transaction_is_refused(
+        store: SQLiteStore, path: str) -> None:
+    # Given a connection in Python 3.12's autocommit mode, with no transaction open (leaseq
+    # opened one itself, which the caller's commit() then left open and its close rolled back)
+    conn = sqlite3.connect(path, factory=Autocommit)
+    try:
+        assert conn.isolation_level == "" and not conn.in_transaction
+        # When it is used for an enqueue, then it is refused before any write
+        with pytest.raises(InvalidInput, match="autocommit"):
+            store.queue("mail").enqueue("j1", {}, connection=conn)
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+    assert store.queue("mail").get("j1") is None
+
+
+def test_a_full_disk_is_store_unavailable_and_writes_nothing(store: SQLiteStore) -> None:
+    # Given a claimed job, and a database file that can take no more pages (a full disk)
+    q = store.queue("mail")
+    q.enqueue("j1", {})
+    (job,) = q.claim("w", 1)
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages}")
+    # When its result needs new pages, or a new job does
+    with pytest.raises(StoreUnavailable, match="full"):
+        q.complete(job, {"blob": "x" * 200_000})
+    with pytest.raises(StoreUnavailable, match="full"):
+        q.enqueue_many([q.spec(f"n{i}", {"blob": "y" * 10_000}) for i in range(30)])
+    # Then it is leaseq's error, which the worker logs and retries (a raw sqlite3 error
+    # crashed its claim loop, and left a finishing write unretried), and nothing was written
+    assert q.get("j1").status == "processing" and q.get("n0") is None
+    store._conn.execute(f"PRAGMA max_page_count = {2**30}")
+    assert q.complete(job, {"blob": "x" * 200_000}).status == "done"
+
+
+def test_a_database_that_refuses_writes_is_store_unavailable_for_the_worker(
+        store: SQLiteStore) -> None:
+    # Given a job, and a database that refuses every write (as a read-only file or mount
+    # does; root ignores a file's mode, so the connection is made read-only instead)
+    q = store.queue("mail")
+    q.enqueue("j1", {})
+    store._conn.execute("PRAGMA query_only = ON")
+    # When a worker claims from it, Then the claim fails with leaseq's error, which the
+    # worker logs and tries again (the raw sqlite3 error ended Worker.run)
+    # (and says why, not that the database is busy)
+    with pytest.raises(StoreUnavailable, match="readonly") as refused:
+        q.claim("w", 1)
+    assert "busy" not in str(refused.value)
+    # And reads still work
+    assert q.get("j1").status == "pending"
+
+
 def test_an_enqueue_that_opens_the_callers_transaction_takes_the_write_lock_first(
         store: SQLiteStore, path: str) -> None:
     # Given a stored job, and a caller's connection in the sqlite3 module's default mode

@@ -44,3 +44,15 @@ def test_the_store_url_opens_the_same_file_again(tmp_path: Path) -> None:
     with leaseq.connect(url, create=False) as again:
         # Then it is the same store
         assert again.get("q", "j") is not None
+
+
+@pytest.mark.parametrize("value", ["-1", "2592000000", "99999999999999999999"])
+def test_a_busy_timeout_sqlite_cannot_take_is_refused(tmp_path: Path, value: str) -> None:
+    # Given a busy timeout below 0 or past SQLite's C int (30 days, say): SQLite took it as
+    # 0, and every write met by another process's failed at once instead of waiting
+    # When a store is opened with it, Then it is refused, and nothing was made
+    with pytest.raises(InvalidURL, match="busy_timeout_ms"):
+        leaseq.connect(f"sqlite:///{tmp_path}/jobs.db?busy_timeout_ms={value}")
+    with pytest.raises(leaseq.InvalidInput, match="busy_timeout_ms"):
+        leaseq.connect(f"sqlite:///{tmp_path}/jobs.db", busy_timeout_ms=int(value))
+    assert list(tmp_path.iterdir()) == []

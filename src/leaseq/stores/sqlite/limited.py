@@ -29,11 +29,10 @@ from leaseq.limits import (
 class LimitedClaims:
     """``claim`` and ``claim_one`` under ``ClaimLimits``, and ``held_back``, on SQLite."""
 
-    _lock: Any
-    _conn: sqlite3.Connection
     _front_first: FrontFirst
     _rows: Callable[..., list[dict[str, Any]]]
     _tx: Callable[..., AbstractContextManager[sqlite3.Connection]]
+    _reading: Callable[[], AbstractContextManager[sqlite3.Connection]]
 
     def _claim_limited(self, conn: sqlite3.Connection, queue: str, worker_id: str, limit: int,
                        lease_s: float, limits: ClaimLimits,
@@ -111,8 +110,7 @@ class LimitedClaims:
         return not rows or rows[0]["running"] is None or rows[0]["running"] < limits.key_limit
 
     def held_back(self, queue: str, limits: ClaimLimits | None = None) -> HeldBack:
-        with self._lock:
-            conn = self._conn
+        with self._reading() as conn:
             state = self._limits_state(conn, queue)
             limits = state.recorded if limits is None else limits
             if not limits.any:
@@ -130,6 +128,6 @@ class LimitedClaims:
             self._rows(conn, "forget_limits", queue=queue)
 
     def limited_queues(self) -> dict[str, ClaimLimits]:
-        with self._lock:
+        with self._reading() as conn:
             return {r["queue"]: ClaimLimits(r["key_limit"], r["rate_per_s"])
-                    for r in self._rows(self._conn, "limited_queues")}
+                    for r in self._rows(conn, "limited_queues")}

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from leaseq.errors import InvalidInput, InvalidURL, JobNotFound, StoreUnavailable
+from leaseq.errors import InvalidInput, InvalidURL, JobNotFound, LeaseqError, StoreUnavailable
 from leaseq.job import (
     Completion,
     Failure,
@@ -58,9 +58,16 @@ from leaseq.validate import redact_url
 #: How often an idle worker looks for commits by other processes. Defaults to 2 ms: a
 #: ``PRAGMA data_version`` read costs microseconds and takes no lock.
 WAKEUP_POLL_S = 0.002
+#: The longest busy_timeout_ms SQLite takes (a C int); a longer one became 0: no wait at all.
+MAX_BUSY_TIMEOUT_MS = 2**31 - 1
 #: How far above a stamp read back from the store (``Job.updated_at``, to the microsecond) a
 #: stored stamp may be and still be that one: the column holds the float it was read from.
 STAMP_SLACK_S = 1e-5
+
+
+def _busy_timeout_range(value: object) -> str:
+    return (f"busy_timeout_ms must be a whole number of milliseconds from 0 to "
+            f"{MAX_BUSY_TIMEOUT_MS} (about 24 days), got {value!r}")
 
 
 def url_path(path: str) -> str:
@@ -79,6 +86,9 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
 
     def __init__(self, path: str, busy_timeout_ms: int = 30_000, time_offset_s: float = 0.0,
                  create: bool = True):
+        if (isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int)
+                or not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS):
+            raise InvalidInput(_busy_timeout_range(busy_timeout_ms))
         self._init_state(path, f"sqlite:///{url_path(path)}", time_offset_s, StoreLock(path))
         try:
             self._conn = self._open(path, busy_timeout_ms, create)
@@ -126,9 +136,12 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
                              "known: busy_timeout_ms")
         if "busy_timeout_ms" in query:
             try:
-                options.setdefault("busy_timeout_ms", int(query["busy_timeout_ms"]))
+                busy_timeout_ms = int(query["busy_timeout_ms"])
             except ValueError:
                 raise InvalidURL("busy_timeout_ms must be a whole number") from None
+            if not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS:
+                raise InvalidURL(_busy_timeout_range(busy_timeout_ms))
+            options.setdefault("busy_timeout_ms", busy_timeout_ms)
         return cls(unquote(parts.path[1:]), **options)
 
     def _open(self, path: str, busy_timeout_ms: int, create: bool) -> sqlite3.Connection:
@@ -187,13 +200,37 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
                 with busy_within_deadline(conn):
                     conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise StoreUnavailable(f"SQLite database {self.path!r} is busy: {exc}") from None
+                if _busy(exc):
+                    raise StoreUnavailable(
+                        f"SQLite database {self.path!r} is busy: {exc}") from None
+                raise StoreUnavailable(f"SQLite database {self.path!r} refused a write "
+                                       f"transaction: {exc}") from None
             try:
-                yield conn
+                with self._store_errors():
+                    yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # a full disk or an I/O error may have ended it
+                    conn.execute("ROLLBACK")
                 raise
             self._commit(conn)
+
+    @contextmanager
+    def _store_errors(self) -> Iterator[None]:
+        """sqlite3's refusals as leaseq's errors (``store_error``): the worker, the CLI and
+        callers handle those, and a raw ``sqlite3.OperationalError`` crashed the first."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            error = store_error(exc, f"SQLite database {self.path!r}")
+            if error is None:
+                raise
+            raise error from None
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for reads, under the store's lock, its refusals leaseq's errors."""
+        with self._lock, self._store_errors():
+            yield self._conn
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         """COMMIT; one SQLite refuses (a full disk, an I/O error) is rolled back, so the
@@ -212,8 +249,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
     def _read(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        with self._lock:
-            return self._rows(self._conn, name, **params)
+        with self._reading() as conn:
+            return self._rows(conn, name, **params)
 
     @staticmethod
     def _time(value: Any) -> datetime | None:
@@ -511,8 +548,8 @@ class SQLiteStore(SQLiteEnqueue, SQLiteOperatorTools, ScheduleLedger, LimitedCla
         return any(self._read("any_ready", queue=q) for q in queues)
 
     def _data_version(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        with self._reading() as conn:
+            return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
     # --- broker outbox --------------------------------------------------------------------
 
@@ -581,7 +618,8 @@ def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
     and another process's commit in between would refuse its write at once. A caller's own
     transaction that read first can still be refused so: that is ``StoreUnavailable``."""
     if not conn.in_transaction:
-        if conn.isolation_level is None:
+        # Python 3.12's autocommit=True leaves isolation_level as it was ("" by default)
+        if conn.isolation_level is None or getattr(conn, "autocommit", None) is True:
             raise InvalidInput("connection= is in autocommit mode with no open transaction: "
                                "open one first (connection.execute('BEGIN IMMEDIATE'))")
         exclusive = conn.isolation_level.upper() == "EXCLUSIVE"
@@ -599,8 +637,25 @@ def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
             raise StoreUnavailable(
                 f"SQLite database is busy: {exc} (a transaction that read before this enqueue "
                 "cannot write once another has: open it with BEGIN IMMEDIATE)") from None
-        raise
+        error = store_error(exc, "the SQLite database of connection=")
+        if error is None:
+            raise
+        raise error from None
     conn.execute("RELEASE leaseq_enqueue")
+
+
+def store_error(exc: BaseException, what: str) -> LeaseqError | None:
+    """The leaseq error a sqlite3 error inside a transaction stands for, or None (not
+    sqlite3's, or a programming error: a constraint, a closed connection, bad SQL). A value
+    SQLite cannot hold ("string or blob too big") is ``InvalidInput``; a database that
+    refused (a full disk, an I/O error, a read-only file, a lock held past the busy timeout, a
+    damaged file) is ``StoreUnavailable``. Either way nothing of the transaction was written."""
+    if isinstance(exc, sqlite3.DataError):
+        return InvalidInput(f"{what} cannot hold a value: {exc}; nothing was written")
+    if isinstance(exc, sqlite3.IntegrityError | sqlite3.ProgrammingError
+                  | sqlite3.NotSupportedError) or not isinstance(exc, sqlite3.DatabaseError):
+        return None
+    return StoreUnavailable(f"{what} refused the statement: {exc}; nothing was written")
 
 
 def _busy(exc: BaseException) -> bool:
