@@ -300,10 +300,29 @@ def given_back_too_often(givebacks: int) -> str:
 def safe_reason(exc: BaseException | str, limit: int = 500, redact: Redact = redact) -> str:
     """The journal's reason for an error: its type and the last ``limit`` characters of it,
     redacted (``leaseq.redact``: an exception's text may carry a password or a token)."""
-    text = redact_tail(exc if isinstance(exc, str) else str(exc), limit, redact)
+    text = redact_tail(message_text(exc) if isinstance(exc, str) else message_of(exc), limit,
+                       redact)
     if isinstance(exc, str):
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def message_of(exc: BaseException) -> str:
+    """``str(exc)`` as a store can keep it (``message_text``); one whose ``__str__`` raised is
+    ``<unprintable TypeName>``: the error of a job must never keep its outcome unwritten."""
+    try:
+        text = str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+    return message_text(text)
+
+
+def message_text(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape (``\\udcff``): a file name from
+    ``os.listdir`` in an error message would make every store's driver refuse the write."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 #: ``Outcome`` was renamed ``EnqueueOutcome`` (it clashed with the chaos harness's outcome).

@@ -116,10 +116,11 @@ def _check_number(value: Any, name: str, minimum: float, maximum: float = MAX_DE
     delay a store takes) seconds."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidPolicy(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value) or value < minimum:
+    # compared, not converted: math.isfinite(10**400) raises OverflowError
+    if value != value or abs(value) == math.inf or value < minimum:
         raise InvalidPolicy(f"{name} must be a finite number ≥ {minimum}, got {value!r}")
     if value > maximum:
-        raise InvalidPolicy(f"{name} may be at most {maximum:.0f} s, got {value!r}")
+        raise InvalidPolicy(f"{name} may be at most {maximum:.0f} s, got {str(value)[:40]}")
 
 
 def check_limits(key_limit: Any, rate_per_s: Any) -> None:

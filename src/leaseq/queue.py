@@ -22,6 +22,8 @@ from leaseq.job import (
     LeaseLost,
     OnConflict,
     is_terminal,
+    message_of,
+    message_text,
     newest_change,
     safe_reason,
 )
@@ -68,13 +70,12 @@ class Queue(AsyncQueueMethods):
         concurrency_key: str | None = None,
     ) -> JobSpec:
         """A validated job description, for ``enqueue_many`` or ``complete(then=...)``."""
-        if task is not None and (not isinstance(task, str) or not task or len(task) > 200
-                                 or "\x00" in task):
-            raise InvalidInput("task must be a non-empty string of at most 200 characters "
-                               "without NUL")
-        if revision is not None and (not isinstance(revision, str) or len(revision) > 512
-                                     or "\x00" in revision):
-            raise InvalidInput("revision must be a string of at most 512 characters without NUL")
+        if task is not None and not validate.text_field(task, 200):
+            raise InvalidInput("task must be a non-empty string of at most 200 characters, "
+                               "valid Unicode without NUL")
+        if revision is not None and not validate.text_field(revision, 512, empty=True):
+            raise InvalidInput("revision must be a string of at most 512 characters, valid "
+                               "Unicode without NUL")
         attempts = self.policy.max_attempts if max_attempts is None else max_attempts
         if type(attempts) is not int or attempts != self.policy.max_attempts:
             QueuePolicy.build(self.policy, max_attempts=attempts)  # type and range check
@@ -208,7 +209,7 @@ class Queue(AsyncQueueMethods):
         result_json = validate.result(result, self.policy.max_payload_bytes)
         follow: dict[str, list[JobSpec]] = {}
         for item in then:
-            name, spec = (self.name, item) if isinstance(item, JobSpec) else item
+            name, spec = (self.name, item) if isinstance(item, JobSpec) else _follow_up(item)
             follow.setdefault(validate.queue_name(name), []).append(spec)
         done = self.store.complete(
             self.name, _lease(job), result_json, validate.terminal_status(status),
@@ -325,8 +326,9 @@ class Queue(AsyncQueueMethods):
 
     def list_jobs(self, status: str | None = None, limit: int = 100,
                   after_id: str | None = None) -> list[Job]:
-        if status is not None and (not isinstance(status, str) or not status):
-            raise InvalidInput(f"status must be a non-empty string or None, got {status!r}")
+        if status is not None and not validate.text_field(status, 64):
+            raise InvalidInput(f"status must be a non-empty string or None, got "
+                               f"{message_text(repr(status))[:80]}")
         if after_id is not None:
             after_id = validate.job_id(after_id)
         return self.store.list_jobs(self.name, status, validate.batch_size(limit), after_id)
@@ -410,10 +412,20 @@ def _lease(job: Job | Lease) -> Lease:
     return job.lease if isinstance(job, Job) else job
 
 
+def _follow_up(item: Any) -> tuple[str, JobSpec]:
+    """A ``then`` item that is not a ``JobSpec``: ``(queue_name, JobSpec)``, else
+    ``InvalidInput`` (raised before anything is written: the runner then fails the job for
+    good, rather than leave it processing with its outcome unwritten)."""
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], JobSpec):
+        return item[0], item[1]
+    raise InvalidInput(f"each follow-up job must be a JobSpec (task.spec(...), queue.spec(...)) "
+                       f"or a (queue_name, JobSpec) pair, got {type(item).__name__}")
+
+
 def _error_text(error: BaseException | str, redact: Redact) -> str:
     """The record's ``error``: ``Type: message`` (a string as given), redacted, its end."""
     if isinstance(error, BaseException):
-        text = f"{type(error).__name__}: {error}"
+        text = f"{type(error).__name__}: {message_of(error)}"
     else:
-        text = str(error)
+        text = message_text(str(error))
     return redact_tail(text, validate.MAX_ERROR_CHARS, redact)

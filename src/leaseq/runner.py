@@ -296,7 +296,30 @@ class Runner:
                               extra=job_fields("save_failed", job))
                     return "store_error"
                 self.sleep(pause)
+            except Exception as exc:  # any other refusal: see _unwritable
+                return self._unwritable(item, action, exc)
         raise AssertionError("unreachable")
+
+    def _unwritable(self, item: InFlight, action: str, error: Exception) -> str:
+        """The outcome's write raised what no retry can help (a follow-up of the wrong shape,
+        a value the store's driver refuses): the job fails for good with that reason. Left
+        unwritten, it would stay processing until its lease ran out, and run again, side
+        effects and all, until it ended as failed(expired) with the real cause lost."""
+        job = item.job
+        log.error("job %s: its outcome (%s) could not be written; failed for good\n%s", job.id,
+                  action, traceback_text(error, self.app.redact),
+                  extra=job_fields("unwritable_outcome", job))
+        try:
+            return _label("fail", item.queue.fail(
+                job, f"its outcome ({action}) could not be written: "
+                     f"{safe_reason(error, redact=self.app.redact)}", Failure.PERMANENT))
+        except LeaseLost:
+            self.lease_lost(item)
+            return "lease_lost"
+        except Exception as exc:  # the lease runs out and the job comes back
+            log.error("job %s: cannot save its failure either (%s)", job.id, self._why(exc),
+                      extra=job_fields("save_failed", job))
+            return "store_error"
 
     @staticmethod
     def _landed_earlier(item: InFlight) -> Job | None:

@@ -104,6 +104,8 @@ MAX_DELAY_S = 10 * 365 * 86400
 def delay_s(value: Any, name: str = "delay_s") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):  # a tuple: faster here
         raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if type(value) is int and value > MAX_DELAY_S:  # before isfinite: 10**400 is no float
+        raise InvalidInput(f"{name} may be at most ten years, got {str(value)[:40]}")
     if not math.isfinite(value) or value < 0:
         raise InvalidInput(f"{name} must be a finite number ≥ 0, got {value!r}")
     if value > MAX_DELAY_S:
@@ -127,11 +129,19 @@ def priority(value: Any) -> int:
 def concurrency_key(value: Any) -> str | None:
     if value is None:
         return None
-    if (not isinstance(value, str) or not value or len(value) > MAX_CONCURRENCY_KEY_CHARS
-            or "\x00" in value):
+    if not text_field(value, MAX_CONCURRENCY_KEY_CHARS):
         raise InvalidInput(f"concurrency_key must be a non-empty string of at most "
-                           f"{MAX_CONCURRENCY_KEY_CHARS} characters without NUL, or None")
+                           f"{MAX_CONCURRENCY_KEY_CHARS} characters, valid Unicode without "
+                           "NUL, or None")
     return value
+
+
+def text_field(value: Any, max_chars: int, *, empty: bool = False) -> bool:
+    """Whether ``value`` is text a store can hold in a field of ``max_chars``: a string
+    (empty only when ``empty``), without NUL, and valid Unicode (a lone surrogate, as in a
+    file name from ``os.listdir``, has no UTF-8: every store's driver refuses it)."""
+    return (isinstance(value, str) and (empty or bool(value)) and len(value) <= max_chars
+            and "\x00" not in value and utf8_size(value) is not None)
 
 
 def payload(value: Any, max_bytes: int) -> str:
@@ -157,9 +167,9 @@ def result_key(value: Any) -> str | None:
     """Where a large result lives (a path, a URL): text of at most 1,024 characters, no NUL."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > 1024 or "\x00" in value:
-        raise InvalidPayload("result_key must be a non-empty string of at most 1024 characters "
-                             "without NUL")
+    if not text_field(value, 1024):
+        raise InvalidPayload("result_key must be a non-empty string of at most 1024 characters, "
+                             "valid Unicode without NUL")
     return value
 
 

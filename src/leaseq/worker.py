@@ -55,6 +55,7 @@ from leaseq.redact import traceback_text
 from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner, holds_a_thread
 from leaseq.signals import EXIT_SECOND_SIGNAL as EXIT_SECOND_SIGNAL
 from leaseq.signals import DrainThenExit
+from leaseq.validate import MAX_DELAY_S
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +123,15 @@ class WorkerConfig:
                      "prefetch_wait_s", "lease_margin_s"):
             value = getattr(self, name)
             # NaN compares false with everything: a NaN margin would keep the lease clock
-            # from ever abandoning a job, a NaN grace would skip the grace period.
+            # from ever abandoning a job, a NaN grace would skip the grace period. Compared,
+            # not converted: a huge int is no float (math.isnan(10**400) raises).
             if (isinstance(value, bool) or not isinstance(value, int | float)
-                    or math.isnan(value) or value < 0
-                    or (math.isinf(value) and name not in UNBOUNDED_OK)):
-                raise InvalidInput(f"{name} must be a number of seconds ≥ 0"
-                                   f"{'' if name in UNBOUNDED_OK else ', finite'}, got {value!r}")
+                    or value != value or value < 0
+                    or (value > MAX_DELAY_S and not (value == math.inf
+                                                     and name in UNBOUNDED_OK))):
+                raise InvalidInput(f"{name} must be a number of seconds from 0 to ten years"
+                                   f"{', or inf' if name in UNBOUNDED_OK else ''}, got "
+                                   f"{str(value)[:40]}")
         if not 0 < self.idle_min_s <= self.idle_max_s:
             raise InvalidInput("idle_min_s must be > 0 and at most idle_max_s")
         if self.sweep_every_s <= 0:

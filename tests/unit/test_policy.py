@@ -67,6 +67,7 @@ def test_unknown_key_is_refused_and_known_keys_named() -> None:
         # the ten years a store takes: the retry's write would fail, the job stay processing
         {"backoff_cap_s": 7 * 365 * 86400},
         {"lease_s": 11 * 365 * 86400},
+        {"lease_s": 10**400},  # no float: math.isfinite raised OverflowError
         {"snooze_s": 11 * 365 * 86400},
         {"lease_s": 60, "heartbeat_every_s": 60},
         {"max_payload_bytes": 1},

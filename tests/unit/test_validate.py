@@ -223,7 +223,7 @@ def test_bad_queue_names(name: Any) -> None:
 
 
 @pytest.mark.parametrize("value", [-1, -0.001, float("nan"), float("inf"), True, "5", None,
-                                   10 * 365 * 86400 + 1])
+                                   10 * 365 * 86400 + 1, 10**400])
 def test_bad_delays(value: Any) -> None:
     with pytest.raises(InvalidInput):
         validate.delay_s(value)
@@ -300,7 +300,7 @@ def test_connect_refuses_a_non_string_url() -> None:
         connect(b"sqlite:///x.db")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("key", ["", "x" * 1025, "a\x00b", 7])
+@pytest.mark.parametrize("key", ["", "x" * 1025, "a\x00b", 7, "out/report-\udcff.csv"])
 def test_a_bad_result_key_is_refused(key: object) -> None:
     with pytest.raises(InvalidPayload):
         validate.result_key(key)
@@ -324,9 +324,18 @@ def test_a_result_key_round_trips() -> None:
     lambda q: list(q.iter_jobs(page_size=0)),
     lambda q: q.spec("j", {}, task="a\x00b"),
     lambda q: q.spec("j", {}, revision="r\x00"),
+    # a lone surrogate (a file name from os.listdir) reached the driver, which refused it
+    # with a bare UnicodeEncodeError
+    lambda q: q.spec("j", {}, task="a\udcff"),
+    lambda q: q.spec("j", {}, revision="r\udcff"),
+    lambda q: q.spec("j", {}, concurrency_key="tenant-\udcff"),
+    lambda q: q.list_jobs(status="done\udcff"),
+    lambda q: q.enqueue("k", {}, delay_s=10**400),
 ], ids=["claim_one int worker", "claim_one no worker", "claim_one NUL worker",
         "claim surrogate worker", "negative limit", "huge limit", "empty status",
-        "NUL after_id", "negative outbox limit", "zero page size", "NUL task", "NUL revision"])
+        "NUL after_id", "negative outbox limit", "zero page size", "NUL task", "NUL revision",
+        "surrogate task", "surrogate revision", "surrogate key", "surrogate status",
+        "huge int delay"])
 def test_bad_queue_call_arguments_are_refused_alike_on_every_store(tmp_path: Any,
                                                                    call: Any) -> None:
     # Each reached the store before: SQLite took an int worker id, a NULL one or no limit at

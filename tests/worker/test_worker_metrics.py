@@ -268,7 +268,8 @@ def test_sweeper_config_is_checked(config: dict) -> None:
                                     {"lease_margin_s": float("nan")},
                                     {"grace_s": float("nan")},
                                     {"prefetch_wait_s": float("nan")},
-                                    {"claim_gather_s": float("inf")}], ids=repr)
+                                    {"claim_gather_s": float("inf")},
+                                    {"grace_s": 10**400}], ids=repr)
 def test_worker_config_is_checked(config: dict) -> None:
     from leaseq.worker import WorkerConfig
 

@@ -242,6 +242,74 @@ def test_result_that_is_not_json_is_a_permanent_failure(app: leaseq.App) -> None
     assert job is not None and (job.status, job.failure) == ("failed", "permanent")
 
 
+def test_a_follow_up_of_the_wrong_shape_fails_the_job_for_good_at_once(app: leaseq.App) -> None:
+    # Given a handler that passes one spec as `then`, not a list of them (an easy slip)
+    runs: list[int] = []
+
+    @app.task(queue="work")
+    def child(x: int) -> None:
+        return None
+
+    @app.task(queue="work")
+    def parent() -> leaseq.Finish:
+        runs.append(1)
+        return leaseq.Finish(result="ok", then=child.spec(x=1))  # type: ignore[arg-type]
+
+    parent.enqueue(job_id="p")
+    burst(app)
+    # Then the job fails for good, saying why, after one run (it stayed processing without
+    # an outcome, ran again each attempt, and ended failed(expired) with the cause lost)
+    job = app.queue("work").get("p")
+    assert job is not None and (job.status, job.failure) == ("failed", "permanent")
+    assert "follow-up" in (job.error or "") and runs == [1]
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("error", [ValueError("cannot parse report-\udcff.csv"), Unprintable()],
+                         ids=["lone surrogate", "__str__ raises"])
+def test_an_error_whose_text_no_store_can_keep_is_retried_as_any_other(
+        app: leaseq.App, error: Exception) -> None:
+    # Given a handler that fails once with an error whose text has a lone surrogate (a file
+    # name from os.listdir) or cannot be made at all
+    @app.task(queue="work")
+    def parse(job: leaseq.Job) -> int:
+        if job.attempt == 1:
+            raise error
+        return job.attempt
+
+    parse.enqueue(job_id="e")
+    burst(app)
+    # Then the retry is written (the driver refused the text: the job stayed processing)
+    q = app.queue("work")
+    job = q.get("e")
+    assert job is not None and (job.status, job.attempts) == ("done", 2)
+    reason = next(e.reason for e in q.journal("e") if e.event == "retry_scheduled")
+    assert "\\udcff" in reason or "<unprintable Unprintable>" in reason
+
+
+def test_an_outcome_the_store_cannot_take_fails_the_job_for_good(
+        app: leaseq.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a store whose retry write raises what no retry can help (a driver's own error)
+    @app.task(queue="work")
+    def flaky() -> None:
+        raise RuntimeError("upstream 503")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise TypeError("the driver cannot adapt this value")
+
+    monkeypatch.setattr(app.store, "retry_later", refuse)
+    flaky.enqueue(job_id="f")
+    burst(app)
+    # Then the job fails for good with that reason, rather than stay processing unwritten
+    job = app.queue("work").get("f")
+    assert job is not None and (job.status, job.failure) == ("failed", "permanent")
+    assert "could not be written: TypeError: the driver cannot adapt" in (job.error or "")
+
+
 def test_burst_exits_with_nothing_to_do(app: leaseq.App) -> None:
     @app.task(queue="work")
     def noop() -> None: ...
