@@ -24,7 +24,7 @@ from typing import Any
 
 from leaseq import validate
 from leaseq.aio import AsyncAppMethods, AsyncTaskMethods
-from leaseq.errors import InvalidInput
+from leaseq.errors import InvalidInput, InvalidPayload
 
 # PayloadMismatch lives with the other errors; it is imported from here too, where it was.
 from leaseq.errors import PayloadMismatch as PayloadMismatch
@@ -166,14 +166,16 @@ class App(AsyncAppMethods):
     # --- tasks -----------------------------------------------------------------------------
 
     def task(self, func: Callable[..., Any] | None = None, *, name: str | None = None,
-             queue: str = DEFAULT_QUEUE, permanent: Iterable[type[BaseException]] = (),
+             queue: str = DEFAULT_QUEUE,
+             permanent: type[BaseException] | Iterable[type[BaseException]] = (),
              priority: int = 0, **policy: Any) -> Any:
         """Register a task: ``@app.task`` or ``@app.task(queue=..., max_attempts=..., lease_s=...,
         permanent=(ValueError,), priority=5)``. Policy keywords override the queue's policy for
         this task; ``priority`` is its jobs' default (higher is claimed first)."""
         def register(fn: Callable[..., Any]) -> Task:
-            task = Task(self, fn, name or fn.__name__, queue, tuple(permanent), policy,
-                        priority=priority)
+            errors: tuple[type[BaseException], ...] = (
+                (permanent,) if isinstance(permanent, type) else tuple(permanent))
+            task = Task(self, fn, name or fn.__name__, queue, errors, policy, priority=priority)
             if task.name in self._tasks:
                 raise InvalidInput(f"a task named {task.name!r} is already registered; "
                                    "pass name= to tell them apart")
@@ -256,6 +258,9 @@ class App(AsyncAppMethods):
     def enqueue(self, task: str | Task, payload: Mapping[str, Any] | None = None,
                 **options: Any) -> EnqueueResult:
         """Enqueue a task by name with a payload dict (see ``Task.enqueue`` for options)."""
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidPayload(f"a payload must be a JSON object (a dict), got "
+                                 f"{type(payload).__name__}")
         return self._find_task(task).enqueue_payload(dict(payload or {}), **options)
 
     def _find_task(self, task: str | Task) -> Task:
@@ -297,8 +302,9 @@ class Task(AsyncTaskMethods):
         if not all(isinstance(t, type) and issubclass(t, BaseException) for t in permanent):
             raise InvalidInput("permanent= takes exception classes, e.g. (ValueError,)")
         validate.queue_name(queue)
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise InvalidInput("a task name must be a non-empty string of at most 200 characters")
+        if not validate.text_field(name, 200):  # as every enqueue of it would check
+            raise InvalidInput("a task name must be a non-empty string of at most 200 "
+                               "characters, valid Unicode without NUL")
         self.app = app
         self.func = func
         self.name = name
@@ -416,12 +422,13 @@ class _Signature:
             raise PayloadMismatch(f"task {self.name!r}: the payload must be a JSON object")
         missing = [n for n, p in self.params.items()
                    if p.default is p.empty and n not in payload]
-        unknown = [] if self.open else sorted(set(payload) - set(self.params))
+        unknown = [] if self.open else sorted(set(payload) - set(self.params), key=str)
         problems = []
         if missing:
             problems.append(f"missing argument(s) {', '.join(missing)}")
         if unknown:
-            problems.append(f"unknown argument(s) {', '.join(k[:60] for k in unknown[:10])}")
+            problems.append(f"unknown argument(s) "
+                            f"{', '.join(str(k)[:60] for k in unknown[:10])}")
         for name, hint in self.types.items():
             if name in payload and not _fits(payload[name], hint):
                 got = type(payload[name]).__name__

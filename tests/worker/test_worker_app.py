@@ -109,6 +109,12 @@ def test_registration_errors(app: leaseq.App) -> None:
         app.task(name="h", permanent=("ValueError",))(f)  # type: ignore[arg-type]
     with pytest.raises(leaseq.InvalidPolicy):
         app.task(name="i", lease_s=-1)(f)
+    # a name no store can hold (every enqueue of the task failed later)
+    for bad in ("bad\x00name", "bad\udcffname"):
+        with pytest.raises(leaseq.InvalidInput, match="task name"):
+            app.task(name=bad)(f)
+    # one exception class is taken as a tuple of one
+    assert app.task(name="j", permanent=ValueError)(f).permanent == (ValueError,)
 
 
 def test_task_policy_overrides_the_queue(app: leaseq.App) -> None:
@@ -144,6 +150,12 @@ def test_enqueue_by_name(app: leaseq.App) -> None:
         app.enqueue("pong", {}, job_id="q")
     with pytest.raises(PayloadMismatch):
         app.enqueue("ping", {"m": 1}, job_id="r")
+    # a payload that is no JSON object, or has a key that is no string, is the payload's
+    # error (bare TypeError and ValueError before), and nothing is written
+    for payload in ("n=1", 7, {"n": 1, 2: "x"}):
+        with pytest.raises(leaseq.InvalidPayload):
+            app.enqueue("ping", payload, job_id="s")  # type: ignore[arg-type]
+    assert app.queue("work").get("s") is None
 
 
 def test_enqueue_in_the_callers_transaction(app: leaseq.App, url: str) -> None:
