@@ -97,8 +97,10 @@ class App(AsyncAppMethods):
     def from_ref(cls, ref: str) -> App:
         """The ``App`` that ``"module:attribute"`` names (e.g. ``"myproject.tasks:app"``), as
         ``leaseq worker MODULE:APP`` finds it. The current directory is importable, as it is for
-        ``python -m``. Raises ``InvalidInput`` for a malformed reference, a module that does
-        not import, or an attribute that is not an ``App``."""
+        ``python -m``. Raises ``InvalidInput`` for a malformed reference, a module that cannot
+        be imported (not found, or an import inside it failed), or an attribute that is not an
+        ``App``. Any other error the module's own code raises while it runs (a SyntaxError, a
+        missing setting) goes on as it is, with its traceback: that is the place to look."""
         module_name, sep, attribute = ref.partition(":")
         if not sep or not module_name or not attribute:
             raise InvalidInput(f"expected MODULE:APP (e.g. myproject.tasks:app), got {ref!r}")
