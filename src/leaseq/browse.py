@@ -73,8 +73,12 @@ class JobFilter:
         validate.queue_name(self.queue)
         if self.status:
             validate.status_name(self.status)
-        if self.error_text is not None and len(self.error_text) > MAX_SEARCH_CHARS:
-            raise InvalidInput(f"error text to search for is longer than {MAX_SEARCH_CHARS}")
+        for name, most in (("task", 200), ("id_prefix", validate.MAX_JOB_ID_BYTES),
+                           ("error_text", MAX_SEARCH_CHARS)):
+            value = getattr(self, name)
+            if value is not None and not validate.text_field(value, most, empty=True):
+                raise InvalidInput(f"{name} to search for must be text of at most {most} "
+                                   "characters, valid Unicode without NUL")
         for name in ("status", "task", "id_prefix", "error_text"):
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
@@ -299,5 +303,8 @@ def prefix_end(prefix: str) -> str:
     a prefix is one index range ``prefix <= id < prefix_end(prefix)``."""
     for i in range(len(prefix) - 1, -1, -1):
         if ord(prefix[i]) < 0x10FFFF:
-            return prefix[:i] + chr(ord(prefix[i]) + 1)
+            above = ord(prefix[i]) + 1
+            if 0xD800 <= above <= 0xDFFF:  # surrogates have no UTF-8: the next one that does
+                above = 0xE000
+            return prefix[:i] + chr(above)
     return prefix + "\U0010ffff"  # only made of the highest code point: nearly unbounded

@@ -62,6 +62,8 @@ def test_a_cursor_that_no_store_gave_is_refused() -> None:
 def test_helpers() -> None:
     assert prefix_end("ab") == "ac" and prefix_end("a\U0010ffff") == "b"
     assert prefix_end("ab") > "ab\U0010ffffzz" and prefix_end("ab") <= "ac"
+    # past U+D7FF comes U+E000: a surrogate, which no store can take, is skipped
+    assert prefix_end("a\ud7ff") == "a\ue000"
     assert actor_name("  alice \n  evil ") == "alice evil" and actor_name("") == "unknown"
     assert len(actor_name("x" * 500)) == 100
     assert batches(["a", "b", "a", "c"], 2) == [["a", "b"], ["c"]]
