@@ -4,9 +4,10 @@ password. Store-specific: ``connect`` hands the whole URL to this store."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
-from pymongo import _csot
+from pymongo import MongoClient, _csot
 from pymongo.errors import (
     ExecutionTimeout,
     NetworkTimeout,
@@ -35,6 +36,33 @@ def test_database_prefix_and_ttl_come_from_the_url_and_are_taken_out_of_it():
     assert (parsed.database, parsed.prefix) == ("jobs", "app_")
     assert parsed.ttl_s == {"tombstone": 2592000.0}
     assert parsed.mongo_url == "mongodb://h:27017/jobs?appName=x"
+
+
+def test_options_other_than_leaseqs_reach_pymongo_as_written():
+    # Given a URL whose values hold ':', ',' and an escaped ',' beside leaseq's own options
+    rest = ("appName=a%2Cb&authMechanismProperties=SERVICE_NAME:other,CANONICALIZE_HOST_NAME:"
+            "true&readPreferenceTags=dc:ny,rack:r1")
+    # When leaseq takes its options out
+    parsed = parse_url(f"mongodb://h/jobs?prefix=app_&{rest}&ttl=done:60&")
+    # Then every other piece is passed on byte for byte
+    assert parsed.mongo_url == f"mongodb://h/jobs?{rest}"
+    assert (parsed.prefix, parsed.ttl_s) == ("app_", {"done": 60.0})
+
+
+def test_read_preference_tags_reach_the_client_as_pymongo_reads_them():
+    # Given a URL with two tag sets, the second empty (any member), and leaseq's options
+    theirs = ("mongodb://127.0.0.1:1/app?connect=false&readPreference=nearest"
+              "&readPreferenceTags=dc:ny,rack:r1&readPreferenceTags=")
+    # When the store's client opens it
+    _, client = open_client(theirs + "&prefix=app_&ttl=done:60")
+    plain: MongoClient[Any] = MongoClient(theirs)
+    # Then its tag sets are those pymongo reads from the URL alone
+    try:
+        assert client.read_preference.tag_sets == [{"dc": "ny", "rack": "r1"}, {}]
+        assert client.read_preference.tag_sets == plain.read_preference.tag_sets
+    finally:
+        client.close()
+        plain.close()
 
 
 def test_defaults_are_leaseq_majority_retryable_writes_and_bounded_calls():

@@ -1,9 +1,10 @@
 """What ``reclaim_expired`` counts and journals when another caller moves a job between the
 sweeper's read and its ``update_many``: a second sweeper (every worker runs one) or the
-worker's own give-back or retry, all of which keep the lease epoch. Store-specific: the race
-falls between two statements of ``MongoStore._move``, which only a fake can stop at; here the
-job collection runs its finds and updates through pipeline_model, so the store's real
-documents decide what each statement matches and writes.
+worker's own give-back or retry, all of which keep the lease epoch; and when the store fails
+between its statements, or the backlog is larger than one command should carry.
+Store-specific: the race and the failure fall between two statements of ``MongoStore._move``,
+which only a fake can stop at; here the job collection runs its finds and updates through
+pipeline_model, so the store's real documents decide what each statement matches and writes.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import pytest
 from mongo_fakes import FakeCollection, FakeDB, Updated, bound
 from pipeline_model import matches, run
 from pymongo import ReturnDocument
+from pymongo.errors import AutoReconnect
 
 from leaseq import validate
-from leaseq.errors import InvalidPayload
+from leaseq.errors import InvalidPayload, StoreUnavailable
 from leaseq.job import Lease
+from leaseq.stores.base import PURGE_BATCH
 from leaseq.stores.mongodb import MongoStore, records
 
 Q = "leaseq_q"
@@ -40,9 +43,10 @@ class ModelCollection(FakeCollection):
         self._call("find", a, k, [])
         given = bound("find", a, k)
         found = [d for d in self.docs.values() if matches(given["filter"] or {}, d, NOW)]
-        projection = given["projection"]
+        projection, limit = given["projection"], given["limit"]
         return [dict(d) if projection is None
-                else {f: d[f] for f in d if f == "_id" or f in projection} for d in found]
+                else {f: d[f] for f in d if f == "_id" or f in projection}
+                for d in found[:limit or None]]
 
     def update_many(self, *a: Any, **k: Any) -> Any:
         racer, self.racer = self.racer, None
@@ -130,3 +134,42 @@ def test_the_move_token_is_a_record_field_never_payload(db, jobs, store):
     assert records.job("q", jobs.docs["a"]).payload == {"name": "clip.mp4"}
     with pytest.raises(InvalidPayload):
         validate.payload({"moved_by": 1}, 1000)
+
+
+def test_a_failure_in_a_later_step_leaves_the_earlier_steps_moves_journalled(db, store):
+    # Given an expired job with its attempts spent, and a server lost after step 1 moved it
+    db[Q].answer("find", [expired("a", attempts=5)], AutoReconnect("step 2's read"))
+    db[Q].answer("update_many", Updated(1))
+    # When the sweep fails in step 2
+    with pytest.raises(StoreUnavailable):
+        store.reclaim_expired("q")
+    # Then step 1's move stands with its journal entry
+    assert len(db.of(Q, "update_many")) == 1
+    assert journal(db) == [("a", "quarantined")]
+
+
+def test_a_failure_after_a_chunk_leaves_that_chunk_journalled(db, store):
+    # Given a full chunk of expired jobs, and a server lost when the next chunk is read
+    db[Q].answer("find", [expired(f"j{n}") for n in range(PURGE_BATCH)],
+                 AutoReconnect("the second chunk's read"))
+    db[Q].answer("update_many", Updated(PURGE_BATCH))
+    with pytest.raises(StoreUnavailable):
+        store.reclaim_expired("q")
+    # Then the chunk moved before the failure is journalled
+    assert len(journal(db)) == PURGE_BATCH
+
+
+def test_a_backlog_larger_than_a_batch_is_moved_in_bounded_chunks(db, jobs, store):
+    # Given more expired jobs than one batch
+    for n in range(PURGE_BATCH + 5):
+        jobs.docs[f"j{n:05}"] = expired(f"j{n:05}")
+    # When the sweeper reclaims them
+    assert store.reclaim_expired("q") == (0, PURGE_BATCH + 5)
+    # Then each update_many names at most a batch of ids, each chunk journalled after it
+    sizes = [len(a[0]["_id"]["$in"]) for a, _ in db.of(Q, "update_many")]
+    assert sizes == [PURGE_BATCH, 5]
+    assert all(k["limit"] == PURGE_BATCH for _, k in db.of(Q, "find"))
+    writes = [m for _, m, _, _ in db.calls if m in ("update_many", "bulk_write")]
+    assert writes == ["update_many", "bulk_write", "update_many", "bulk_write"]
+    assert [len(a[0]) for a, _ in db.of("leaseq_journal", "bulk_write")] == [PURGE_BATCH, 5]
+    assert {d["status"] for d in jobs.docs.values()} == {"pending"}

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 import pymongo
 from pymongo import MongoClient
@@ -61,19 +61,17 @@ def parse_url(url: str) -> MongoOptions:
     refuse_ambiguous_userinfo(url, "MongoDB")
     try:
         parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:  # its message may quote a piece of the password: not shown
         raise InvalidURL(f"cannot parse MongoDB URL {validate.redact_url(url)}; "
                          f"{ENCODE_HINT}") from None
-    ours = {k: v for k, v in query if k in _OURS}
-    rest = [(k, v) for k, v in query if k not in _OURS]
+    ours, rest = split_query(parts.query)
     database = unquote(parts.path.lstrip("/")) or "leaseq"
     if "/" in database or "." in database or " " in database:
         raise InvalidURL(f"MongoDB database name {database[:80]!r} is not allowed")
     prefix = ours.get("prefix", "leaseq_")
     if not _PREFIX_RE.fullmatch(prefix):
         raise InvalidURL("prefix= may hold up to 64 letters, digits, '_', '.' or '-'")
-    given = {k.lower() for k, _ in rest}
+    given = {piece.partition("=")[0].lower() for piece in rest}  # as pymongo reads names
     client_options: dict[str, Any] = {"tz_aware": True}
     if "w" not in given:
         client_options["w"] = "majority"
@@ -83,10 +81,27 @@ def parse_url(url: str) -> MongoOptions:
         if name.lower() not in given:
             client_options[name] = milliseconds
     return MongoOptions(
-        mongo_url=urlunsplit(parts._replace(query=urlencode(rest))),
+        mongo_url=urlunsplit(parts._replace(query="&".join(rest))),
         database=database, prefix=prefix, ttl_s=parse_ttl(ours["ttl"]) if "ttl" in ours else None,
         client_options=client_options,
     )
+
+
+def split_query(query: str) -> tuple[dict[str, str], list[str]]:
+    """leaseq's own options (decoded) and every other piece of the query exactly as written.
+
+    The others are not decoded and encoded again: pymongo unquotes some values itself and
+    others not (``readPreferenceTags=dc:ny,rack:r1`` re-encoded as ``dc%3Any%2Crack%3Ar1``
+    lost its tags), so only the bytes the user wrote reach it. Empty pieces carry nothing."""
+    ours: dict[str, str] = {}
+    rest: list[str] = []
+    for piece in filter(None, query.split("&")):
+        name, _, value = piece.partition("=")
+        if name in _OURS:
+            ours[name] = unquote_plus(value)
+        else:
+            rest.append(piece)
+    return ours, rest
 
 
 def open_client(url: str) -> tuple[MongoOptions, MongoClient[Any]]:

@@ -344,22 +344,40 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         can become pending; return the other expired ones; then quarantine any pending job
         whose attempts are spent (older data), which no claim would ever take."""
         spent = self._move(queue, documents.expired(self._off, spent_=True),
-                           documents.expire_spent(self._off))
+                           documents.expire_spent(self._off),
+                           lambda d: Event(queue, d["_id"], JournalEvent.QUARANTINED,
+                                           records.moved(d, EXPIRED)))
         returned = self._move(queue, documents.expired(self._off, spent_=False),
-                              documents.return_expired(self._off))
+                              documents.return_expired(self._off),
+                              lambda d: Event(queue, d["_id"], JournalEvent.RECLAIMED,
+                                              records.moved(d, records.reclaim_reason(d))))
         exhausted = self._move(queue, documents.pending_spent(),
-                               documents.exhaust_pending(self._off))
-        self._log([Event(queue, d["_id"], JournalEvent.QUARANTINED, records.moved(d, EXPIRED))
-                   for d in spent])
-        self._log([Event(queue, d["_id"], JournalEvent.RECLAIMED,
-                         records.moved(d, records.reclaim_reason(d))) for d in returned])
-        self._log([Event(queue, d["_id"], JournalEvent.QUARANTINED,
-                         records.moved(d, SPENT_WHILE_PENDING)) for d in exhausted])
+                               documents.exhaust_pending(self._off),
+                               lambda d: Event(queue, d["_id"], JournalEvent.QUARANTINED,
+                                               records.moved(d, SPENT_WHILE_PENDING)))
         return len(spent) + len(exhausted), len(returned)
 
-    def _move(self, queue: str, query: dict[str, Any],
-              update: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``update_many`` the documents ``query`` finds, returning the ones it moved.
+    def _move(self, queue: str, query: dict[str, Any], update: list[dict[str, Any]],
+              entry: Callable[[dict[str, Any]], Event]) -> list[dict[str, Any]]:
+        """``update_many`` the documents ``query`` finds, ``PURGE_BATCH`` at a time, and
+        journal each chunk's moves (``entry``) before the next is read; returns the ones it
+        moved. A failure part-way leaves every chunk moved so far journalled, and no command
+        carries more than ``PURGE_BATCH`` ids (a backlog's ``$in`` would pass 16 MB). Stops
+        after a short chunk. No chunk is read twice: each update takes the documents it
+        matched out of ``query``, and a racer took out the ones it did not match."""
+        moved: list[dict[str, Any]] = []
+        while True:
+            found = list(self._coll(queue).find(query, documents.FENCE_PROJECTION,
+                                                limit=PURGE_BATCH))
+            chunk = self._move_chunk(queue, query, update, found)
+            self._log([entry(d) for d in chunk])
+            moved += chunk
+            if len(found) < PURGE_BATCH:
+                return moved
+
+    def _move_chunk(self, queue: str, query: dict[str, Any], update: list[dict[str, Any]],
+                    found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Those of ``found`` one ``update_many`` moved.
 
         The update repeats the whole filter, so a document that changed after the read is
         skipped, and stamps each document it changes with a token of this call
@@ -367,11 +385,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         keeps only those this call moved, not those another sweeper, a worker's give-back or
         retry moved the same way in between (at the same epoch).
         """
-        coll = self._coll(queue)
-        found = list(coll.find(query, documents.FENCE_PROJECTION))
         if not found:
             return []
-        ids, token = [d["_id"] for d in found], ObjectId()
+        coll, ids, token = self._coll(queue), [d["_id"] for d in found], ObjectId()
         moved = coll.update_many({**query, "_id": {"$in": ids}}, documents.stamped(update, token))
         if moved.matched_count == len(found):
             return found
@@ -436,9 +452,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
                        as_of: datetime | None = None) -> list[str]:
         pairs = [(lease.job_id, lease.lease_epoch) for lease in leases]
         marked = self._move(queue, documents.unpublished(pairs, self._off, as_of),
-                            documents.mark_published(self._off))
-        self._log([Event(queue, d["_id"], JournalEvent.PUBLISHED, records.moved(d, None))
-                   for d in marked])
+                            documents.mark_published(self._off),
+                            lambda d: Event(queue, d["_id"], JournalEvent.PUBLISHED,
+                                            records.moved(d, None)))
         return [d["_id"] for d in marked]
 
     # --- inspection ------------------------------------------------------------------------
@@ -496,9 +512,9 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
                       reason: str = Store.REOWE_REASON) -> list[str]:
         if not job_ids:
             return []
-        owed = self._move(queue, documents.published(job_ids), documents.unpublish())
-        self._log([Event(queue, d["_id"], JournalEvent.PUBLISH_OWED, records.moved(d, reason))
-                   for d in owed])
+        owed = self._move(queue, documents.published(job_ids), documents.unpublish(),
+                          lambda d: Event(queue, d["_id"], JournalEvent.PUBLISH_OWED,
+                                          records.moved(d, reason)))
         return [d["_id"] for d in owed]
 
     # --- asyncio callers (stores/mongodb/aio.py) --------------------------------------------
