@@ -134,7 +134,13 @@ def shifted_clock(offset_s: float, modules: Sequence[str] = ("leaseq",)) -> Iter
 def _clock_fakes(offset_s: float) -> dict[Any, Any]:
     real_datetime, real_time, real_time_ns = datetime, time.time, time.time_ns
 
-    class ShiftedDatetime(datetime):
+    class AnyDatetime(type):
+        # The shifted class stands in for ``datetime`` in leaseq's modules, whose checks
+        # (``isinstance(value, datetime)``) must still take a datetime made outside the block.
+        def __instancecheck__(cls, instance: Any) -> bool:
+            return isinstance(instance, real_datetime)
+
+    class ShiftedDatetime(datetime, metaclass=AnyDatetime):
         @classmethod
         def now(cls, tz: Any = None) -> Any:
             return real_datetime.now(tz) + timedelta(seconds=offset_s)
