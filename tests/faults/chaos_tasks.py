@@ -16,6 +16,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from leaseq import App, Job, LeaseLost, Permanent, Retry
@@ -131,6 +132,9 @@ def sturdy(n: int, job: Job, sleep_s: float = 0.0) -> dict[str, int]:
 def drain(n: int, job: Job, seconds: float) -> dict[str, int]:
     """Scenario 10: cooperative: stops early when the lease is gone (given back at shutdown),
     and makes its effect only when it finished its work. ``CHAOS_DRAIN_FAST``: no dawdling."""
+    started = os.environ.get("CHAOS_DRAIN_STARTS")
+    if started:  # a file per job whose handler started, for the scenario to wait on
+        Path(started, job.id).touch()
     deadline = time.monotonic() + (0.05 if os.environ.get("CHAOS_DRAIN_FAST") else seconds)
     while time.monotonic() < deadline:
         if job.lease_lost:

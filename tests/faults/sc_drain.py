@@ -4,6 +4,7 @@ the grace period, and a second worker finishes the given-back ones with 0 duplic
 
 from __future__ import annotations
 
+import os
 import time
 
 from leaseq.testing.chaos import Run, all_terminal, settle, wait_until
@@ -22,9 +23,15 @@ def run(r: Run) -> None:
                     for k, i in enumerate(ids)])
     ledger = r.ledger()
     env = {"CHAOS_LEASE_S": str(LEASE_S), "CHAOS_HEARTBEAT_S": "1"}
-    first = r.worker("first", concurrency=n, grace_s=GRACE_S, env=env).start()
-    in_flight = wait_until(lambda: q.counts().get("processing", 0) == n, 60, 0.05)
-    r.check(f"{n} jobs in flight before SIGTERM", in_flight, str(q.counts()))
+    starts = os.path.join(r.folder, "drain-starts")
+    os.makedirs(starts, exist_ok=True)
+    first = r.worker("first", concurrency=n, grace_s=GRACE_S,
+                     env={**env, "CHAOS_DRAIN_STARTS": starts}).start()
+    # Every handler has started (claimed is not enough: a job claimed but not started when
+    # the stop comes goes back free at once, and would count as given back here)
+    in_flight = wait_until(lambda: len(os.listdir(starts)) == n, 60, 0.05)
+    r.check(f"{n} jobs in flight before SIGTERM", in_flight,
+            f"{len(os.listdir(starts))} started; {q.counts()}")
     stopped_at = time.monotonic()
     status = first.stop(timeout_s=GRACE_S + 30)
     took = time.monotonic() - stopped_at
