@@ -10,7 +10,10 @@ what looks like a secret and leaves the rest as it was:
 * the value of a ``key=value``, ``key: value``, JSON or Python-dict pair whose key names a
   secret (password, passwd, pwd, token, secret, api_key, access_key, private_key, client_secret,
   authorization, cookie, session, credential, signature; ``Redactor(secret_keys=...)`` adds
-  more): ``token=***``, ``"api_key": "***"``;
+  more): ``token=***``, ``"api_key": "***"``. The value is masked whole whatever it is: a
+  bytes literal (``b'***'``), a list, tuple or dict up to its matching bracket (``***``; to
+  the end of the text when the bracket is never closed), a call (``SecretStr('…')``), and a
+  pair of JSON inside a JSON string, whose quotes are escaped (``\\"api_key\\": \\"***\\"``);
 * the rest of an ``Authorization:`` or ``Cookie:`` header line, and the credentials after
   ``Bearer`` / ``Basic``;
 * long base64 and hex runs (keys, tokens, signatures: ``min_run_chars``, 32 by default); a
@@ -80,10 +83,19 @@ _AUTH_SCHEME = re.compile(
     re.IGNORECASE)
 # A key, optionally quoted, and its separator. The value is read only after a secret key,
 # so the scan goes on inside other values (``data="token=abc"`` finds the inner pair) and each
-# character is looked at a bounded number of times. The lookbehind makes a key start where a
-# word starts, so a long word is read once, not once per character.
-_PAIR = re.compile(r"(?<![\w.-])(?P<quote>[\"']?)(?P<key>[\w.-]++)(?P=quote)[ \t]*+[:=][ \t]*+")
-_VALUE = re.compile(r"\"(?:[^\"\\]|\\.)*+\"|'(?:[^'\\]|\\.)*+'|[\"']?[^\s,;&'\"{}\[\]()<>]++")
+# character is looked at a bounded number of times. The lookbehinds make a key start where a
+# word starts, and an escaped quote (``\"key\"``: JSON inside a JSON string) where its run of
+# backslashes starts, so a long word or run is read once, not once per character.
+_PAIR = re.compile(r"(?<![\w.-])(?!(?<=\\)\\)(?P<quote>\\*+[\"']|[\"']?)(?P<key>[\w.-]++)(?P=quote)"
+                   r"[ \t]*+[:=][ \t]*+")
+# A quoted value's opening: a Python prefix (``b'…'``, ``u'…'``, ``rb'…'``), the backslashes
+# escaping its quote (none, or one per level of JSON in a JSON string), its quote.
+_OPENING = re.compile(r"(?P<head>(?:[bB][rR]?|[rR][bB]?|[uU])?(?P<esc>\\*+)(?P<q>[\"']))")
+_UNQUOTED = re.compile(r"[\"']?[^\s,;&'\"{}\[\]()<>]++")
+# A quote and the backslashes before it, or a bracket: what a string or a bracket ends at.
+_QUOTES = {q: re.compile(rf"(?<!\\)(?P<esc>\\*+){q}") for q in "\"'"}
+_BRACKET_STEP = re.compile(r"(?<!\\)(?P<esc>\\*+)(?P<q>[\"'])|[\[\](){}]")
+_CLOSING = {"[": "]", "(": ")", "{": "}"}
 # Runs of at least {n} characters: hex between non-alphanumerics (so ``key_<hex>`` is found),
 # then base64 / base64url with its padding.
 _HEX_RUN = r"(?<![A-Za-z0-9])[0-9A-Fa-f]{{{n},}}+(?![A-Za-z0-9])"
@@ -138,16 +150,43 @@ class Redactor:
         done = 0  # text before this index is copied or masked already
         m = _PAIR.search(text)
         while m is not None:
-            value = _VALUE.match(text, m.end()) if self.names_secret(m["key"]) else None
+            value = self._value(text, m.end()) if self.names_secret(m["key"]) else None
             if value is None:  # not a secret: look for pairs inside its value too
                 m = _PAIR.search(text, m.end())
                 continue
-            out += [text[done:m.end()], self._masked(value[0])]
-            # A closing quote is left to be read again: in text whose quotes do not pair up
-            # (a message cut short) it may open the next key, ``"x "api_key": "…"``.
-            done = value.end() - 1 if _is_quoted(value[0]) else value.end()
+            out += [text[done:m.end()], value[0]]
+            done = value[1]
             m = _PAIR.search(text, done)
         return "".join(out) + text[done:]
+
+    def _value(self, text: str, start: int) -> tuple[str, int] | None:
+        """What the value at ``start`` is shown as, and where the text after it resumes; None
+        when no value starts there."""
+        if text[start:start + 1] in _CLOSING:
+            return self.mask, _bracket_end(text, start)
+        opening = _OPENING.match(text, start)
+        if opening is None:
+            return self._word(text, start, "")
+        level = len(opening["esc"])
+        end = _string_end(text, opening.end(), level, opening["q"])
+        # The closing quote is left to be read again: in text whose quotes do not pair up
+        # (a message cut short) it may open the next key, ``"x "api_key": "…"``.
+        if end is not None:
+            return opening["head"] + self.mask, end - level - 1
+        if level:  # escaped JSON cut short: what follows may all be the secret
+            return opening["head"] + self.mask, len(text)
+        # A plain quote never closed: its first word, as if unquoted
+        return self._word(text, opening.start("q"), text[start:opening.start("q")])
+
+    def _word(self, text: str, start: int, prefix: str) -> tuple[str, int] | None:
+        """An unquoted value (with what a call it opens holds): shown as ``prefix`` and the
+        mask."""
+        word = _UNQUOTED.match(text, start)
+        if word is None:
+            return None
+        if text[word.end():word.end() + 1] in _CLOSING:  # a call: ``SecretStr('…')``
+            return prefix + self._masked(word[0]), _bracket_end(text, word.end())
+        return prefix + self._masked(word[0]), word.end()
 
     def names_secret(self, key: str) -> bool:
         """Whether ``key`` (a field, header or parameter name) names a secret."""
@@ -190,8 +229,44 @@ def _masked_url_passwords(text: str, mask: str) -> str:
     return "".join(out) + text[done:]
 
 
-def _is_quoted(value: str) -> bool:
-    return len(value) > 1 and value[0] in "'\"" and value[-1] == value[0]
+def _string_end(text: str, start: int, level: int, quote: str) -> int | None:
+    """The index after the quote that closes the string whose text starts at ``start``, None
+    when none does. ``level`` is how many backslashes escape its opening quote. Each level of
+    JSON in a JSON string doubles the backslashes before a quote and adds one, so the closing
+    quotes of a level-``k`` string have ``k`` of them modulo ``2k + 2``, and no quote of the
+    text inside it has (a plain string: an even number)."""
+    period = 2 * level + 2
+    pattern = _QUOTES[quote]
+    while (found := pattern.search(text, start)) is not None:
+        if len(found["esc"]) % period == level:
+            return found.end()
+        start = found.end()
+    return None
+
+
+def _bracket_end(text: str, start: int) -> int:
+    """The index after the bracket that closes the one at ``start``, strings inside read as
+    strings. When it is never closed (a message cut short, a stray apostrophe, brackets that
+    do not match), the end of the text: the value may run to any point after its opening, over
+    lines when it is pretty-printed, and only the end of the text is sure to be past it."""
+    expected = [_CLOSING[text[start]]]
+    at = start + 1
+    while expected:
+        found = _BRACKET_STEP.search(text, at)
+        if found is None:
+            return len(text)
+        if found["q"]:
+            end = _string_end(text, found.end(), len(found["esc"]), found["q"])
+            if end is None:
+                return len(text)
+            at = end
+            continue
+        at = found.end()
+        if found[0] in _CLOSING:
+            expected.append(_CLOSING[found[0]])
+        elif found[0] != expected.pop():
+            return len(text)
+    return at
 
 
 def _looks_random(run: str) -> bool:
