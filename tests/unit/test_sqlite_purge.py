@@ -10,10 +10,15 @@ from pathlib import Path
 
 import leaseq
 
+BAND_S = 4.0
+
 
 def test_a_purge_over_jobs_coming_of_age_leaves_no_journal_without_its_job(
         tmp_path: Path) -> None:
-    # Given 20,000 done jobs whose updated_at spreads over 0.2 s across the purge's cutoff
+    # Given 20,000 done jobs whose updated_at spreads over 4 s across the purge's cutoff (a
+    # purge takes a fraction of that: thousands come of age while it runs; the cutoff starts
+    # 1 s into the band, so a loaded machine's delay before the purge starts cannot take it
+    # past the band: with 0.2 s, one purged every job)
     store = leaseq.connect(f"sqlite:///{tmp_path / 'jobs.db'}")
     try:
         q = store.queue("q")
@@ -24,10 +29,10 @@ def test_a_purge_over_jobs_coming_of_age_leaves_no_journal_without_its_job(
         conn.execute("BEGIN")
         conn.executemany("UPDATE leaseq_jobs SET status = 'done', updated_at = ? "
                          "WHERE queue = 'q' AND id = ?",
-                         [(start + i * (0.2 / n), f"j{i:06d}") for i in range(n)])
+                         [(start + i * (BAND_S / n), f"j{i:06d}") for i in range(n)])
         conn.execute("COMMIT")
         age_s = 100.0
-        store.time_offset_s = (start + 0.1 + age_s) - time.time()  # the cutoff mid-band
+        store.time_offset_s = (start + 1.0 + age_s) - time.time()  # the cutoff in the band
         # When they are purged
         purged = q.purge(done=age_s)
         # Then every journal row left belongs to a job left, and the purge counted its jobs
