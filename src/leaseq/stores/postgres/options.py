@@ -25,6 +25,10 @@ LIBPQ_DEFAULTS = {"connect_timeout": "10", "application_name": "leaseq",
                   "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
                   "keepalives_count": "3", "tcp_user_timeout": "10000"}
 
+#: The longest ``idle_in_transaction_s``: PostgreSQL keeps the timeout in milliseconds in a
+#: 32-bit int, and refuses a longer one on every new connection.
+MAX_IDLE_IN_TRANSACTION_S = (2**31 - 1) / 1000
+
 
 @dataclass(frozen=True, slots=True)
 class PostgresOptions:
@@ -47,7 +51,8 @@ class PostgresOptions:
     bound) wins. Defaults to 30 s."""
     idle_in_transaction_s: float = 60.0
     """The server ends a session left idle inside a transaction this long (a client cut off
-    mid-transaction must not hold its row locks). Defaults to 60 s."""
+    mid-transaction must not hold its row locks); at most ``MAX_IDLE_IN_TRANSACTION_S``.
+    Defaults to 60 s."""
     time_offset_s: float = 0.0
     """Test-only: seconds added to the server's clock. Defaults to 0."""
 
@@ -74,6 +79,10 @@ class PostgresOptions:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise InvalidInput(f"{name} must be a finite number > 0, got {value!r}")
+        if self.idle_in_transaction_s > MAX_IDLE_IN_TRANSACTION_S:
+            raise InvalidInput(
+                f"idle_in_transaction_s must be at most {MAX_IDLE_IN_TRANSACTION_S:.3f} "
+                f"(PostgreSQL's limit, about 24 days), got {self.idle_in_transaction_s!r}")
 
     @property
     def channel(self) -> str:

@@ -114,16 +114,42 @@ class Session:
         """Run ``work`` (the migration) over a direct connection, then open the pool.
 
         A direct connection fails at once with libpq's own message (refused, unknown host,
-        bad password), where a pool would only time out."""
+        bad password), where a pool would only time out. It has the pool's session settings
+        before its first statement: under a database's default of REPEATABLE READ the
+        migration's snapshot would predate the migration lock it waits for, and it would
+        apply again what the lock's holder had just applied."""
+        conn = self._connect_directly()
+        with conn:
+            try:
+                conn.execute(session_settings(self._options))
+                with conn.transaction():  # autocommit: the settings outlive it, work does not
+                    work(conn)
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(
+                    f"cannot connect to PostgreSQL at {self.url}: {self.error_line(exc)}"
+                ) from None
+            except psycopg.errors.InsufficientPrivilege as exc:  # the URL's role may not read
+                raise InvalidURL(
+                    f"PostgreSQL URL {self.url} was refused: {self.error_line(exc)}") from None
+            except psycopg.Error as exc:  # a DDL that failed, a read-only server
+                raise StoreUnavailable(
+                    f"cannot create or upgrade the leaseq store at {self.url}; nothing was "
+                    f"changed: {self._why(exc)}") from None
+        self._open_pool()
+
+    def _connect_directly(self) -> psycopg.Connection:
+        """A connection of its own to the server, in autocommit. libpq refusing the URL's
+        options is ``InvalidURL``; no server, or no entry, is ``StoreUnavailable``."""
         try:
-            with psycopg.connect(self._conninfo) as conn:  # commits at the end of the block
-                work(conn)
+            return psycopg.connect(self._conninfo, autocommit=True)
         except psycopg.ProgrammingError as exc:
             raise InvalidURL(
                 f"PostgreSQL URL {self.url} was refused: {self.error_line(exc)}") from None
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {self.url}: {self.error_line(exc)}") from None
+
+    def _open_pool(self) -> None:
         options = self._options
         self._pool = ConnectionPool(
             self._conninfo, min_size=options.pool_min, max_size=options.pool_max,
@@ -177,7 +203,15 @@ class Session:
                 self._settle_soon(this.lost_backend)
         return StoreUnavailable(
             f"PostgreSQL at {self.url} is unavailable (gave up after "
-            f"{self._gave_up_after(this, callers)}){unknown}: {self.error_line(exc.cause)}")
+            f"{self._gave_up_after(this, callers)}){unknown}: {self._why(exc.cause)}")
+
+    def _why(self, cause: BaseException) -> str:
+        """The driver's first line, after what to do when the server is read-only: the one
+        cause a retry cannot ride out unless the URL leads somewhere else."""
+        if _read_only(cause):
+            return ("the server is read-only (a standby, or a primary demoted by a failover); "
+                    f"point the URL at the primary: {self.error_line(cause)}")
+        return self.error_line(cause)
 
     def _settle_soon(self, lost: Backend) -> None:
         """End a lost try's server session from a thread of its own, within ``reconnect_s``:
@@ -278,7 +312,10 @@ class Session:
     def _statement(self, conn: psycopg.Connection, this: _Run[T]) -> T:
         try:
             return this.work(conn)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not _retryable(conn, exc):
+                self._after_error(conn, exc)
+                raise
             # An error the server reported (deadlock, shutdown) aborted the statement; a bare
             # lost connection may have cut off the answer to a statement that committed.
             self._lost(conn, exc, this, unknown=exc.sqlstate is None)
@@ -292,7 +329,10 @@ class Session:
             result = this.work(conn)
         try:
             conn.execute("COMMIT")
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not _retryable(conn, exc):
+                self._after_error(conn, exc)
+                raise
             self._lost(conn, exc, this, unknown=True)
         return result
 
@@ -302,21 +342,24 @@ class Session:
         refusal) may be retried; any error leaves the connection clean for the pool."""
         try:
             yield
-        except psycopg.OperationalError as exc:
-            self._after_error(conn)
+        except psycopg.Error as exc:
+            retry = _retryable(conn, exc)
+            self._after_error(conn, exc)
+            if not retry:
+                raise
             raise _Retry(exc) from None
         except BaseException:
             self._after_error(conn)
             raise
 
-    def _lost(self, conn: psycopg.Connection, exc: psycopg.OperationalError, this: _Run[T],
+    def _lost(self, conn: psycopg.Connection, exc: psycopg.Error, this: _Run[T],
               unknown: bool) -> NoReturn:
         """After a statement or a COMMIT failed: retry, or raise that the outcome is unknown.
         ``unknown``: the server did not say it rolled back; it did if the connection is not
         lost (it refused)."""
         lost = conn.broken
         backend = getattr(conn, _BACKEND, None)
-        self._after_error(conn)
+        self._after_error(conn, exc)
         if not (unknown and lost):
             raise _Retry(exc) from None
         if this.read_back is not None:
@@ -328,7 +371,12 @@ class Session:
             f"lost the connection to PostgreSQL at {self.url} while committing; the "
             f"outcome is unknown: {self.error_line(exc)}") from None
 
-    def _after_error(self, conn: psycopg.Connection) -> None:
+    def _after_error(self, conn: psycopg.Connection, exc: BaseException | None = None) -> None:
+        """Leave ``conn`` fit for the pool: rolled back, or closed (the pool replaces it) when
+        it is lost, or when it must not be used again (``_discard_connection``)."""
+        if exc is not None and _discard_connection(exc):
+            conn.close()
+            return
         if conn.broken or conn.closed:
             self._check_pools_soon()
             return
@@ -456,6 +504,42 @@ def _direct(conn: psycopg.Connection, client_port: int | None, server_port: int)
     if family == socket.AF_UNIX:
         return client_port == -1 and conn.info.port == server_port
     return isinstance(local, tuple) and local[1] == client_port
+
+
+def _retryable(conn: psycopg.Connection, exc: psycopg.Error) -> bool:
+    """Whether a try that failed with ``exc`` may be made again (on a new connection when
+    this one is lost or discarded): the connection lost or broken by it (a restart, the
+    server's end to a session idle in a transaction, 25P03, any FATAL), the server's refusal
+    of this try (a deadlock, a serialization failure: ``OperationalError``), a plan prepared
+    before a migration changed a table, or a read-only server. Any other error (a constraint
+    violation, a bug in a query) would fail again the same way: it is raised as it is."""
+    ended = isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout)
+    return (ended or isinstance(exc, psycopg.OperationalError) or conn.broken or conn.closed
+            or _discard_connection(exc))
+
+
+def _discard_connection(exc: BaseException) -> bool:
+    """Errors after which the connection is closed rather than put back as it is: its
+    prepared statements return the columns ``jobs`` had when they were prepared (a migration
+    added one since: every run fails, and psycopg keeps them in a cache of its own, which
+    only a new connection surely empties), or its server is read-only (a standby, or a
+    primary demoted by a failover: a new connection may reach the new primary)."""
+    return _stale_plan(exc) or _read_only(exc)
+
+
+def _stale_plan(exc: BaseException) -> bool:
+    """SQLSTATE 0A000 raised where the server revalidates a cached plan: "cached plan must
+    not change result type". The statement did nothing. Told by the server's function, which
+    is not translated, rather than by the message, which is."""
+    if not isinstance(exc, psycopg.errors.FeatureNotSupported):
+        return False
+    where = exc.diag.source_function or ""
+    return where == "RevalidateCachedQuery" or "cached plan" in str(exc)
+
+
+def _read_only(exc: BaseException) -> bool:
+    """SQLSTATE 25006: a write sent to a read-only server; nothing was written."""
+    return isinstance(exc, psycopg.errors.ReadOnlySqlTransaction)
 
 
 def _dead(conn: psycopg.Connection) -> bool:

@@ -179,29 +179,46 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         ``MIGRATION_LOCK_S`` for a table lock: a queued ACCESS EXCLUSIVE request stops every
         other session's reads and writes of the table behind it, so it must never wait long
         behind a report or an idle transaction (nor longer than ``reconnect_s``). Such a try
-        is rolled back and made again, until ``reconnect_s`` has passed."""
+        is rolled back and made again, until ``reconnect_s`` has passed. The wait for the
+        migration lock is bounded the same way: its holder may have stalled."""
         if not self._owed_migrations(conn):
             return latest_migration(__package__)
         # One migrator at a time per schema: concurrent first users wait here, then find the
         # versions the first one recorded (READ COMMITTED: each statement sees new commits).
+        self._retrying_locks(conn, self._lock_migrations, (
+            f"cannot open the leaseq store at {self.url}: another session has held its "
+            f"migration lock for over {self.options.reconnect_s:g} s (a migration that "
+            "stalled, or one still running); nothing was changed. Try again, or end that "
+            "session"))
+        try:
+            return self._retrying_locks(conn, self._apply_migrations, (
+                f"cannot upgrade the leaseq store at {self.url}: another session holds "
+                f"a lock on its tables (a long report or an idle transaction); "
+                f"nothing was changed. End that session, or run `leaseq migrate` "
+                "when the tables are quiet"))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise MigrationRefused(self.url, self._session.error_line(exc)) from None
+
+    def _lock_migrations(self, conn: psycopg.Connection) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                      [f"leaseq.migrate.{self.options.schema}"])
+
+    def _retrying_locks(self, conn: psycopg.Connection,
+                        attempt: Callable[[psycopg.Connection], T], gave_up: str) -> T:
+        """``attempt(conn)`` in a savepoint waiting at most ``MIGRATION_LOCK_S`` for a lock,
+        made again while ``reconnect_s`` lasts, then ``StoreUnavailable(gave_up)``. Nothing
+        waits without a bound behind a stalled migrator or a long report, and a refused try
+        leaves no trace."""
         give_up = time.monotonic() + self.options.reconnect_s
         pause_s = 0.05
         while True:
             try:
-                with conn.transaction():  # a savepoint: a refused try leaves no trace
+                with conn.transaction():
                     conn.execute(f"SET LOCAL lock_timeout = {self._migration_lock_ms()}")
-                    return self._apply_migrations(conn)
-            except psycopg.errors.InsufficientPrivilege as exc:
-                raise MigrationRefused(self.url, self._session.error_line(exc)) from None
+                    return attempt(conn)
             except psycopg.errors.LockNotAvailable:
                 if time.monotonic() + pause_s >= give_up:
-                    raise StoreUnavailable(
-                        f"cannot upgrade the leaseq store at {self.url}: another session holds "
-                        f"a lock on its tables (a long report or an idle transaction); "
-                        f"nothing was changed. End that session, or run `leaseq migrate` "
-                        "when the tables are quiet") from None
+                    raise StoreUnavailable(gave_up) from None
                 time.sleep(pause_s)
                 pause_s = min(pause_s * 2, 1.0)
 

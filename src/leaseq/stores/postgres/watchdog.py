@@ -27,6 +27,11 @@ from typing import Protocol
 
 log = logging.getLogger("leaseq.postgres")
 
+#: The longest the thread sleeps at once (it then looks again): a wait for a far deadline
+#: (``call_timeout_s=1e10``) would pass ``threading.TIMEOUT_MAX`` and kill the thread with
+#: OverflowError, and with it every deadline of the store.
+LONGEST_WAIT_S = min(3600.0, threading.TIMEOUT_MAX)
+
 
 class _Connection(Protocol):
     def fileno(self) -> int: ...
@@ -93,7 +98,7 @@ class Watchdog:
                     self.cuts += 1
                 self._wakes_at = min((at for at, _ in self._calls.values()),
                                      default=now + self._horizon_s)
-                self._cond.wait(max(self._wakes_at - now, 0.001))
+                self._cond.wait(min(max(self._wakes_at - now, 0.001), LONGEST_WAIT_S))
                 self._wakes_at = float("inf")
 
 

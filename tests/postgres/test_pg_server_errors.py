@@ -1,0 +1,263 @@
+"""PostgreSQL-specific: errors only a PostgreSQL server raises, ridden out or typed.
+
+A column added to ``jobs`` under running workers (0A000 on every prepared statement), a
+server that went read-only (25006), the server's end to a session idle in a transaction
+(25P03), a database whose default isolation is REPEATABLE READ, a stalled migrator, and
+options past what PostgreSQL or Python can hold. They are here, not in the conformance
+suite, because no other store has such a server to misbehave.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from pg_locks import until_blocked_by
+from pg_urls import with_option
+
+from leaseq.errors import InvalidURL, StoreUnavailable
+from leaseq.stores.postgres import PostgresStore
+from leaseq.stores.postgres.options import parse_url
+from leaseq.stores.postgres.watchdog import Watchdog
+
+READ_ONLY = "options=-c%20default_transaction_read_only%3Don"
+REPEATABLE_READ = "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read"
+
+
+def _schema(url: str) -> str:
+    return url.rsplit("schema=", 1)[1].split("&")[0]
+
+
+def _until_gone(pg_url: str, pid: int) -> None:
+    """Return once the server session ``pid`` has ended (the server's timeout ended it)."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+            assert time.monotonic() < deadline, "the server never ended the idle session"
+            time.sleep(0.01)
+
+
+# --- a migration under running workers ---------------------------------------------------
+
+
+def test_a_claim_and_a_finish_work_after_a_migration_adds_a_column_to_jobs(
+        schema_url: str, pg_url: str) -> None:
+    # Given a store whose one connection has its claim and finish prepared (six runs each)
+    store = PostgresStore.from_url(with_option(schema_url, pool_max=1, reconnect_s=2))
+    try:
+        q = store.queue("q")
+        for i in range(8):
+            q.enqueue(f"j{i}", {"i": i})
+        for _ in range(6):
+            q.complete(q.claim("w1")[0])
+        # When a newer leaseq's migration adds a column to jobs from another session
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'ALTER TABLE "{_schema(schema_url)}".jobs ADD COLUMN future_col int')
+        # Then the same store claims and finishes as before
+        claimed = q.claim("w1")
+        assert [job.id for job in claimed] == ["j6"]
+        assert q.complete(claimed[0]).status == "done"
+    finally:
+        store.close()
+
+
+# --- a read-only server ------------------------------------------------------------------
+
+
+def test_a_write_to_a_read_only_server_is_store_unavailable_saying_so(schema_url: str) -> None:
+    # Given a migrated schema, reached over connections that are read-only (a standby)
+    PostgresStore.from_url(schema_url).close()
+    store = PostgresStore.from_url(f"{schema_url}&{READ_ONLY}", reconnect_s=0.3)
+    try:
+        # When a job is enqueued, then the error is leaseq's, and says what is wrong
+        with pytest.raises(StoreUnavailable, match="read-only") as info:
+            store.queue("q").enqueue("j1", {})
+        assert not isinstance(info.value, psycopg.Error)
+        with pytest.raises(StoreUnavailable, match="read-only"):
+            store.queue("q").reclaim_expired()
+    finally:
+        store.close()
+
+
+def test_a_store_that_must_migrate_on_a_read_only_server_is_store_unavailable(
+        schema_url: str) -> None:
+    # When a store opens a schema not yet created, over read-only connections
+    with pytest.raises(StoreUnavailable, match="read-only") as info:
+        PostgresStore.from_url(f"{schema_url}&{READ_ONLY}", reconnect_s=0.3)
+    # Then it says so, not as a raw driver error
+    assert "nothing was changed" in str(info.value)
+
+
+# --- the server's end to a session idle in a transaction ----------------------------------
+
+
+def test_a_transaction_ended_by_the_idle_timeout_is_run_again(
+        schema_url: str, pg_url: str) -> None:
+    # Given a store whose sessions the server ends after 0.3 s idle in a transaction
+    store = PostgresStore.from_url(with_option(schema_url, idle_in_transaction_s=0.3))
+    tries: list[int] = []
+
+    def work(conn: Any) -> str:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        tries.append(pid)
+        if len(tries) == 1:  # the client stalls between two statements until it is ended
+            _until_gone(pg_url, pid)
+        conn.execute("SELECT 2")
+        return "done"
+
+    try:
+        # When the first try's session is ended between its statements, then the work is
+        # run again on a new session (that try surely rolled back)
+        assert store._session.run(work) == "done"
+        assert len(tries) == 2 and tries[0] != tries[1]
+    finally:
+        store.close()
+
+
+def test_a_session_ended_just_before_its_commit_is_an_unknown_outcome(
+        schema_url: str, pg_url: str) -> None:
+    # Given a write whose session the server ends after its last statement, before COMMIT
+    store = PostgresStore.from_url(with_option(schema_url, idle_in_transaction_s=0.3))
+    tries: list[int] = []
+
+    def write(conn: Any) -> None:
+        tries.append(1)
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        _until_gone(pg_url, pid)
+
+    try:
+        # When it runs, then the COMMIT's failure keeps the rule of a lost COMMIT: a write
+        # is not run again blindly, and the error says the outcome is unknown
+        with pytest.raises(StoreUnavailable, match="outcome is unknown"):
+            store._session.run(write)
+        assert tries == [1]
+    finally:
+        store.close()
+
+
+# --- first use -----------------------------------------------------------------------------
+
+
+def _open_in_thread(url: str, results: list[object], **options: Any) -> threading.Thread:
+    def open_store() -> None:
+        try:
+            store = PostgresStore.from_url(url, **options)
+        except Exception as exc:
+            results.append(exc)
+        else:
+            results.append("opened")
+            store.close()
+
+    thread = threading.Thread(target=open_store, daemon=True)
+    thread.start()
+    return thread
+
+
+def _migration_lock_holder(pg_url: str, schema_url: str) -> psycopg.Connection:
+    holder = psycopg.connect(pg_url)
+    holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                   [f"leaseq.migrate.{_schema(schema_url)}"])
+    return holder
+
+
+def test_first_users_under_repeatable_read_migrate_once(schema_url: str, pg_url: str) -> None:
+    # Given a database whose default isolation is REPEATABLE READ, and two first users of a
+    # new schema both waiting on the migration lock (their snapshot taken before it)
+    url = f"{schema_url}&{REPEATABLE_READ}"
+    holder = _migration_lock_holder(pg_url, schema_url)
+    results: list[object] = []
+    try:
+        threads = [_open_in_thread(url, results) for _ in range(2)]
+        until_blocked_by(pg_url, holder.info.backend_pid, waiters=2)
+    finally:
+        holder.rollback()
+        holder.close()
+    # When the lock is let go, then both open: the second finds what the first applied
+    for thread in threads:
+        thread.join(30)
+    assert results == ["opened", "opened"]
+
+
+def test_a_migration_that_fails_is_not_reported_as_a_bad_url(
+        schema_url: str, pg_url: str) -> None:
+    # Given a schema that holds a table named jobs that is not leaseq's
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{_schema(schema_url)}"')
+        conn.execute(f'CREATE TABLE "{_schema(schema_url)}".jobs (x int)')
+    # When a store opens it, then the migration's failure is StoreUnavailable, not InvalidURL
+    with pytest.raises(StoreUnavailable, match="nothing was changed") as info:
+        PostgresStore.from_url(schema_url)
+    assert not isinstance(info.value, InvalidURL)
+
+
+def test_opening_behind_a_stalled_migrator_gives_up_at_reconnect_s(
+        schema_url: str, pg_url: str) -> None:
+    # Given a migrator that holds the schema's migration lock and has stalled
+    holder = _migration_lock_holder(pg_url, schema_url)
+    results: list[object] = []
+    try:
+        # When a store opens the schema with reconnect_s=0.5
+        thread = _open_in_thread(schema_url, results, reconnect_s=0.5)
+        thread.join(2.0)
+        # Then it gave up while the lock was still held, saying why
+        assert not thread.is_alive(), "the open waited past reconnect_s"
+    finally:
+        holder.rollback()
+        holder.close()
+    thread.join(30)
+    assert len(results) == 1 and isinstance(results[0], StoreUnavailable)
+    assert "migration lock" in str(results[0])
+
+
+def test_opening_behind_a_migrator_that_finishes_in_time_succeeds(
+        schema_url: str, pg_url: str) -> None:
+    # Given a migrator holding the lock, and a store waiting on it with time to spare
+    holder = _migration_lock_holder(pg_url, schema_url)
+    results: list[object] = []
+    try:
+        thread = _open_in_thread(schema_url, results, reconnect_s=5)
+        until_blocked_by(pg_url, holder.info.backend_pid)
+    finally:
+        # When the migrator lets go
+        holder.rollback()
+        holder.close()
+    # Then the store opens
+    thread.join(30)
+    assert results == ["opened"]
+
+
+# --- options past the limits -----------------------------------------------------------------
+
+
+def test_an_idle_in_transaction_s_past_postgresqls_limit_is_an_invalid_url() -> None:
+    parse_url("postgresql://db/jobs?idle_in_transaction_s=2147483")  # the most it takes
+    with pytest.raises(InvalidURL, match="idle_in_transaction_s must be at most"):
+        parse_url("postgresql://app:s3cret@db/jobs?idle_in_transaction_s=3000000")
+
+
+def test_a_watchdog_with_a_far_horizon_still_cuts_a_call_at_its_deadline() -> None:
+    # Given a watchdog for call_timeout_s=1e10, asleep until its first call's far deadline
+    watchdog = Watchdog(horizon_s=1e10)
+    far, near = socket.socketpair()
+    try:
+        watchdog.watch(far, time.monotonic() + 1e10)
+        asleep_by = time.monotonic() + 10
+        while watchdog._wakes_at == float("inf") and time.monotonic() < asleep_by:
+            time.sleep(0.001)
+        assert watchdog._wakes_at != float("inf"), "the watchdog never went to sleep"
+        with watchdog._cond:  # taken only once the thread waits (or has died)
+            pass
+        # When a call with a near deadline comes, then it is cut at that deadline
+        watchdog.watch(near, time.monotonic() + 0.05)
+        deadline = time.monotonic() + 10
+        while watchdog.cuts == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watchdog.cuts == 1
+    finally:
+        watchdog.close()
+        far.close()
+        near.close()
