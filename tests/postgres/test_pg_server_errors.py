@@ -261,3 +261,35 @@ def test_a_watchdog_with_a_far_horizon_still_cuts_a_call_at_its_deadline() -> No
         watchdog.close()
         far.close()
         near.close()
+
+
+def test_the_async_calls_after_a_migration_adds_a_column_fail_typed_then_work(
+        schema_url: str, pg_url: str) -> None:
+    # Given a store whose async reads have been prepared on their loop's connection
+    import asyncio
+
+    store = PostgresStore.from_url(schema_url)
+    q = store.queue("q")
+    q.enqueue("j1", {})
+
+    async def scenario() -> list[object]:
+        for _ in range(6):
+            assert (await q.aget("j1")) is not None
+        # When a newer leaseq's migration adds a column to jobs from another session
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'ALTER TABLE "{_schema(schema_url)}".jobs ADD COLUMN future_col int')
+        # Then the next call fails with leaseq's error (a raw FeatureNotSupported before,
+        # on every call: the connection kept its stale plans), and the one after works
+        outcomes: list[object] = []
+        for _ in range(2):
+            try:
+                outcomes.append((await q.aget("j1")).status)  # type: ignore[union-attr]
+            except StoreUnavailable:
+                outcomes.append("unavailable")
+        return outcomes
+
+    try:
+        outcomes = asyncio.run(scenario())
+    finally:
+        store.close()
+    assert outcomes in (["unavailable", "pending"], ["pending", "pending"])

@@ -36,7 +36,7 @@ from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry
 from leaseq.stores.postgres.enqueue import batch_columns, one_columns
 from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
-from leaseq.stores.postgres.session import session_settings
+from leaseq.stores.postgres.session import discard_connection, retryable, session_settings
 from leaseq.stores.postgres.watchdog import cut
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class _NoConnection(Exception):
 class _CommitLost(Exception):
     """The connection was lost during COMMIT: the transaction may or may not have committed."""
 
-    def __init__(self, cause: psycopg.OperationalError):
+    def __init__(self, cause: psycopg.Error):
         super().__init__(str(cause))
         self.cause = cause
 
@@ -202,7 +202,7 @@ async def _transaction(conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
     yield
     try:
         await conn.execute("COMMIT")
-    except psycopg.OperationalError as exc:
+    except psycopg.Error as exc:  # an OperationalError, or the idle-in-transaction timeout
         if conn.broken:
             raise _CommitLost(exc) from None
         raise  # the server refused the COMMIT: rolled back
@@ -234,7 +234,11 @@ class AsyncPostgres:
                     yield call.conn
                 except _CommitLost as exc:
                     raise self._unknown(exc.cause) from None
-                except psycopg.OperationalError as exc:
+                except psycopg.Error as exc:
+                    if not retryable(call.conn, exc):
+                        raise  # a constraint, a bug in a query: it would fail again alike
+                    if discard_connection(exc):
+                        call.cut = True  # closed, not kept: stale plans, or a read-only server
                     # As the blocking store's _statement: an error the server reported
                     # aborted the statement; a bare lost connection may have cut off the
                     # answer to one that committed.
@@ -249,15 +253,15 @@ class AsyncPostgres:
             raise StoreUnavailable(f"PostgreSQL at {self._store.url} is unavailable (no "
                                    f"connection within {why})") from None
 
-    def _unknown(self, exc: psycopg.OperationalError) -> StoreUnavailable:
+    def _unknown(self, exc: psycopg.Error) -> StoreUnavailable:
         return StoreUnavailable(
             f"lost the connection to PostgreSQL at {self._store.url} while committing; the "
             f"outcome is unknown: {self._store._session.error_line(exc)}")
 
-    def _unavailable(self, exc: psycopg.OperationalError, why: str | None) -> StoreUnavailable:
+    def _unavailable(self, exc: psycopg.Error, why: str | None) -> StoreUnavailable:
         shown = f" ({why})" if why else ""
         return StoreUnavailable(f"PostgreSQL at {self._store.url} is unavailable{shown}: "
-                                f"{self._store._session.error_line(exc)}")
+                                f"{self._store._session.why(exc)}")
 
     async def close(self) -> None:
         connections = self._by_loop.pop(asyncio.get_running_loop(), None)

@@ -134,7 +134,7 @@ class Session:
             except psycopg.Error as exc:  # a DDL that failed, a read-only server
                 raise StoreUnavailable(
                     f"cannot create or upgrade the leaseq store at {self.url}; nothing was "
-                    f"changed: {self._why(exc)}") from None
+                    f"changed: {self.why(exc)}") from None
         self._open_pool()
 
     def _connect_directly(self) -> psycopg.Connection:
@@ -203,9 +203,9 @@ class Session:
                 self._settle_soon(this.lost_backend)
         return StoreUnavailable(
             f"PostgreSQL at {self.url} is unavailable (gave up after "
-            f"{self._gave_up_after(this, callers)}){unknown}: {self._why(exc.cause)}")
+            f"{self._gave_up_after(this, callers)}){unknown}: {self.why(exc.cause)}")
 
-    def _why(self, cause: BaseException) -> str:
+    def why(self, cause: BaseException) -> str:
         """The driver's first line, after what to do when the server is read-only: the one
         cause a retry cannot ride out unless the URL leads somewhere else."""
         if _read_only(cause):
@@ -313,7 +313,7 @@ class Session:
         try:
             return this.work(conn)
         except psycopg.Error as exc:
-            if not _retryable(conn, exc):
+            if not retryable(conn, exc):
                 self._after_error(conn, exc)
                 raise
             # An error the server reported (deadlock, shutdown) aborted the statement; a bare
@@ -330,7 +330,7 @@ class Session:
         try:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
-            if not _retryable(conn, exc):
+            if not retryable(conn, exc):
                 self._after_error(conn, exc)
                 raise
             self._lost(conn, exc, this, unknown=True)
@@ -343,7 +343,7 @@ class Session:
         try:
             yield
         except psycopg.Error as exc:
-            retry = _retryable(conn, exc)
+            retry = retryable(conn, exc)
             self._after_error(conn, exc)
             if not retry:
                 raise
@@ -373,8 +373,8 @@ class Session:
 
     def _after_error(self, conn: psycopg.Connection, exc: BaseException | None = None) -> None:
         """Leave ``conn`` fit for the pool: rolled back, or closed (the pool replaces it) when
-        it is lost, or when it must not be used again (``_discard_connection``)."""
-        if exc is not None and _discard_connection(exc):
+        it is lost, or when it must not be used again (``discard_connection``)."""
+        if exc is not None and discard_connection(exc):
             conn.close()
             return
         if conn.broken or conn.closed:
@@ -506,7 +506,7 @@ def _direct(conn: psycopg.Connection, client_port: int | None, server_port: int)
     return isinstance(local, tuple) and local[1] == client_port
 
 
-def _retryable(conn: psycopg.Connection, exc: psycopg.Error) -> bool:
+def retryable(conn: psycopg.Connection | psycopg.AsyncConnection, exc: psycopg.Error) -> bool:
     """Whether a try that failed with ``exc`` may be made again (on a new connection when
     this one is lost or discarded): the connection lost or broken by it (a restart, the
     server's end to a session idle in a transaction, 25P03, any FATAL), the server's refusal
@@ -515,10 +515,10 @@ def _retryable(conn: psycopg.Connection, exc: psycopg.Error) -> bool:
     violation, a bug in a query) would fail again the same way: it is raised as it is."""
     ended = isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout)
     return (ended or isinstance(exc, psycopg.OperationalError) or conn.broken or conn.closed
-            or _discard_connection(exc))
+            or discard_connection(exc))
 
 
-def _discard_connection(exc: BaseException) -> bool:
+def discard_connection(exc: BaseException) -> bool:
     """Errors after which the connection is closed rather than put back as it is: its
     prepared statements return the columns ``jobs`` had when they were prepared (a migration
     added one since: every run fails, and psycopg keeps them in a cache of its own, which
