@@ -36,7 +36,7 @@ from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry
 from leaseq.stores.postgres.enqueue import batch_columns, one_columns
 from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
-from leaseq.stores.postgres.session import discard_connection, retryable, session_settings
+from leaseq.stores.postgres.session import discard_connection, retryable, session_settings, why
 from leaseq.stores.postgres.watchdog import cut
 
 if TYPE_CHECKING:
@@ -249,19 +249,19 @@ class AsyncPostgres:
         except psycopg.OperationalError as exc:  # connecting, or setting a connection up
             raise self._unavailable(exc, None) from None
         except _NoConnection as exc:
-            why = "the caller's deadline" if exc.by_callers else f"{exc.waited_s:g} s"
+            within = "the caller's deadline" if exc.by_callers else f"{exc.waited_s:g} s"
             raise StoreUnavailable(f"PostgreSQL at {self._store.url} is unavailable (no "
-                                   f"connection within {why})") from None
+                                   f"connection within {within})") from None
 
     def _unknown(self, exc: psycopg.Error) -> StoreUnavailable:
         return StoreUnavailable(
             f"lost the connection to PostgreSQL at {self._store.url} while committing; the "
             f"outcome is unknown: {self._store._session.error_line(exc)}")
 
-    def _unavailable(self, exc: psycopg.Error, why: str | None) -> StoreUnavailable:
-        shown = f" ({why})" if why else ""
+    def _unavailable(self, exc: psycopg.Error, broken: str | None) -> StoreUnavailable:
+        shown = f" ({broken})" if broken else ""
         return StoreUnavailable(f"PostgreSQL at {self._store.url} is unavailable{shown}: "
-                                f"{self._store._session.why(exc)}")
+                                f"{why(exc, self._store._session.error_line(exc))}")
 
     async def close(self) -> None:
         connections = self._by_loop.pop(asyncio.get_running_loop(), None)

@@ -206,12 +206,7 @@ class Session:
             f"{self._gave_up_after(this, callers)}){unknown}: {self.why(exc.cause)}")
 
     def why(self, cause: BaseException) -> str:
-        """The driver's first line, after what to do when the server is read-only: the one
-        cause a retry cannot ride out unless the URL leads somewhere else."""
-        if _read_only(cause):
-            return ("the server is read-only (a standby, or a primary demoted by a failover); "
-                    f"point the URL at the primary: {self.error_line(cause)}")
-        return self.error_line(cause)
+        return why(cause, self.error_line(cause))
 
     def _settle_soon(self, lost: Backend) -> None:
         """End a lost try's server session from a thread of its own, within ``reconnect_s``:
@@ -516,6 +511,16 @@ def retryable(conn: psycopg.Connection | psycopg.AsyncConnection, exc: psycopg.E
     ended = isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout)
     return (ended or isinstance(exc, psycopg.OperationalError) or conn.broken or conn.closed
             or discard_connection(exc))
+
+
+def why(cause: BaseException, line: str) -> str:
+    """The driver's first line (``line``, its password masked), after what to do when the
+    server is read-only: the one cause a retry cannot ride out unless the URL leads
+    somewhere else."""
+    if _read_only(cause):
+        return ("the server is read-only (a standby, or a primary demoted by a failover); "
+                f"point the URL at the primary: {line}")
+    return line
 
 
 def discard_connection(exc: BaseException) -> bool:
