@@ -75,9 +75,10 @@ class DjangoSession:
         """Nothing to close: the connections are Django's."""
 
     def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
-            autocommit: bool = False,
+            autocommit: bool = False, generic_plans: bool = False,
             read_back: Callable[[psycopg.Connection], T | None] | None = None) -> T:
-        """``read_back`` is not needed: nothing is run twice here."""
+        """``read_back`` is not needed: nothing is run twice here; ``generic_plans`` is
+        ignored: the connection and its plans are Django's."""
         try:
             if autocommit and not in_atomic(self.alias):
                 return work(raw_connection(self.alias))
@@ -128,8 +129,7 @@ class DjangoPostgresStore(PostgresStore):
         self.alias = alias  # before the base's __init__, which opens the session
         super().__init__(conninfo, options, f"django://{alias}", create)
 
-    def _open_session(  # type: ignore[override]  # Session's interface, not its class
-            self, conninfo: str, url: str, options: PostgresOptions) -> DjangoSession:
+    def _open_session(self, conninfo: str, url: str, options: PostgresOptions) -> DjangoSession:
         return DjangoSession(self.alias, conninfo)
 
     def enqueue_many(self, queue: str, specs: Sequence[JobSpec],

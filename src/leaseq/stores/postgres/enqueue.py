@@ -18,7 +18,7 @@ from leaseq.errors import InvalidInput, JobConflict, StoreUnavailable
 from leaseq.job import EnqueueOutcome, EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
-from leaseq.stores.postgres.session import Session
+from leaseq.stores.postgres.session import Sessions
 
 _SAVEPOINT = "leaseq_enqueue"
 #: How often one enqueue decides again after losing an insert race to a concurrent enqueue.
@@ -31,7 +31,7 @@ _INSERT_RACES = 64
 class PostgresEnqueue:
     """``enqueue_many`` of ``Store`` (see ``leaseq.stores.base``) on PostgreSQL."""
 
-    _session: Session
+    _session: Sessions
     options: PostgresOptions
     _rows: Callable[..., list[dict[str, Any]]]
     _tuples: Callable[..., tuple[dict[str, int], list[tuple[Any, ...]]]]

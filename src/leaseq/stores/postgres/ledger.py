@@ -22,13 +22,13 @@ from leaseq.ledger import (
     schedule_changes,
     schedule_journal_id,
 )
-from leaseq.stores.postgres.session import Session
+from leaseq.stores.postgres.session import Sessions
 
 
 class ScheduleLedger:
     """The ledger primitives of ``Store`` (see ``leaseq.stores.base``) on PostgreSQL."""
 
-    _session: Session
+    _session: Sessions
     _rows: Callable[..., list[dict[str, Any]]]
     _read: Callable[..., list[dict[str, Any]]]
     _exec: Callable[..., None]

@@ -26,7 +26,7 @@ from leaseq.limits import (
     record,
 )
 from leaseq.stores.postgres.operators import free_text
-from leaseq.stores.postgres.session import Session, lock_timeout
+from leaseq.stores.postgres.session import Sessions, lock_timeout
 
 
 class LimitedClaims:
@@ -34,7 +34,7 @@ class LimitedClaims:
 
     queries: dict[str, str]
     time_offset_s: float
-    _session: Session
+    _session: Sessions
     _rows: Callable[..., list[dict[str, Any]]]
     _jobs: Callable[..., list[Job]]
     _exec: Callable[..., None]

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -51,6 +51,25 @@ from leaseq.stores.postgres.watchdog import Watchdog
 from leaseq.validate import redact_url
 
 T = TypeVar("T")
+
+
+class Sessions(Protocol):
+    """What the store's code may ask of its session: ``Session`` here, the Django store's
+    ``DjangoSession`` on Django's connections. Typed so that mypy catches a call only one of
+    them answers."""
+
+    url: str
+
+    def first_use(self, work: Callable[[psycopg.Connection], object]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def run(self, work: Callable[[psycopg.Connection], T], *, idempotent: bool = False,
+            autocommit: bool = False, generic_plans: bool = False,
+            read_back: Callable[[psycopg.Connection], T | None] | None = None) -> T: ...
+
+    def error_line(self, exc: BaseException) -> str: ...
+
 
 #: First and longest pause between two tries of an operation whose connection was lost.
 FIRST_PAUSE_S = 0.05

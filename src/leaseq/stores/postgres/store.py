@@ -61,7 +61,7 @@ from leaseq.stores.postgres.operators import free_text as _text
 from leaseq.stores.postgres.options import PostgresOptions, parse_url
 from leaseq.stores.postgres.outbox_index import Stopped as OutboxIndexStopped
 from leaseq.stores.postgres.outbox_index import ensure_outbox_index
-from leaseq.stores.postgres.session import Session, tuple_cursor
+from leaseq.stores.postgres.session import Session, Sessions, tuple_cursor
 from leaseq.stores.sql import latest_migration, load_queries, migrations
 from leaseq.stores.sqlbase import SQLStore
 from leaseq.stores.watch import NotifyWatch, finish_key
@@ -583,7 +583,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         self._listener.listen_finishes(ready_timeout_s=2.0)
         return watch
 
-    def _open_session(self, conninfo: str, url: str, options: PostgresOptions) -> Session:
+    def _open_session(self, conninfo: str, url: str, options: PostgresOptions) -> Sessions:
         """Where this store's transactions run: its own pool (a subclass may borrow a
         framework's connection instead, as ``django://`` does)."""
         return Session(conninfo, url, options)
