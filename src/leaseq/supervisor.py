@@ -1,9 +1,10 @@
 """``leaseq worker --processes P``: P worker processes (spawn) under one supervising parent.
 
 The parent forwards SIGTERM / SIGINT to its children as SIGTERM (children ignore SIGINT, so a
-Ctrl-C in a terminal reaches each of them once, through the parent) and exits non-zero if a
-child crashed. After a crash it stops the other children too: the orchestrator that started
-the parent is the one to restart it, and a half-strength worker would hide the crash. A child
+Ctrl-C in a terminal reaches each of them once, through the parent) and exits 1 if a child
+crashed, 130 if a second stop signal ended the children at once (as one worker process does).
+After a crash it stops the other children too: the orchestrator that started the parent is the
+one to restart it, and a half-strength worker would hide the crash. A child
 takes a second stop signal within ``SAME_STOP_S`` of its first for the same stop: a stop sent
 to the whole process group reaches it directly and through the parent.
 """
@@ -21,7 +22,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from leaseq.app import App
-from leaseq.signals import StopSignals
+from leaseq.signals import EXIT_SECOND_SIGNAL, StopSignals
 from leaseq.stores import connect
 from leaseq.worker import Worker, WorkerConfig
 
@@ -73,7 +74,8 @@ def _child(app_ref: str, url: str | None, config: WorkerConfig, log_level: int) 
 
 def run_processes(app_ref: str, url: str | None, config: WorkerConfig, processes: int,
                   log_level: int = logging.INFO) -> int:
-    """Start ``processes`` workers and supervise them; 0 when all ended cleanly, else 1."""
+    """Start ``processes`` workers and supervise them; 0 when all ended cleanly, 1 when one
+    crashed, ``EXIT_SECOND_SIGNAL`` (130) when a second stop signal ended them at once."""
     App.from_ref(app_ref)  # fail here, once, rather than in every child
     ctx = multiprocessing.get_context("spawn")
     children = []
@@ -89,9 +91,10 @@ def run_processes(app_ref: str, url: str | None, config: WorkerConfig, processes
 
 def _supervise(children: list[Any]) -> int:
     """Wait for the children; forward each stop signal to them as SIGTERM (a second one makes
-    a worker exit at once). After a crash, stop the others too."""
+    a worker exit at once). After a crash, stop the others too. The status: 1 when a child
+    crashed, else ``EXIT_SECOND_SIGNAL`` when a second stop ended one at once, else 0."""
     stopping = False
-    status = 0
+    crashed = forced = False
     with StopSignals() as signals:
         running = list(children)
         while running:
@@ -101,14 +104,19 @@ def _supervise(children: list[Any]) -> int:
                 _terminate(running)
             for child in [c for c in running if c.exitcode is not None]:
                 running.remove(child)
-                if _crashed(child, stopping):
+                if stopping and child.exitcode == EXIT_SECOND_SIGNAL:
+                    forced = True
+                    log.warning("%s (pid %s) exited at once on a second stop signal; its "
+                                "in-flight jobs come back when their leases expire",
+                                child.name, child.pid)
+                elif _crashed(child, stopping):
+                    crashed = True
                     log.error("%s (pid %s) exited with status %s", child.name, child.pid,
                               child.exitcode)
-                    status = 1
                     if not stopping:
                         stopping = True
                         _terminate(running)
-    return status
+    return 1 if crashed else EXIT_SECOND_SIGNAL if forced else 0
 
 
 def _crashed(child: Any, stopping: bool) -> bool:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 from worker_helpers import events, running, wait_until
 
 import leaseq
+from leaseq.signals import EXIT_SECOND_SIGNAL
+from leaseq.supervisor import SAME_STOP_S
 
 HERE = Path(__file__).parent
 
@@ -145,6 +148,42 @@ def test_supervisor_exits_non_zero_when_a_child_crashes(proc_app: leaseq.App, ur
         assert process.wait(60) == 1
         output = process.stdout.read()  # type: ignore[union-attr]
     assert "exited with status 3" in output
+
+
+def test_a_second_stop_to_the_supervisor_exits_130_and_is_not_reported_as_a_crash(
+    proc_app: leaseq.App, url: str, tmp_path: Path
+) -> None:
+    # Given a supervised child draining a job that will not finish within its grace period
+    marker = tmp_path / "m"
+    proc_app.tasks["hang_first"].enqueue(marker=str(marker), seconds=60, job_id="s")
+    with worker_process(url, "--processes", "2", "--grace-s", "60") as process:
+        wait_until(lambda: started(marker))
+        lines, reader = _lines_of(process)
+        process.send_signal(signal.SIGTERM)
+        wait_until(lambda: any("stopping: 1 job(s) in flight" in line for line in lines))
+        # When a second stop comes after the child's window for the same stop has passed
+        time.sleep(SAME_STOP_S + 0.5)
+        process.send_signal(signal.SIGTERM)
+        # Then the supervisor exits as one worker process would, naming no crash
+        assert process.wait(20) == EXIT_SECOND_SIGNAL
+        reader.join(10)
+    assert any("exited at once on a second stop signal" in line for line in lines), lines
+    assert not any("exited with status" in line for line in lines), lines
+    assert proc_app.queue("work").get("s").status == "processing"  # type: ignore[union-attr]
+
+
+def _lines_of(process: subprocess.Popen) -> tuple[list[str], threading.Thread]:
+    """The process's output lines as they come, appended by the returned thread (it ends when
+    the output does)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
 
 
 def test_supervisor_forwards_sigterm_to_its_children(
