@@ -33,7 +33,8 @@ class QueuePolicy:
     backoff_cap_s: float = 3600.0
     """Longest retry delay before jitter. Defaults to 3,600 s."""
     max_payload_bytes: int = 1_048_576
-    """Largest payload, as canonical JSON in UTF-8. Defaults to 1 MiB."""
+    """Largest payload (and result), as canonical JSON in UTF-8. Defaults to 1 MiB; at most
+    1 GiB, or what the queue's store holds (``Store.max_value_bytes``: 16 MiB on MongoDB)."""
     snooze_s: float = 5.0
     """Delay of a ``Snooze()`` raised without one. Defaults to 5 s: a condition that has not
     cleared is not looked at again at once (an explicit ``Snooze(0)`` still is)."""

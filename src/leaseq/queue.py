@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from leaseq import validate
 from leaseq.aio import AsyncQueueMethods
 from leaseq.deprecated import warn_renamed
-from leaseq.errors import InvalidInput
+from leaseq.errors import InvalidInput, InvalidPolicy
 from leaseq.job import (
     Completion,
     EnqueueResult,
@@ -48,6 +48,10 @@ class Queue(AsyncQueueMethods):
         """Masks secrets in every error text and reason this queue writes (``leaseq.redact``)."""
         self.name = validate.queue_name(name)
         self.policy = QueuePolicy.build(policy, **options)
+        if self.policy.max_payload_bytes > store.max_value_bytes:
+            raise InvalidPolicy(
+                f"max_payload_bytes={self.policy.max_payload_bytes} is more than "
+                f"{type(store).__name__} can hold ({store.max_value_bytes} bytes)")
         self._rng = random.Random()
         self._limits_forgotten = False
         """Set once a claim without limits dropped the limits a limited claim recorded."""

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from pymongo import MongoClient, _csot
 from pymongo.errors import (
+    BulkWriteError,
+    DocumentTooLarge,
     ExecutionTimeout,
     NetworkTimeout,
     OperationFailure,
@@ -18,7 +20,7 @@ from pymongo.errors import (
 )
 
 from leaseq import deadline, validate
-from leaseq.errors import InvalidURL, StoreUnavailable
+from leaseq.errors import InvalidPayload, InvalidURL, StoreUnavailable
 from leaseq.stores import connect
 from leaseq.stores.mongodb.connection import (
     TIMEOUT_DEFAULTS_MS,
@@ -197,4 +199,22 @@ def test_a_timed_out_call_is_store_unavailable_without_the_password(error):
                                    PyMongoError("not a timeout")])
 def test_other_driver_errors_pass_through(error):
     with pytest.raises(type(error)):
+        _Store(error).call()
+
+
+@pytest.mark.parametrize("error", [
+    DocumentTooLarge("BSON document too large (17000000 bytes)"),
+    OperationFailure("BSONObj size: 17000000 is invalid", code=10334),
+    OperationFailure("Resulting document after update is larger than 16777216", code=17419),
+    BulkWriteError({"writeErrors": [{"index": 0, "code": 2, "errmsg": "other"},
+                                    {"index": 1, "code": 17420, "errmsg": "too large"}]}),
+], ids=["driver", "server", "server-older", "bulk"])
+def test_a_document_over_mongodbs_limit_is_invalid_payload(error):
+    with pytest.raises(InvalidPayload, match="over MongoDB's limit of 16777216 bytes"):
+        _Store(error).call()
+
+
+def test_a_bulk_write_refused_for_another_reason_passes_through():
+    error = BulkWriteError({"writeErrors": [{"index": 0, "code": 11000, "errmsg": "dup"}]})
+    with pytest.raises(BulkWriteError):
         _Store(error).call()

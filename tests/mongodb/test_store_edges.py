@@ -11,10 +11,10 @@ from unittest import mock
 import pytest
 from mongo_fakes import REPLICA_SET, Deleted, FakeDB
 from pymongo.client_session import ClientSession
-from pymongo.errors import ConfigurationError, DuplicateKeyError, OperationFailure
+from pymongo.errors import ConfigurationError, DocumentTooLarge, DuplicateKeyError, OperationFailure
 
-from leaseq.errors import InvalidInput, InvalidURL, JobConflict
-from leaseq.job import EnqueueOutcome, JobSpec
+from leaseq.errors import InvalidInput, InvalidPayload, InvalidPolicy, InvalidURL, JobConflict
+from leaseq.job import EnqueueOutcome, JobSpec, Lease
 from leaseq.stores.mongodb import MongoStore, connection, upserts
 
 Q = "leaseq_q"
@@ -101,3 +101,30 @@ def test_other_operation_failures_pass_through_the_guard(db, store):
 def test_secrets_of_a_url_without_a_password_or_unparseable():
     assert connection.secrets_of("mongodb://user@h/db") == ()
     assert connection.secrets_of("mongodb://[::1/db") == ()
+
+
+def test_a_job_too_large_for_a_document_is_refused_and_its_transaction_aborted():
+    # Given a replica set, and a batch whose second job the driver finds too large
+    db = FakeDB(dict(REPLICA_SET))
+    db[Q].answer("find_one_and_update", None, DocumentTooLarge("BSON document too large"))
+    store = MongoStore(db)
+    # Then it is a typed refusal, and the batch's transaction is aborted: nothing written
+    with pytest.raises(InvalidPayload, match="nothing was written"):
+        store.enqueue_many("q", [spec("a", {"x": 1}), spec("b", {"x": "big"})])
+    assert db.client.transactions == ["start", "abort", "end_session"]
+
+
+def test_a_result_that_would_outgrow_the_document_is_refused(db, store):
+    # When the server refuses a completion: the job's document with its result is over 16 MiB
+    db[Q].answer("find_one_and_update",
+                 OperationFailure("BSONObj size: 17000000 is invalid", code=10334))
+    # Then it is a typed refusal the runner turns into the job's permanent failure
+    with pytest.raises(InvalidPayload, match="result_key"):
+        store.complete("q", Lease("j1", 3), json.dumps("x" * 100))
+
+
+def test_a_queue_may_not_allow_payloads_larger_than_a_document(store):
+    assert store.queue("q", max_payload_bytes=16 * 1024 * 1024).policy.max_payload_bytes == (
+        16 * 1024 * 1024)
+    with pytest.raises(InvalidPolicy, match="more than MongoStore can hold"):
+        store.queue("q", max_payload_bytes=32 * 1024 * 1024)

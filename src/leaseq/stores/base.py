@@ -82,6 +82,9 @@ class Store(SchedulePrimitives, OperatorPrimitives, AsyncPrimitives, abc.ABC):
     #: Whether ``from_url`` takes ``create=False`` (open only an existing store, create
     #: nothing). ``connect`` passes it to no other store: that one opens as it always did.
     supports_create_false: bool = False
+    #: The largest payload or result (its JSON text) the store can hold: a queue whose
+    #: ``max_payload_bytes`` is larger is refused when it is made (``InvalidPolicy``).
+    max_value_bytes: int = 1 << 30
 
     # --- set-up and upkeep ------------------------------------------------------------------
 

@@ -12,15 +12,29 @@ from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 import pymongo
 from pymongo import MongoClient
-from pymongo.errors import ConfigurationError, ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConfigurationError,
+    ConnectionFailure,
+    DocumentTooLarge,
+    OperationFailure,
+    PyMongoError,
+)
 
 from leaseq import deadline, validate
-from leaseq.errors import InvalidURL, StoreUnavailable, UnsupportedOperation
+from leaseq.errors import InvalidPayload, InvalidURL, StoreUnavailable, UnsupportedOperation
 from leaseq.redact import ENCODE_HINT, SECRET_PARAMETERS, refuse_ambiguous_userinfo
 
 #: MongoDB's error code for a transaction on a standalone server ("Transaction numbers are
 #: only allowed on a replica set member or mongos").
 NO_TRANSACTIONS = 20
+#: MongoDB's limit on one document (``maxBsonObjectSize``): a job's document holds its
+#: payload and its result.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+#: The server's codes for a write whose document would outgrow ``MAX_DOCUMENT_BYTES``:
+#: BSONObjectTooLarge, and the older "Resulting document after update is larger than" and
+#: "Document to upsert is larger than".
+_TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 _OURS = ("prefix", "ttl")
 
@@ -160,15 +174,20 @@ class OffsetClock:
 
 
 def guarded(method: F) -> F:
-    """Map pymongo's connection errors and timeouts to ``StoreUnavailable`` (password masked)
-    and a transaction on a standalone server to ``UnsupportedOperation``; run the call within
-    the caller's ``leaseq.deadline`` when there is one (pymongo's own ``timeout``)."""
+    """Map pymongo's connection errors and timeouts to ``StoreUnavailable`` (password masked),
+    a transaction on a standalone server to ``UnsupportedOperation`` and a document over
+    MongoDB's size limit to ``InvalidPayload``; run the call within the caller's
+    ``leaseq.deadline`` when there is one (pymongo's own ``timeout``)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return _within_callers_deadline(method, self, *args, **kwargs)
+        except DocumentTooLarge as exc:  # found by the driver, before anything was sent
+            raise too_large(exc) from None
         except OperationFailure as exc:
+            if document_too_large(exc):
+                raise too_large(exc) from None
             if exc.code == NO_TRANSACTIONS:
                 raise UnsupportedOperation(no_transactions_message(self.url)) from None
             if exc.timeout:  # the server ran out of the operation's time (maxTimeMS)
@@ -210,6 +229,24 @@ def unavailable(store: Any, exc: PyMongoError) -> StoreUnavailable:
     text = mask(f"{type(exc).__name__}: {exc}", store.secrets)
     return StoreUnavailable(f"MongoDB at {store.url} is unavailable: {text[:500]}. "
                             "Check the URL, the network and the server.")
+
+
+def document_too_large(exc: OperationFailure) -> bool:
+    """Whether the server refused a write because its document would be over
+    ``MAX_DOCUMENT_BYTES`` (as a command's error, or one of a bulk write's)."""
+    if isinstance(exc, BulkWriteError):
+        return any(error.get("code") in _TOO_LARGE_CODES
+                   for error in (exc.details or {}).get("writeErrors", ()))
+    return exc.code in _TOO_LARGE_CODES
+
+
+def too_large(exc: Exception) -> InvalidPayload:
+    """A write whose job document would be over MongoDB's limit: a typed refusal (the write,
+    or the transaction it was part of, did not happen). Its text names no value."""
+    return InvalidPayload(
+        f"the job's document would be over MongoDB's limit of {MAX_DOCUMENT_BYTES} bytes "
+        f"({type(exc).__name__}); nothing was written. Keep the payload and the result "
+        "smaller (a large result can live elsewhere, named by result_key)")
 
 
 def no_transactions_message(url: str) -> str:

@@ -46,6 +46,7 @@ from leaseq.stores.base import PURGE_BATCH, Store, require_schema
 from leaseq.stores.mongodb import documents, indexes, records, upserts
 from leaseq.stores.mongodb.aio import AsyncMongo, AsyncOpener
 from leaseq.stores.mongodb.connection import (
+    MAX_DOCUMENT_BYTES,
     async_opener,
     check_ttl_status,
     guarded,
@@ -89,6 +90,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
     makes it a store that does."""
 
     supports_create_false = True
+    max_value_bytes = MAX_DOCUMENT_BYTES  # a job is one document, payload and result in it
 
     def __init__(self, database: Any, *, url: str = "mongodb://", prefix: str = "leaseq_",
                  ttl_s: Mapping[str, float] | None = None, time_offset_s: float = 0.0,
