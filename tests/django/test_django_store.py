@@ -147,6 +147,21 @@ def test_an_async_call_that_cannot_connect_raises_store_unavailable(app: App,
         asyncio.run(store.aget("mail", "any"))
 
 
+def test_a_call_over_one_of_the_servers_limits_is_invalid_input(app: App, alias: str) -> None:
+    # Given a django:// PostgreSQL store
+    if alias != "pg":
+        pytest.skip("SQLSTATE class 54 is PostgreSQL's")
+    from leaseq.errors import InvalidInput
+
+    store = app.store
+    # When a statement is over one of the server's limits (54000, an OperationalError)
+    with pytest.raises(InvalidInput, match="over one of its limits: requested length"):
+        store._session.run(  # type: ignore[attr-defined]
+            lambda conn: conn.execute("SELECT repeat('x', 1 << 30)").fetchone())
+    # Then it is not reported as an unavailable server, and the next call works
+    assert store.counts("mail") == {}
+
+
 def test_django_urls_are_checked() -> None:
     from leaseq.errors import InvalidURL
 

@@ -2,9 +2,10 @@
 
 A column added to ``jobs`` under running workers (0A000 on every prepared statement), a
 server that went read-only (25006), the server's end to a session idle in a transaction
-(25P03), a database whose default isolation is REPEATABLE READ, a stalled migrator, and
-options past what PostgreSQL or Python can hold. They are here, not in the conformance
-suite, because no other store has such a server to misbehave.
+(25P03), a database whose default isolation is REPEATABLE READ, a stalled migrator, options
+past what PostgreSQL or Python can hold, and a call over one of the server's limits (54xxx).
+They are here, not in the conformance suite, because no other store has such a server to
+misbehave.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from pg_locks import until_blocked_by
 from pg_urls import with_option
 
-from leaseq.errors import InvalidURL, StoreUnavailable
+from leaseq.errors import InvalidInput, InvalidURL, StoreUnavailable
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.options import parse_url
 from leaseq.stores.postgres.watchdog import Watchdog
@@ -293,3 +294,43 @@ def test_the_async_calls_after_a_migration_adds_a_column_fail_typed_then_work(
     finally:
         store.close()
     assert outcomes in (["unavailable", "pending"], ["pending", "pending"])
+
+
+# --- a call over one of the server's limits (SQLSTATE class 54) ---------------------------
+
+#: A statement the server refuses at once with 54000, "requested length too large": what a
+#: value over one of its limits gets. psycopg makes it an OperationalError, as it does a lost
+#: connection.
+OVER_A_LIMIT = "SELECT repeat('x', 1 << 30)"
+
+
+def test_a_call_over_one_of_the_servers_limits_is_invalid_input_at_once(schema_url: str) -> None:
+    store = PostgresStore.from_url(with_option(schema_url, reconnect_s=30))
+    try:
+        started = time.monotonic()
+        with pytest.raises(InvalidInput, match="over one of its limits: requested length"):
+            store._session.run(lambda conn: conn.execute(OVER_A_LIMIT).fetchone())
+        # Not tried again until reconnect_s ran out, then called an unavailable server
+        assert time.monotonic() - started < 10
+        assert store.queue("q").counts() == {}  # the connection is fit for the next call
+    finally:
+        store.close()
+
+
+def test_an_async_call_over_one_of_the_servers_limits_is_invalid_input(schema_url: str) -> None:
+    import asyncio
+
+    store = PostgresStore.from_url(schema_url)
+    q = store.queue("q")
+    q.enqueue("j1", {})
+
+    async def scenario() -> str:
+        with pytest.raises(InvalidInput, match="over one of its limits: requested length"):
+            async with store._async._conn() as conn:
+                await conn.execute(OVER_A_LIMIT)
+        return (await q.aget("j1")).status  # type: ignore[union-attr]
+
+    try:
+        assert asyncio.run(scenario()) == "pending"
+    finally:
+        store.close()

@@ -25,7 +25,7 @@ from leaseq.errors import InvalidURL
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.options import LIBPQ_DEFAULTS, PostgresOptions, parse_url
-from leaseq.stores.postgres.session import error_line
+from leaseq.stores.postgres.session import beyond_limit, error_line, over_a_limit
 
 T = TypeVar("T")
 
@@ -85,6 +85,8 @@ class DjangoSession:
             with transaction.atomic(using=self.alias):  # connects, or commits: Django's errors
                 return work(raw_connection(self.alias))
         except (psycopg.OperationalError, *NO_CONNECTION) as exc:
+            if over_a_limit(exc):
+                raise beyond_limit(self.url, self.error_line(exc)) from None
             self._drop_if_broken()
             raise unavailable(self.alias, exc) from None
 

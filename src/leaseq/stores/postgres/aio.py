@@ -36,7 +36,14 @@ from leaseq.job import EnqueueOutcome, EnqueueResult, Job, JobSpec, JournalEntry
 from leaseq.stores.postgres.enqueue import batch_columns, one_columns
 from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
-from leaseq.stores.postgres.session import discard_connection, retryable, session_settings, why
+from leaseq.stores.postgres.session import (
+    beyond_limit,
+    discard_connection,
+    over_a_limit,
+    retryable,
+    session_settings,
+    why,
+)
 from leaseq.stores.postgres.watchdog import cut
 
 if TYPE_CHECKING:
@@ -235,6 +242,9 @@ class AsyncPostgres:
                 except _CommitLost as exc:
                     raise self._unknown(exc.cause) from None
                 except psycopg.Error as exc:
+                    if over_a_limit(exc):
+                        raise beyond_limit(self._store.url,
+                                           self._store._session.error_line(exc)) from None
                     if not retryable(call.conn, exc):
                         raise  # a constraint, a bug in a query: it would fail again alike
                     if discard_connection(exc):

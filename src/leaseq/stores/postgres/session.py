@@ -45,7 +45,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolClosed
 
 from leaseq import deadline as caller_deadline
-from leaseq.errors import InvalidURL, StoreUnavailable
+from leaseq.errors import InvalidInput, InvalidURL, StoreUnavailable
 from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.watchdog import Watchdog
 from leaseq.validate import redact_url
@@ -205,6 +205,10 @@ class Session:
         while True:
             try:
                 return self._attempt(this, generic_plans)
+            except psycopg.Error as exc:
+                if over_a_limit(exc):
+                    raise beyond_limit(self.url, self.error_line(exc)) from None
+                raise
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
                     raise self._gave_up(this, callers, exc) from None
@@ -528,8 +532,21 @@ def retryable(conn: psycopg.Connection | psycopg.AsyncConnection, exc: psycopg.E
     before a migration changed a table, or a read-only server. Any other error (a constraint
     violation, a bug in a query) would fail again the same way: it is raised as it is."""
     ended = isinstance(exc, psycopg.errors.IdleInTransactionSessionTimeout)
-    return (ended or isinstance(exc, psycopg.OperationalError) or conn.broken or conn.closed
-            or discard_connection(exc))
+    refused = isinstance(exc, psycopg.OperationalError) and not over_a_limit(exc)
+    return ended or refused or conn.broken or conn.closed or discard_connection(exc)
+
+
+def over_a_limit(exc: BaseException) -> bool:
+    """SQLSTATE class 54, "program limit exceeded" (a value or a statement larger than the
+    server takes): psycopg makes it an ``OperationalError``, but every retry would fail alike."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("54")
+
+
+def beyond_limit(url: str, line: str) -> InvalidInput:
+    """The typed refusal of a call the server found over one of its limits (``over_a_limit``):
+    its statement failed, so nothing of it was written."""
+    return InvalidInput(f"PostgreSQL at {url} cannot take this call, over one of its limits: "
+                        f"{line}; nothing was written")
 
 
 def why(cause: BaseException, line: str) -> str:
