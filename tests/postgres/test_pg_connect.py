@@ -69,6 +69,18 @@ def test_bad_libpq_option_is_an_invalid_url(pg_url: str) -> None:
         leaseq.stores.connect(f"{pg_url}?no_such_option=1")
 
 
+@pytest.mark.parametrize("query, words", [
+    ("sslmode=requir", "invalid sslmode value"),
+    ("target_session_attrs=writable", "invalid target_session_attrs value"),
+    ("port=abc", 'invalid integer value "abc" for connection option "port"'),
+])
+def test_a_libpq_option_value_libpq_refuses_is_an_invalid_url(query: str, words: str) -> None:
+    # Not StoreUnavailable: libpq refuses it before asking any server, and so would a retry
+    with pytest.raises(InvalidURL, match=words) as info:
+        leaseq.stores.connect(f"postgresql://app:s3cret@127.0.0.1:5432/test?{query}")
+    assert "s3cret" not in str(info.value)
+
+
 def test_schema_is_created_and_migrated_on_first_use(schema_url: str, pg_url: str) -> None:
     # When a store opens a schema that does not exist yet
     store = PostgresStore.from_url(schema_url)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import select
 import socket
 import threading
@@ -158,15 +159,19 @@ class Session:
 
     def _connect_directly(self) -> psycopg.Connection:
         """A connection of its own to the server, in autocommit. libpq refusing the URL's
-        options is ``InvalidURL``; no server, or no entry, is ``StoreUnavailable``."""
+        options (a keyword it does not know, or a value it does not take) is ``InvalidURL``;
+        no server, or no entry, is ``StoreUnavailable``."""
         try:
             return psycopg.connect(self._conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            if _refused_option(exc):
+                raise InvalidURL(
+                    f"PostgreSQL URL {self.url} was refused: {self.error_line(exc)}") from None
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {self.url}: {self.error_line(exc)}") from None
         except psycopg.ProgrammingError as exc:
             raise InvalidURL(
                 f"PostgreSQL URL {self.url} was refused: {self.error_line(exc)}") from None
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(
-                f"cannot connect to PostgreSQL at {self.url}: {self.error_line(exc)}") from None
 
     def _open_pool(self) -> None:
         options = self._options
@@ -522,6 +527,18 @@ def _direct(conn: psycopg.Connection, client_port: int | None, server_port: int)
     if family == socket.AF_UNIX:
         return client_port == -1 and conn.info.port == server_port
     return isinstance(local, tuple) and local[1] == client_port
+
+
+#: libpq's words for an option value it does not take, said before it connects: "invalid
+#: sslmode value", "invalid port number", "invalid integer value … for connection option".
+_REFUSED_OPTION = re.compile(r"\binvalid (\w+ value|port number|integer value)\b")
+
+
+def _refused_option(exc: psycopg.OperationalError) -> bool:
+    """Whether libpq refused one of the URL's option values (no server was asked: the error
+    has no SQLSTATE). Told by its message, which libpq may translate: then it stays
+    ``StoreUnavailable``, as it was, its message still naming the option."""
+    return exc.sqlstate is None and bool(_REFUSED_OPTION.search(str(exc)))
 
 
 def retryable(conn: psycopg.Connection | psycopg.AsyncConnection, exc: psycopg.Error) -> bool:
