@@ -14,6 +14,9 @@ what looks like a secret and leaves the rest as it was:
   bytes literal (``b'***'``), a list, tuple or dict up to its matching bracket (``***``; to
   the end of the text when the bracket is never closed), a call (``SecretStr('…')``), and a
   pair of JSON inside a JSON string, whose quotes are escaped (``\\"api_key\\": \\"***\\"``);
+* the same pairs written ``key => value`` (Perl, Ruby, PHP) or with the value on the next
+  line (``password:`` then an indented line), and the content of an XML element whose tag
+  names a secret (``<password>***</password>``, a CDATA section's too);
 * the rest of an ``Authorization:`` or ``Cookie:`` header line, and the credentials after
   ``Bearer`` / ``Basic``;
 * long base64 and hex runs (keys, tokens, signatures: ``min_run_chars``, 32 by default); a
@@ -87,7 +90,11 @@ _AUTH_SCHEME = re.compile(
 # word starts, and an escaped quote (``\"key\"``: JSON inside a JSON string) where its run of
 # backslashes starts, so a long word or run is read once, not once per character.
 _PAIR = re.compile(r"(?<![\w.-])(?!(?<=\\)\\)(?P<quote>\\*+[\"']|[\"']?)(?P<key>[\w.-]++)(?P=quote)"
-                   r"[ \t]*+[:=][ \t]*+")
+                   r"[ \t]*+(?:=>|[:=])[ \t]*+(?:\r?\n[ \t]*+)?")
+# An XML element's start tag, and whether its content opens with a CDATA section. Its
+# content is read only after a tag that names a secret (``Redactor.elements``).
+_START_TAG = re.compile(r"<(?P<tag>[A-Za-z_][\w.:-]*+)(?P<attrs>[^<>]*+)>"
+                        r"(?P<cdata><!\[CDATA\[)?+")
 # A quoted value's opening: a Python prefix (``b'…'``, ``u'…'``, ``rb'…'``), the backslashes
 # escaping its quote (none, or one per level of JSON in a JSON string), its quote.
 _OPENING = re.compile(r"(?P<head>(?:[bB][rR]?|[rR][bB]?|[uU])?(?P<esc>\\*+)(?P<q>[\"']))")
@@ -138,6 +145,7 @@ class Redactor:
         # run before Bearer, whose token could be the key of a pair (``Bearer token=…``).
         text = _masked_url_passwords(text, self.mask)
         text = _HEADER.sub(lambda m: f"{m['head']}{m['sep']}{self.mask}", text)
+        text = self.elements(text)
         text = self.pairs(text)
         text = _AUTH_SCHEME.sub(lambda m: f"{m['head'] or m['basic']}{self.mask}", text)
         for pattern in self._runs:
@@ -157,6 +165,22 @@ class Redactor:
             out += [text[done:m.end()], value[0]]
             done = value[1]
             m = _PAIR.search(text, done)
+        return "".join(out) + text[done:]
+
+    def elements(self, text: str) -> str:
+        """``text`` with the content of every XML element whose tag names a secret masked
+        (``<password>***</password>``): up to the next tag, or past a CDATA section to its
+        end; an element never closed, to the end of the text."""
+        out: list[str] = []
+        done = 0
+        for m in _START_TAG.finditer(text):
+            if m.start() < done or m["attrs"].endswith("/") or not self.names_secret(m["tag"]):
+                continue
+            end = text.find("]]>" if m["cdata"] else "<", m.end())
+            end = len(text) if end < 0 else end
+            if end > m.end():
+                out += [text[done:m.end()], self.mask]
+                done = end
         return "".join(out) + text[done:]
 
     def _value(self, text: str, start: int) -> tuple[str, int] | None:

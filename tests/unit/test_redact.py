@@ -65,6 +65,12 @@ HEX = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
     json.dumps(json.dumps(json.dumps({"password": SECRET}))),
     f"connect(host='db', password=SecretStr('{SECRET}'))",
     f"'line one\\ntoken={SECRET}'",
+    f'{{"password" => "{SECRET}", "user" => "bob"}}',
+    f"api_key=> {SECRET}",
+    f"password:\n  {SECRET}\nuser: bob",
+    f"<password>{SECRET}</password>",
+    f'<soap:Header><wsse:Password Type="PasswordText">{SECRET}</wsse:Password></soap:Header>',
+    f"<token><![CDATA[{SECRET}<&]]></token>",
 ])
 def test_each_secret_form_is_masked(text: str) -> None:
     shown = redact(text)
@@ -99,6 +105,11 @@ def test_ordinary_errors_are_left_alone(text: str) -> None:
     ('{"request": "{\\"api_key\\": \\"Zq9a\\", \\"n\\": 1}"}',
      '{"request": "{\\"api_key\\": \\"***\\", \\"n\\": 1}"}'),
     ("connect(password=SecretStr('Zq9a'), host='db')", "connect(password=***, host='db')"),
+    ('{"token" => "Zq9a", "n" => 1}', '{"token" => "***", "n" => 1}'),
+    ("<user>bob</user><password>Zq9a</password><n>1</n>",
+     "<user>bob</user><password>***</password><n>1</n>"),
+    ("<token><![CDATA[Zq9a<b>]]></token><n>1</n>", "<token><![CDATA[***]]></token><n>1</n>"),
+    ("<password/><n>1</n>", "<password/><n>1</n>"),
 ])
 def test_a_secrets_whole_value_is_masked_and_the_rest_kept(text: str, shown: str) -> None:
     # Given a pair whose value is bytes, a list, a tuple, a dict, escaped JSON or a call
@@ -113,6 +124,8 @@ def test_a_secrets_whole_value_is_masked_and_the_rest_kept(text: str, shown: str
     "{'secret': {'k': ['Zq9a'}, 'n': 'Zq9b'}",  # brackets that do not match
     "password: [\n  'Zq9a',\n  'Zq9b'",  # pretty-printed over lines, cut short
     '{"request": "{\\"api_key\\": \\"Zq9a, more text Zq9b',  # escaped JSON cut short
+    "<secret>Zq9a and more Zq9b",  # an element cut short
+    "<token><![CDATA[Zq9a <b> Zq9b",  # a CDATA section cut short
 ])
 def test_a_value_never_closed_is_masked_to_the_end_of_the_text(text: str) -> None:
     # Given a secret's value whose bracket or escaped quote is never closed
@@ -173,7 +186,7 @@ def test_a_long_text_is_redacted_in_linear_time() -> None:
     # here (the timeout is the bound: a quadratic pattern on these lengths runs for hours)
     for text in ("a=" * 50_000, "x:" * 50_000, "a://b:c" * 50_000, "'password'" * 50_000,
                  "a" * 400_000, "\\" * 400_000, '\\"a\\": ' * 50_000, "\\\\'" * 100_000,
-                 '\\\\\\"x' * 100_000):
+                 '\\\\\\"x' * 100_000, "<a" * 100_000, "<a>" * 100_000, "a =>" * 100_000):
         assert redact(text) == text
     # ... and a long run of secrets is still every one of them masked
     assert redact('token="' * 50_000) == 'token="***"' * 25_000
@@ -211,6 +224,10 @@ CARRIERS = {
     "escaped": (QUOTED, lambda s, k: json.dumps({"body": json.dumps({k: s}, ensure_ascii=False)},
                                                ensure_ascii=False)),
     "call": (QUOTED.filter(lambda s: "'" not in s), lambda s, k: f"f({k}=Secret('{s}'))"),
+    "arrow": (QUOTED, lambda s, k: f'{{"{k}" => "{s}", "n" => 1}}'),
+    "next-line": (UNQUOTED, lambda s, k: f"{k}:\n    {s}\n"),
+    "xml": (QUOTED.filter(lambda s: "<" not in s), lambda s, k: f"<{k}>{s}</{k}>"),
+    "cdata": (QUOTED.filter(lambda s: "]]>" not in s), lambda s, k: f"<{k}><![CDATA[{s}]]></{k}>"),
 }
 
 
