@@ -11,13 +11,15 @@ from dashboard_data import W, basic
 from starlette.testclient import TestClient
 
 from leaseq.dashboard import BasicAuth, create_app
+from leaseq.dashboard.app import url_part
 from leaseq.redact import Redactor
 from leaseq.stores.base import Store
 
 ADMIN = basic("admin", "pw")
 VIEWER = basic("viewer", "pw")
 #: Ids a URL would read as something else: a path, a query, a fragment, an escape.
-URL_IDS = ["x/../victim", "..", ".", "a?b", "a#b", "%41", "s p", "ü/é", "/lead", "trail/"]
+URL_IDS = ["x/../victim", "..", ".", "a?b", "a#b", "%41", "s p", "ü/é", "/lead", "trail/",
+           "tab\there", " lead space", "trail space "]
 
 
 @pytest.fixture
@@ -82,6 +84,54 @@ def test_an_action_acts_on_the_job_named(client: TestClient, store: Store) -> No
     assert statuses == {"a": "failed", "victim": "failed", **dict.fromkeys(URL_IDS, "cancelled")}
 
 
+#: Ids a browser's form would change: HTML reads a CR (alone or before LF) on the page as LF,
+#: and a form sends every line break as CR LF.
+LINE_BREAK_IDS = ["line\nbreak", "cr\r\nlf", "lone\rcr"]
+
+
+def as_a_browser_submits(page: str, form_action: str) -> dict[str, list[str]]:
+    """The fields of the page's form posting to ``form_action``, as a browser sends them."""
+    form = re.search(rf'<form method="post" action="{form_action}".*?</form>', page, re.DOTALL)
+    fields: dict[str, list[str]] = {}
+    for m in re.finditer(r'<input type="(?:hidden|checkbox)" name="([^"]+)" value="([^"]*)"',
+                         form[0]):  # type: ignore[index]
+        read = html.unescape(_as_a_browser_reads_it(m[2]))
+        fields.setdefault(m[1], []).append(read.replace("\n", "\r\n"))
+    return fields
+
+
+def _as_a_browser_reads_it(job_id: str) -> str:
+    return job_id.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@pytest.mark.parametrize("job_id", LINE_BREAK_IDS)
+def test_the_job_pages_form_acts_on_its_job_when_its_id_holds_a_line_break(
+        client: TestClient, store: Store, job_id: str) -> None:
+    # Given a failed job whose id holds a line break, and the jobs a browser could mistake
+    # it for (the id as the page is read, and as the form would send it)
+    read = _as_a_browser_reads_it(job_id)
+    others = {read, read.replace("\n", "\r\n")} - {job_id}
+    for each in [job_id, *others]:
+        fail(store, each)
+    page = client.get(f"/job/mail?id={url_part(job_id)}", headers=ADMIN).text
+    # When its page's cancel form is sent as a browser sends it
+    fields = as_a_browser_submits(page, "/action")
+    done = client.post("/action", headers=ADMIN, data={**fields, "action": "cancel"})
+    # Then that job, and only that job, is cancelled
+    assert done.status_code == 200
+    assert store.get("mail", job_id).status == "cancelled"  # type: ignore[union-attr]
+    assert [store.get("mail", o).status for o in others] == ["failed"] * len(others)  # type: ignore[union-attr]
+
+
+def test_a_job_ref_that_is_not_utf_8_is_refused(client: TestClient, store: Store) -> None:
+    fail(store, "ref-1")
+    answer = client.post("/action", headers=ADMIN, data={
+        "csrf_token": csrf(client), "queue": "mail", "action": "cancel",
+        "job_ref": ["ref-1", "%FF"]})
+    assert answer.status_code == 400 and "percent-encoded UTF-8" in answer.text
+    assert store.get("mail", "ref-1").status == "failed"  # type: ignore[union-attr]
+
+
 def test_errors_and_journal_reasons_are_shown_through_the_redactor(
     client: TestClient, store: Store
 ) -> None:
@@ -110,7 +160,7 @@ def test_a_read_only_user_cannot_search_the_real_error_text(client: TestClient,
     assert 'name="error"' not in client.get("/jobs?queue=mail", headers=VIEWER).text
     # And a user who may edit (and so sees real values) still searches it
     found = client.get("/jobs?queue=mail&error=iban%3DDE8937", headers=ADMIN)
-    assert found.status_code == 200 and 'name="job_id" value="j1"' in found.text
+    assert found.status_code == 200 and 'name="job_ref" value="j1"' in found.text
 
 
 @pytest.mark.parametrize("path", [

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -104,6 +104,7 @@ class Dashboard:
                                autoescape=select_autoescape(default=True))
         self.env.filters["duration"] = format_duration
         self.env.filters["redact"] = lambda text: redactor(text or "")
+        self.env.filters["ref"] = url_part  # a job id in a form: see _job_ids
         self.env.globals.update(job_path=job_path, unredacted=UNREDACTED)
 
     def routes(self) -> list[tuple[str, Callable[..., Any], Mapping[str, str] | None]]:
@@ -271,7 +272,7 @@ class Dashboard:
     def action(self, request: Request, access: Access) -> Response:
         form = request.state.form
         queue, action = validate.queue_name(_field(form, "queue")), BulkAction(str(form["action"]))
-        ids = [validate.job_id(str(i)) for i in form.getlist("job_id")]
+        ids = _job_ids(form)
         result = self.store.act_on_jobs(queue, action, ids, access.user)
         return self.render(request, access, "done.html", action=action, result=result,
                            queue=queue)
@@ -301,7 +302,12 @@ class Dashboard:
     def edit(self, request: Request, access: Access) -> Response:
         form = request.state.form
         queue = validate.queue_name(_field(form, "queue"))
-        job_id, text = validate.job_id(_field(form, "job_id")), _field(form, "payload")
+        ids = _job_ids(form)
+        if not ids:
+            raise InvalidInput("the form has no 'job_ref' field")
+        if len(ids) > 1:
+            raise InvalidInput("an edit names one job, this form names several")
+        job_id, text = ids[0], _field(form, "payload")
         try:
             payload = json.loads(text)
         except ValueError:
@@ -369,6 +375,20 @@ def url_part(value: str) -> str:
 def job_path(queue: str, job_id: str) -> str:
     """The path of a job's page, below the dashboard's root."""
     return f"/job/{url_part(queue)}?id={url_part(job_id)}"
+
+
+def _job_ids(form: Any) -> list[str]:
+    """The jobs a form names. The pages' forms send each id percent-encoded (``job_ref``): a
+    browser rewrites the line breaks of a field's value (to CR LF on submit, and a CR read
+    from the page to LF), so an id holding one would name another job, or none. ``job_id``
+    takes ids as they are, for forms that are not the pages' (a script's POST)."""
+    refs = []
+    for ref in form.getlist("job_ref"):
+        try:
+            refs.append(unquote(str(ref), errors="strict"))
+        except UnicodeDecodeError:
+            raise InvalidInput("a job_ref must be a percent-encoded UTF-8 job id") from None
+    return [validate.job_id(i) for i in [*refs, *map(str, form.getlist("job_id"))]]
 
 
 def _field(form: Any, name: str) -> str:
