@@ -17,6 +17,10 @@ what looks like a secret and leaves the rest as it was:
 * the same pairs written ``key => value`` (Perl, Ruby, PHP) or with the value on the next
   line (``password:`` then an indented line), and the content of an XML element whose tag
   names a secret (``<password>***</password>``, a CDATA section's too);
+* after a secret key that starts its line (YAML, INI, a config dump), an unquoted value to
+  the end of its line, spaces and all (``password: correct horse battery``, ``secret = two
+  words``; ``key=value`` with no space is a word, as in a shell), and a YAML block scalar
+  (``password: |`` or ``>``) with every line indented under its key;
 * the rest of an ``Authorization:`` or ``Cookie:`` header line, and the credentials after
   ``Bearer`` / ``Basic``;
 * long base64 and hex runs (keys, tokens, signatures: ``min_run_chars``, 32 by default); a
@@ -24,8 +28,8 @@ what looks like a secret and leaves the rest as it was:
   dashed UUIDs stay readable. A 32-character hex id (an md5, ``uuid4().hex``) is masked too.
 
 It is a heuristic on purpose: it cannot know every secret (a password with spaces in it,
-unquoted, loses only its first word), which is why it is pluggable, and why payloads never
-reach an error text that leaseq writes itself.
+unquoted in the middle of a line, loses only its first word), which is why it is pluggable,
+and why payloads never reach an error text that leaseq writes itself.
 
 In the logs, an error is shown by ``leaseq.job.safe_reason`` (its type and message on one line,
 redacted), and never through ``exc_info`` or ``log.exception``: logging's formatter would print
@@ -79,8 +83,9 @@ _SPACE = re.compile(r"\s")
 # The end of a URL's authority, as a parser reads it.
 _AUTHORITY_END = re.compile(r"[/?#]")
 _HEADER = re.compile(
-    r"(?<![\w-])(?P<head>(?:proxy-)?authorization|(?:set-)?cookie)(?P<sep>[ \t]*:[ \t]*)"
-    r"(?P<value>[^\r\n'\"]+)", re.IGNORECASE)
+    r"(?<![\w-])(?P<head>(?:proxy-)?authorization|(?:set-)?cookie)(?P<sep>[ \t]*+:[ \t]*+)"
+    r"(?![|>][1-9+-]{0,2}[ \t]*+(?:#|\r?\n|$))(?P<value>[^\r\n'\"]+)",  # not a YAML block
+    re.IGNORECASE)
 _AUTH_SCHEME = re.compile(
     r"\b(?P<head>bearer\s+)[A-Za-z0-9._~+/-]+=*|\b(?P<basic>basic\s+)[A-Za-z0-9+/]{6,}=*",
     re.IGNORECASE)
@@ -90,7 +95,7 @@ _AUTH_SCHEME = re.compile(
 # word starts, and an escaped quote (``\"key\"``: JSON inside a JSON string) where its run of
 # backslashes starts, so a long word or run is read once, not once per character.
 _PAIR = re.compile(r"(?<![\w.-])(?!(?<=\\)\\)(?P<quote>\\*+[\"']|[\"']?)(?P<key>[\w.-]++)(?P=quote)"
-                   r"[ \t]*+(?:=>|[:=])[ \t]*+(?:\r?\n[ \t]*+)?")
+                   r"[ \t]*+(?P<sep>=>|[:=])[ \t]*+(?:\r?\n[ \t]*+)?")
 # An XML element's start tag, and whether its content opens with a CDATA section. Its
 # content is read only after a tag that names a secret (``Redactor.elements``).
 _START_TAG = re.compile(r"<(?P<tag>[A-Za-z_][\w.:-]*+)(?P<attrs>[^<>]*+)>"
@@ -99,6 +104,12 @@ _START_TAG = re.compile(r"<(?P<tag>[A-Za-z_][\w.:-]*+)(?P<attrs>[^<>]*+)>"
 # escaping its quote (none, or one per level of JSON in a JSON string), its quote.
 _OPENING = re.compile(r"(?P<head>(?:[bB][rR]?|[rR][bB]?|[uU])?(?P<esc>\\*+)(?P<q>[\"']))")
 _UNQUOTED = re.compile(r"[\"']?[^\s,;&'\"{}\[\]()<>]++")
+# What may come before a key that starts its line: its indentation, and a YAML list's dash.
+_LINE_INDENT = re.compile(r"[ \t]*+(?:-[ \t]++)?")
+# The next pair on a line of ``key=value`` pairs (logfmt): where a value with spaces ends.
+_NEXT_ASSIGNMENT = re.compile(r"[ \t]++[\w.-]++=")
+# A YAML block scalar's header (``|``, ``>-``, ``|2+``), and a comment after it.
+_BLOCK_HEADER = re.compile(r"[|>](?:[1-9][+-]?|[+-][1-9]?)?(?:[ \t]++#.*+|[ \t]*+)")
 # A quote and the backslashes before it, or a bracket: what a string or a bracket ends at.
 _QUOTES = {q: re.compile(rf"(?<!\\)(?P<esc>\\*+){q}") for q in "\"'"}
 _BRACKET_STEP = re.compile(r"(?<!\\)(?P<esc>\\*+)(?P<q>[\"'])|[\[\](){}]")
@@ -158,7 +169,7 @@ class Redactor:
         done = 0  # text before this index is copied or masked already
         m = _PAIR.search(text)
         while m is not None:
-            value = self._value(text, m.end()) if self.names_secret(m["key"]) else None
+            value = self._pair_value(text, m) if self.names_secret(m["key"]) else None
             if value is None:  # not a secret: look for pairs inside its value too
                 m = _PAIR.search(text, m.end())
                 continue
@@ -182,6 +193,34 @@ class Redactor:
                 out += [text[done:m.end()], self.mask]
                 done = end
         return "".join(out) + text[done:]
+
+    def _pair_value(self, text: str, pair: re.Match[str]) -> tuple[str, int] | None:
+        """What the value of the secret ``pair`` is shown as, and where the text resumes."""
+        start = pair.end()
+        column = _key_column(text, pair.start())
+        if column is None or text[start:start + 1] in _CLOSING or _OPENING.match(text, start) \
+                or (pair["sep"] == "=" and not text[start - 1].isspace()):  # key=word
+            return self._value(text, start)
+        return self._line_value(text, pair, column)
+
+    def _line_value(self, text: str, pair: re.Match[str],
+                    key_column: int) -> tuple[str, int] | None:
+        """The unquoted value of ``pair``, whose key starts its line at ``key_column``: the
+        rest of its line (after ``key =``, up to the line's next ``key=``), or a YAML block
+        scalar's lines indented under the key. None when it has none: the line is empty, or
+        the value's line is not indented under the key (it is the mapping's next key)."""
+        start = pair.end()
+        value_line = text.rfind("\n", pair.start(), start) + 1
+        if value_line and start - value_line <= key_column:
+            return None
+        end = _line_end(text, start)
+        if pair["sep"] == "=" and (assignment := _NEXT_ASSIGNMENT.search(text, start, end)):
+            end = assignment.start()
+        if end == start:
+            return None
+        if _BLOCK_HEADER.fullmatch(text, start, end):
+            end = _block_end(text, end, key_column)
+        return self.mask, end
 
     def _value(self, text: str, start: int) -> tuple[str, int] | None:
         """What the value at ``start`` is shown as, and where the text after it resumes; None
@@ -251,6 +290,40 @@ def _masked_url_passwords(text: str, mask: str) -> str:
         out += [text[done:head.end()], mask]
         done = scan = at
     return "".join(out) + text[done:]
+
+
+def _key_column(text: str, key_start: int) -> int | None:
+    """The column of a key that starts its line (after its indentation, or a YAML list's
+    dash); None for a key in the middle of a line."""
+    at = key_start
+    while at > 0 and text[at - 1] in " \t-":
+        at -= 1
+    if (at > 0 and text[at - 1] != "\n") or not _LINE_INDENT.fullmatch(text, at, key_start):
+        return None
+    return key_start - at
+
+
+def _line_end(text: str, start: int) -> int:
+    """Where the line holding ``start`` ends: at its line break (a CR LF's CR too)."""
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    return end - 1 if end > start and text[end - 1] == "\r" else end
+
+
+def _block_end(text: str, end: int, key_column: int) -> int:
+    """Where a YAML block scalar whose header line ends at ``end`` ends: after the last of the
+    lines that follow it indented deeper than its key (blank lines within it included)."""
+    block_end = end
+    while end < len(text):
+        line = end + 1 if text[end] == "\n" else end + 2  # past "\n" or "\r\n"
+        line_end = _line_end(text, line)
+        content = text[line:line_end]
+        if content.strip():
+            if len(content) - len(content.lstrip(" \t")) <= key_column:
+                break
+            block_end = line_end
+        end = line_end
+    return block_end
 
 
 def _string_end(text: str, start: int, level: int, quote: str) -> int | None:

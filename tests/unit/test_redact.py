@@ -110,6 +110,18 @@ def test_ordinary_errors_are_left_alone(text: str) -> None:
      "<user>bob</user><password>***</password><n>1</n>"),
     ("<token><![CDATA[Zq9a<b>]]></token><n>1</n>", "<token><![CDATA[***]]></token><n>1</n>"),
     ("<password/><n>1</n>", "<password/><n>1</n>"),
+    ("db:\n  password: correct horse battery\n  user: bob",
+     "db:\n  password: ***\n  user: bob"),
+    ("- token: two words  \r\n- n: 1", "- token: ***\r\n- n: 1"),
+    ("[db]\npassword = my pass ; old\nport = 5432", "[db]\npassword = ***\nport = 5432"),
+    ("secret = a b user=bob", "secret = *** user=bob"),
+    ("token=Zq9a and then some", "token=*** and then some"),  # key=word, as in a shell
+    ("db:\n  password: |\n    Zq9a\n\n    Zq9b\n  user: bob\n",
+     "db:\n  password: ***\n  user: bob\n"),
+    ("private_key: >-\n  Zq9a\n  Zq9b\nhost: db", "private_key: ***\nhost: db"),
+    ("password: |2+ # kept\n   Zq9a\nhost: db", "password: ***\nhost: db"),
+    ("password:\nuser: bob", "password:\nuser: bob"),  # no value: the next key is kept
+    ("error: token: expired now", "error: token: *** now"),  # not the line's first key
 ])
 def test_a_secrets_whole_value_is_masked_and_the_rest_kept(text: str, shown: str) -> None:
     # Given a pair whose value is bytes, a list, a tuple, a dict, escaped JSON or a call
@@ -186,12 +198,15 @@ def test_a_long_text_is_redacted_in_linear_time() -> None:
     # here (the timeout is the bound: a quadratic pattern on these lengths runs for hours)
     for text in ("a=" * 50_000, "x:" * 50_000, "a://b:c" * 50_000, "'password'" * 50_000,
                  "a" * 400_000, "\\" * 400_000, '\\"a\\": ' * 50_000, "\\\\'" * 100_000,
-                 '\\\\\\"x' * 100_000, "<a" * 100_000, "<a>" * 100_000, "a =>" * 100_000):
+                 '\\\\\\"x' * 100_000, "<a" * 100_000, "<a>" * 100_000, "a =>" * 100_000,
+                 "\n" * 400_000, " " * 400_000 + "a: x"):
         assert redact(text) == text
     # ... and a long run of secrets is still every one of them masked
     assert redact('token="' * 50_000) == 'token="***"' * 25_000
     for text in ("token=[" * 50_000, "token=f(" * 50_000, 'token=\\"' * 50_000,
-                 "token: {'a': \"" * 50_000, "token=['x']" * 50_000):
+                 "token: {'a': \"" * 50_000, "token=['x']" * 50_000,
+                 "\ntoken: |" * 50_000, "\n - token = a b c" * 50_000,
+                 "token: |\n" + " x\n" * 100_000):
         assert "token" in redact(text)
 
 
@@ -226,6 +241,13 @@ CARRIERS = {
     "call": (QUOTED.filter(lambda s: "'" not in s), lambda s, k: f"f({k}=Secret('{s}'))"),
     "arrow": (QUOTED, lambda s, k: f'{{"{k}" => "{s}", "n" => 1}}'),
     "next-line": (UNQUOTED, lambda s, k: f"{k}:\n    {s}\n"),
+    "yaml-line": (st.text(TOKEN + " =:!@$%^*|", min_size=1, max_size=40),
+                  lambda s, k: f"\n  {k}: {s}\n"),
+    "ini-line": (st.text(TOKEN + " :!@$%^*|", min_size=1, max_size=40),
+                 lambda s, k: f"\n{k} = {s}\n"),
+    "yaml-block": (st.lists(st.text(TOKEN + " :#", min_size=1, max_size=20), min_size=1,
+                            max_size=3).map("\n      ".join),
+                   lambda s, k: f"\n  {k}: |\n      {s}\n  n: 1"),
     "xml": (QUOTED.filter(lambda s: "<" not in s), lambda s, k: f"<{k}>{s}</{k}>"),
     "cdata": (QUOTED.filter(lambda s: "]]>" not in s), lambda s, k: f"<{k}><![CDATA[{s}]]></{k}>"),
 }
