@@ -9,10 +9,11 @@ what looks like a secret and leaves the rest as it was:
 * the password of a URL: ``postgresql://app:***@db/jobs``;
 * the value of a ``key=value``, ``key: value``, JSON or Python-dict pair whose key names a
   secret (password, passwd, pwd, token, secret, api_key, access_key, private_key, client_secret,
-  authorization, cookie, session, credential, signature; ``Redactor(secret_keys=...)`` adds
-  more): ``token=***``, ``"api_key": "***"``. The value is masked whole whatever it is: a
-  bytes literal (``b'***'``), a list, tuple or dict up to its matching bracket (``***``; to
-  the end of the text when the bracket is never closed), a call (``SecretStr('…')``), and a
+  authorization, cookie, session, credential, signature, but not the ``PUBLIC_KEYS``, such as
+  libpq's ``target_session_attrs``; ``Redactor(secret_keys=...)`` adds more): ``token=***``,
+  ``"api_key": "***"``. The value is masked whole whatever it is: a bytes literal
+  (``b'***'``), a list, tuple or dict up to its matching bracket (``***``; to the end of the
+  text when the bracket is never closed), a call (``SecretStr('…')``), and a
   pair of JSON inside a JSON string, whose quotes are escaped (``\\"api_key\\": \\"***\\"``);
 * the same pairs written ``key => value`` (Perl, Ruby, PHP) or with the value on the next
   line (``password:`` then an indented line), and the content of an XML element whose tag
@@ -64,6 +65,9 @@ SECRET_WORDS = (
     "api-key", "access_key", "accesskey", "private_key", "privatekey", "client_secret",
     "authorization", "cookie", "session", "credential", "signature",
 )  # fmt: skip
+
+#: Names that hold a secret word and are no secret: libpq's choice of server by its state.
+PUBLIC_KEYS = frozenset({"target_session_attrs"})
 
 #: What an error about a URL that does not parse tells the user to check (a parser's own
 #: message is never shown: it may quote a piece of the password).
@@ -253,7 +257,7 @@ class Redactor:
 
     def names_secret(self, key: str) -> bool:
         """Whether ``key`` (a field, header or parameter name) names a secret."""
-        return self._secret_key.search(key) is not None
+        return self._secret_key.search(key) is not None and key.lower() not in PUBLIC_KEYS
 
     def masked_fields(self, value: object) -> object:
         """A copy of ``value`` (JSON: dicts, lists, scalars) whose every key that names a

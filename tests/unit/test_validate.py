@@ -276,6 +276,10 @@ def test_redaction_keeps_the_rest() -> None:
     assert validate.redact_url("postgresql://app:pw@db:5432/jobs?sslmode=require") == (
         "postgresql://app:***@db:5432/jobs?sslmode=require")
     assert validate.redact_url("sqlite:///jobs.db") == "sqlite:///jobs.db"
+    # a parameter whose name holds a secret word ("session") but says which server to use
+    assert validate.redact_url("postgresql://h/db?target_session_attrs=read-write&"
+                               "session_key=x") == (
+        "postgresql://h/db?target_session_attrs=read-write&session_key=***")
 
 
 @given(st.text(min_size=1, max_size=40))
