@@ -228,3 +228,34 @@ def test_a_connection_whose_set_up_was_cancelled_is_not_kept(
         asyncio.run(scenario())
     finally:
         store.close()
+
+
+def test_idle_async_connections_the_server_closed_are_passed_over(pg_store_url: str) -> None:
+    # Given a loop with three idle async connections
+    store = connect(pg_store_url)
+    assert isinstance(store, PostgresStore)
+    conninfo, _ = parse_url(pg_store_url)
+    q = Queue(store, "mail")
+
+    async def scenario() -> None:
+        await asyncio.gather(*(q.acounts() for _ in range(3)))
+        idle = _loop_connections(store)
+        assert len(idle) == 3
+        # When the server ends their sessions (a restart, an idle timeout)
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as admin:
+            for conn in idle:
+                await admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        for conn in idle:
+            assert await _gone(conninfo, conn.info.backend_pid, within_s=5.0)
+        # Then each next call, a write too, runs on a fresh connection: none fails for a
+        # connection it never sent anything on, nor reports its outcome unknown
+        for n in range(3):
+            await q.aenqueue(f"after-{n}", {})
+        assert await q.acounts() == {"pending": 3}
+        assert all(conn.closed for conn in idle)
+        await store.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()

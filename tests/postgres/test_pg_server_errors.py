@@ -42,6 +42,42 @@ def _until_gone(pg_url: str, pid: int) -> None:
             time.sleep(0.01)
 
 
+# --- sessions the server ended while their connections sat idle in the pool ---------------
+
+
+def test_pool_connections_the_server_closed_are_replaced_without_a_retry(
+        schema_url: str, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a store whose pool holds three idle connections, and whose retries would all
+    # wait past reconnect_s (so a retry shows as StoreUnavailable, not as a pause)
+    import leaseq.stores.postgres.session as session
+
+    name = f"leaseq-idle-{_schema(schema_url)}"
+    store = PostgresStore.from_url(with_option(schema_url, pool_min=3, pool_max=3,
+                                               reconnect_s=2, application_name=name))
+    monkeypatch.setattr(session, "FIRST_PAUSE_S", 30.0)
+    try:
+        q = store.queue("q")
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            deadline = time.monotonic() + 10
+            while len(pids := [r[0] for r in admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                    [name])]) < 3:
+                assert time.monotonic() < deadline, "the pool never opened its connections"
+                time.sleep(0.01)
+            # When the server ends their sessions (a restart, an idle timeout)
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        for pid in pids:
+            _until_gone(pg_url, pid)
+        # Then the next calls, writes too, run on fresh connections at once: none waits a
+        # retry's pause for connections it never sent anything on
+        for n in range(3):
+            q.enqueue(f"after-{n}", {})
+        assert q.counts() == {"pending": 3}
+    finally:
+        store.close()
+
+
 # --- a migration under running workers ---------------------------------------------------
 
 

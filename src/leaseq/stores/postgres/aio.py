@@ -41,6 +41,7 @@ from leaseq.stores.postgres.session import (
     discard_connection,
     over_a_limit,
     retryable,
+    server_closed,
     session_settings,
     why,
 )
@@ -147,7 +148,9 @@ class LoopConnections:
 
     async def _checkout(self) -> tuple[psycopg.AsyncConnection, bool]:
         """A slot, and an idle connection or a new one (True); as the blocking pool's
-        checkout, within ``reconnect_s`` (at least 1 s) or the caller's deadline."""
+        checkout, within ``reconnect_s`` (at least 1 s) or the caller's deadline. An idle one
+        the server has closed is closed and passed over: a call on it would fail without
+        having reached the server, a write with its outcome reported unknown."""
         wait_s = max(self._options.reconnect_s, 1.0)
         left = caller_deadline.remaining_s()
         by_callers = left is not None and left < wait_s
@@ -157,8 +160,11 @@ class LoopConnections:
             async with asyncio.timeout(wait_s):
                 await self._slots.acquire()
                 try:
-                    if self._idle:
-                        return self._idle.pop(), False
+                    while self._idle:
+                        conn = self._idle.pop()
+                        if not server_closed(conn):
+                            return conn, False
+                        await conn.close()  # a restart, an idle timeout: nothing was sent
                     return await psycopg.AsyncConnection.connect(
                         self._conninfo, autocommit=True), True
                 except BaseException:

@@ -18,7 +18,7 @@ autocommit, so the statement is its own transaction and costs one round trip ins
 (BEGIN, statement, COMMIT). Its send is also its COMMIT, so a connection lost under it leaves
 the outcome unknown, exactly as above, unless the server answered with an error (it aborted the
 statement). Connections that died while idle in the pool (a restart) are found without a round
-trip when checked out (see ``_dead``), so they cost a retry, not an unknown outcome.
+trip when checked out (see ``_dead``) and replaced at once: no retry, no unknown outcome.
 
 Nothing waits without a bound: each try has a client-side deadline (``call_timeout_s``, or the
 caller's shorter ``leaseq.deadline``) after which the ``Watchdog`` cuts its connection, and the
@@ -266,16 +266,8 @@ class Session:
         pool = (self._generic_pool or self._generic()) if generic_plans else self._pool
         if pool is None:
             raise StoreUnavailable(f"PostgreSQL store {self.url} is not open")
+        conn = self._live_connection(pool, this)
         try:
-            conn = pool.getconn(timeout=max(this.deadline - time.monotonic(), 0.05))
-        except PoolClosed:
-            raise StoreUnavailable(f"PostgreSQL store {self.url} is closed") from None
-        except psycopg.OperationalError as exc:  # PoolTimeout: no connection came back in time
-            raise _Retry(exc) from None
-        try:
-            if _dead(conn):
-                self._after_error(conn)
-                raise _Retry(psycopg.OperationalError("the server closed the connection"))
             cut_at = self._call_deadline()
             setattr(conn, _CUT_AT, cut_at)
             watched = self.watchdog.watch(conn, cut_at)
@@ -291,6 +283,25 @@ class Session:
                 self.watchdog.release(watched)
         finally:
             pool.putconn(conn)
+
+    def _live_connection(self, pool: ConnectionPool, this: _Run[T]) -> psycopg.Connection:
+        """A connection of ``pool`` the server has not closed. One it has (``_dead``: found
+        without a round trip, nothing sent on it) is put back to be replaced and the next
+        is taken at once: after a restart every idle connection is dead, and each would
+        otherwise cost a retry's pause. ``_Retry`` when the pool has none in time, or only
+        dead ones."""
+        for _ in range(pool.max_size + 1):
+            try:
+                conn = pool.getconn(timeout=max(this.deadline - time.monotonic(), 0.05))
+            except PoolClosed:
+                raise StoreUnavailable(f"PostgreSQL store {self.url} is closed") from None
+            except psycopg.OperationalError as exc:  # PoolTimeout: none came back in time
+                raise _Retry(exc) from None
+            if not _dead(conn):
+                return conn
+            self._after_error(conn)
+            pool.putconn(conn)
+        raise _Retry(psycopg.OperationalError("the server closed the connection"))
 
     def _read_back(self, conn: psycopg.Connection, this: _Run[T]) -> T | None:
         """After a try lost with its outcome unknown: end that try's server session, then
@@ -601,20 +612,26 @@ def _read_only(exc: BaseException) -> bool:
 
 
 def _dead(conn: psycopg.Connection) -> bool:
+    """True when an idle connection was closed by the server (``server_closed``); it is
+    closed here then, so the pool replaces it."""
+    dead = server_closed(conn)
+    if dead:
+        conn.close()
+    return dead
+
+
+def server_closed(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
     """True when an idle connection was closed by the server, found without a round trip.
 
-    Nothing is sent to an idle pool connection (no LISTEN on it), so a readable socket means
-    the server has gone (EOF, or a FATAL "terminating connection" before the close). Such a
-    connection is closed here so the pool replaces it; a false alarm costs one reconnect."""
+    Nothing is sent to an idle connection of leaseq's (no LISTEN on it), so a readable socket
+    means the server has gone (EOF, or a FATAL "terminating connection" before the close: a
+    restart, an idle timeout). A false alarm costs one reconnect."""
     if conn.closed or conn.broken:
         return True
     try:
-        readable = _readable(conn.fileno())
+        return _readable(conn.fileno())
     except (OSError, ValueError, psycopg.Error):
-        readable = True
-    if readable:
-        conn.close()
-    return readable
+        return True
 
 
 def _readable(fd: int) -> bool:
