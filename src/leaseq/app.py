@@ -235,7 +235,6 @@ class App(AsyncAppMethods):
         example = schedule.tick_payload(datetime.now(UTC))  # a tick only for the checks
         found.signature.check(example)
         validate.payload(example, found.policy.max_payload_bytes)
-        found.takes_tick = found.takes_tick or takes_tick
         self._schedules[name] = schedule
         return schedule
 
@@ -314,9 +313,13 @@ class Task(AsyncTaskMethods):
         self.permanent = permanent
         self.policy = QueuePolicy.build(app.policy(queue), **policy)
         self.is_async = inspect.iscoroutinefunction(func)
-        #: Set when a schedule passes this task its tick: ``tick`` then arrives as a datetime.
-        self.takes_tick = False
         self.signature = _Signature(func, name)
+        #: Whether a ``tick`` in the payload (a schedule's tick, as ISO 8601 text) reaches the
+        #: function as an aware datetime: it has a ``tick`` parameter not annotated ``str``.
+        #: Known from the function alone, so a worker that never imports the module declaring
+        #: the schedule passes the same tick.
+        self.takes_tick = (TICK_PARAM in self.signature.params
+                           and self.signature.types.get(TICK_PARAM) is not str)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 

@@ -236,6 +236,38 @@ def test_schedule_checks_the_payload_and_refuses_a_second_name(tmp_path):
         app.schedule("set", sync_drive, every_s=300, payload={"drive": {"a"}})
 
 
+def test_a_worker_that_never_imports_the_schedule_passes_the_tick_as_a_datetime(tmp_path):
+    # Given the app of a process that declares the schedule, and the app of a worker that
+    # imports the task alone (the schedule is declared in another module)
+    url = f"sqlite:///{tmp_path}/a.db"
+    got: list[object] = []
+
+    def tasks(app: leaseq.App) -> None:
+        @app.task(name="beat")
+        def beat(tick: datetime) -> None:
+            got.append(tick)
+
+        @app.task(name="label")
+        def label(tick: str) -> None:  # a tick as text, where the function asks for text
+            got.append(tick)
+
+    declaring, worker_app = leaseq.App(url), leaseq.App(url)
+    tasks(declaring)
+    tasks(worker_app)
+    at = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    q = declaring.queue("default")
+    for name in ("beat", "label"):
+        schedule = declaring.schedule(name, name, every_s=3600, timezone="Europe/Kyiv")
+        q.enqueue_many([schedule.job_spec(q, schedule.job_id(at), at)])
+    # When the worker runs the tick jobs
+    from leaseq.worker import Worker, WorkerConfig
+    Worker(worker_app, WorkerConfig(burst=True, concurrency=1, idle_max_s=0.05)).run()
+    # Then the tick arrives as the aware datetime the schedule fired at, in its zone, and as
+    # text to the function that asks for text
+    assert got == [at.astimezone(KYIV), "2026-03-29T04:00:00+03:00"]
+    assert isinstance(got[0], datetime) and got[0].utcoffset() == timedelta(hours=3)
+
+
 # --- zones that depend on the host, and a cron that is not text ----------------------------
 
 
