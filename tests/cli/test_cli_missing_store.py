@@ -81,3 +81,21 @@ def test_status_on_an_existing_store_reads_it(invoke: Invoke) -> None:
     result = invoke("status")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "no jobs yet"
+
+
+@pytest.mark.parametrize("args", [("enqueue", "--task", "t", "--payload", "{}"), ("status",)],
+                         ids=" ".join)
+def test_an_empty_url_is_refused_not_read_as_the_environments(
+        invoke: Invoke, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        args: tuple[str, ...]) -> None:
+    # Given $LEASEQ_URL naming one store, and a --url that came out empty (a variable unset
+    # in a deploy script), run where a default leaseq.db would land
+    monkeypatch.chdir(tmp_path)
+    # When a command runs with it
+    result = invoke(args[0], "--url", "", *args[1:])
+    # Then it is refused in one line: the job went neither into $LEASEQ_URL's store nor into
+    # a new leaseq.db
+    assert result.exit_code == 1, result.output
+    assert result.output == ("leaseq: the store URL is empty: give one, or leave it out for "
+                             "$LEASEQ_URL (then sqlite:///leaseq.db)\n")
+    assert list(tmp_path.iterdir()) == []

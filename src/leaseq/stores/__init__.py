@@ -53,16 +53,21 @@ def connect(url: str | None = None, *, create: bool = True, **options: Any) -> S
     """Open the store a URL names: ``sqlite:///path``, ``postgresql://…``, ``mongodb://…``,
     or any scheme an installed package registers under ``leaseq.stores``.
 
-    ``url`` defaults to ``$LEASEQ_URL``, then ``sqlite:///leaseq.db``. The schema is created
+    ``url`` defaults to ``$LEASEQ_URL``, then ``sqlite:///leaseq.db``; an empty one is refused
+    (it is a URL lost on its way, and would open another store). The schema is created
     (or upgraded) on first use. With ``create=False`` nothing is created, upgraded or indexed:
     a URL with no leaseq schema raises ``StoreNotFound`` (a mistyped URL is not made into an
     empty store), one older than this leaseq ``StoreNotMigrated``; what the inspecting commands
     use. A store that does not declare ``supports_create_false`` opens as with ``create``.
     Raises ``InvalidURL`` (password masked) or ``StoreUnavailable``.
     """
-    url = url or os.environ.get("LEASEQ_URL") or DEFAULT_URL
+    if url is None:
+        url = os.environ.get("LEASEQ_URL") or DEFAULT_URL
     if not isinstance(url, str):
         raise InvalidURL(f"a store URL must be a string, got {type(url).__name__}")
+    if not url.strip():  # not $LEASEQ_URL's store, nor a new leaseq.db: a URL lost upstream
+        raise InvalidURL("the store URL is empty: give one, or leave it out for $LEASEQ_URL "
+                         f"(then {DEFAULT_URL})")
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError:  # its message may quote the netloc, password included: not shown
