@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -23,6 +24,22 @@ def test_leaseq_options_are_taken_out_of_the_url_and_the_rest_goes_to_libpq() ->
     assert (options.schema, options.pool_max, options.pool_min) == ("work", 4, 1)
     assert "schema=" not in conninfo and "pool_max" not in conninfo
     assert conninfo.startswith("postgresql://app:s3cret@db:5433/jobs?sslmode=disable")
+
+
+def test_a_url_with_no_host_opens_the_server_its_query_names(schema_url: str) -> None:
+    # Given libpq's URL for the local socket or a host in the query: postgresql:///db
+    parts = urlsplit(schema_url)
+    database = parts.path.lstrip("/")
+    url = (f"postgresql:///{database}?host={parts.hostname}&port={parts.port}"
+           f"&user={parts.username}&{parts.query}")
+    conninfo, _ = parse_url(url)
+    assert conninfo.startswith(f"postgresql:///{database}?host=")
+    # When a store opens it, Then it reaches that server (libpq refused "postgresql:/db")
+    store = PostgresStore.from_url(url)
+    try:
+        assert store.queue("q").counts() == {}
+    finally:
+        store.close()
 
 
 def test_libpq_options_with_spaces_reach_the_server_as_written(schema_url: str) -> None:

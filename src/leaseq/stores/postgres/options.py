@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from leaseq.errors import InvalidInput, InvalidURL
 from leaseq.redact import ENCODE_HINT, refuse_ambiguous_userinfo
@@ -121,9 +121,10 @@ def parse_url(url: str, **overrides: Any) -> tuple[str, PostgresOptions]:
         raise InvalidURL(f"{exc} (in {shown})") from None
     rest = [(k, v) for k, v in query if k not in known]
     rest += [(k, v) for k, v in LIBPQ_DEFAULTS.items() if k not in dict(rest)]
-    # quote, not urlencode's default quote_plus: libpq reads a "+" in a URI as itself
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
-                           urlencode(rest, quote_via=quote), ""))
+    # quote, not urlencode's default quote_plus: libpq reads a "+" in a URI as itself. Not
+    # urlunsplit: with no host (postgresql:///db, the local socket) it drops the "//".
+    query_text = urlencode(rest, quote_via=quote)
+    conninfo = f"{parts.scheme}://{parts.netloc}{parts.path}?{query_text}"
     return conninfo, options
 
 
