@@ -99,6 +99,13 @@ class StoreUnavailable(LeaseqError):
     """The store could not be reached (or was lost). The message never holds a password."""
 
 
+class StoreRefused(StoreUnavailable):
+    """The database refused leaseq's statement for a reason of its own: a table, column or
+    function of the store's schema is missing (dropped or renamed by hand), or the role lacks
+    a privilege on it. Nothing was written. Raised at once, not retried; a worker keeps trying
+    as it does while a store is unavailable, so fixing the schema or the grants is enough."""
+
+
 class StoreNotFound(LeaseqError, LookupError):
     """``connect(url, create=False)`` found no leaseq store at the URL (a SQLite file that does
     not exist or holds no leaseq tables, a PostgreSQL schema or a MongoDB database without

@@ -162,6 +162,21 @@ def test_a_call_over_one_of_the_servers_limits_is_invalid_input(app: App, alias:
     assert store.counts("mail") == {}
 
 
+def test_a_statement_on_a_table_gone_is_store_refused(app: App, alias: str) -> None:
+    # Given a django:// PostgreSQL store
+    if alias != "pg":
+        pytest.skip("the SQLSTATEs are PostgreSQL's")
+    from leaseq.errors import StoreRefused
+
+    store = app.store
+    # When a statement names a table the schema does not hold (42P01)
+    with pytest.raises(StoreRefused, match="does not exist"):
+        store._session.run(  # type: ignore[attr-defined]
+            lambda conn: conn.execute("SELECT * FROM no_such_table_here").fetchone())
+    # Then it is typed, not psycopg's own error, and the next call works
+    assert store.counts("mail") == {}
+
+
 def test_django_urls_are_checked() -> None:
     from leaseq.errors import InvalidURL
 

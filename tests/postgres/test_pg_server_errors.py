@@ -20,7 +20,7 @@ import pytest
 from pg_locks import until_blocked_by
 from pg_urls import with_option
 
-from leaseq.errors import InvalidInput, InvalidURL, StoreUnavailable
+from leaseq.errors import InvalidInput, InvalidURL, StoreRefused, StoreUnavailable
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.options import parse_url
 from leaseq.stores.postgres.watchdog import Watchdog
@@ -370,3 +370,95 @@ def test_an_async_call_over_one_of_the_servers_limits_is_invalid_input(schema_ur
         assert asyncio.run(scenario()) == "pending"
     finally:
         store.close()
+
+
+# --- a store the server refuses for its own state: a table missing, a privilege lacking -----
+
+
+def _rename_table(pg_url: str, schema_url: str, name: str, to: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE "{_schema(schema_url)}".{name} RENAME TO {to}')
+
+
+def test_a_table_gone_from_the_schema_is_store_refused_at_once(
+        schema_url: str, pg_url: str) -> None:
+    # Given a store whose jobs table someone renamed by hand
+    store = PostgresStore.from_url(with_option(schema_url, reconnect_s=30))
+    q = store.queue("q")
+    q.enqueue("j1", {})
+    _rename_table(pg_url, schema_url, "jobs", "jobs_old")
+    try:
+        # When it is read, Then it is StoreRefused (a StoreUnavailable, as callers already
+        # take it) saying what to check, at once, and not psycopg's own error
+        started = time.monotonic()
+        with pytest.raises(StoreRefused, match=r'relation ".*jobs" does not exist') as info:
+            q.counts()
+        assert isinstance(info.value, StoreUnavailable)
+        assert "leaseq doctor" in str(info.value)
+        assert time.monotonic() - started < 10  # not retried until reconnect_s ran out
+        # And once the table is back, the same store goes on
+        _rename_table(pg_url, schema_url, "jobs_old", "jobs")
+        assert q.counts() == {"pending": 1}
+    finally:
+        store.close()
+
+
+def test_an_async_call_on_a_table_gone_is_store_refused(schema_url: str, pg_url: str) -> None:
+    import asyncio
+
+    store = PostgresStore.from_url(schema_url)
+    q = store.queue("q")
+    q.enqueue("j1", {})
+    _rename_table(pg_url, schema_url, "jobs", "jobs_old")
+
+    async def scenario() -> None:
+        with pytest.raises(StoreRefused, match="does not exist"):
+            await q.aget("j1")
+        with pytest.raises(StoreRefused, match="does not exist"):
+            await q.aenqueue("j2", {})
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()
+
+
+def test_a_role_without_a_privilege_is_store_refused(schema_url: str, pg_url: str) -> None:
+    # Given a role that may read the schema's version but not its jobs (a monitoring role
+    # granted too little)
+    store = PostgresStore.from_url(schema_url)
+    store.close()
+    schema, role = _schema(schema_url), f"ro_{_schema(schema_url)}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+        conn.execute(f'GRANT SELECT ON "{schema}".schema_migrations TO "{role}"')
+    parts = schema_url.split("://", 1)[1].split("@", 1)[-1]
+    try:
+        # When it reads the queue's counts
+        ro = PostgresStore.from_url(f"postgresql://{role}@{parts}")
+        try:
+            with pytest.raises(StoreRefused, match="permission denied"):
+                ro.queue("q").counts()
+        finally:
+            ro.close()
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
+
+
+def test_the_commands_say_a_refused_store_in_one_line(schema_url: str, pg_url: str) -> None:
+    from click.testing import CliRunner
+
+    from leaseq.cli import cli
+
+    # Given a store whose jobs table is gone (renamed by hand)
+    PostgresStore.from_url(schema_url).close()
+    _rename_table(pg_url, schema_url, "jobs", "jobs_old")
+    # When status and doctor read it, Then each says so in one line and exits 1
+    for command in ("status", "doctor"):
+        result = CliRunner().invoke(cli, [command, "--url", schema_url])
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith("leaseq: PostgreSQL at ") and "does not exist" in (
+            result.output) and result.output.count("\n") == 1, result.output

@@ -25,7 +25,13 @@ from leaseq.errors import InvalidURL
 from leaseq.job import EnqueueResult, JobSpec, OnConflict
 from leaseq.stores.postgres import PostgresStore
 from leaseq.stores.postgres.options import LIBPQ_DEFAULTS, PostgresOptions, parse_url
-from leaseq.stores.postgres.session import beyond_limit, error_line, over_a_limit
+from leaseq.stores.postgres.session import (
+    beyond_limit,
+    error_line,
+    over_a_limit,
+    refused_by_the_store,
+    store_refused,
+)
 
 T = TypeVar("T")
 
@@ -89,6 +95,10 @@ class DjangoSession:
                 raise beyond_limit(self.url, self.error_line(exc)) from None
             self._drop_if_broken()
             raise unavailable(self.alias, exc) from None
+        except psycopg.Error as exc:
+            if refused_by_the_store(exc):
+                raise store_refused(self.url, self.error_line(exc)) from None
+            raise
 
     def error_line(self, exc: BaseException) -> str:
         """``Session.error_line``: the first line of a driver error, the alias's password

@@ -37,12 +37,11 @@ from leaseq.stores.postgres.enqueue import batch_columns, one_columns
 from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.plan import EnqueuePlan, enqueued_data
 from leaseq.stores.postgres.session import (
-    beyond_limit,
     discard_connection,
-    over_a_limit,
     retryable,
     server_closed,
     session_settings,
+    typed_refusal,
     why,
 )
 from leaseq.stores.postgres.watchdog import cut
@@ -248,9 +247,10 @@ class AsyncPostgres:
                 except _CommitLost as exc:
                     raise self._unknown(exc.cause) from None
                 except psycopg.Error as exc:
-                    if over_a_limit(exc):
-                        raise beyond_limit(self._store.url,
-                                           self._store._session.error_line(exc)) from None
+                    typed = typed_refusal(exc, self._store.url,
+                                          self._store._session.error_line(exc))
+                    if typed is not None:
+                        raise typed from None
                     if not retryable(call.conn, exc):
                         raise  # a constraint, a bug in a query: it would fail again alike
                     if discard_connection(exc):

@@ -46,7 +46,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolClosed
 
 from leaseq import deadline as caller_deadline
-from leaseq.errors import InvalidInput, InvalidURL, StoreUnavailable
+from leaseq.errors import InvalidInput, InvalidURL, LeaseqError, StoreRefused, StoreUnavailable
 from leaseq.stores.postgres.options import PostgresOptions
 from leaseq.stores.postgres.watchdog import Watchdog
 from leaseq.validate import redact_url
@@ -211,8 +211,9 @@ class Session:
             try:
                 return self._attempt(this, generic_plans)
             except psycopg.Error as exc:
-                if over_a_limit(exc):
-                    raise beyond_limit(self.url, self.error_line(exc)) from None
+                typed = typed_refusal(exc, self.url, self.error_line(exc))
+                if typed is not None:
+                    raise typed from None
                 raise
             except _Retry as exc:
                 if time.monotonic() + pause > deadline:
@@ -575,6 +576,36 @@ def beyond_limit(url: str, line: str) -> InvalidInput:
     its statement failed, so nothing of it was written."""
     return InvalidInput(f"PostgreSQL at {url} cannot take this call, over one of its limits: "
                         f"{line}; nothing was written")
+
+
+#: What the server answers when the store itself cannot serve this role: a table, column or
+#: function of its schema is missing (42P01, 42703, 42883), the schema is (3F000), or the role
+#: lacks a privilege (42501). A retry would meet the same answer until someone fixes it.
+STORE_REFUSALS = frozenset({"42P01", "42703", "42883", "3F000", "42501"})
+
+
+def refused_by_the_store(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of the ``STORE_REFUSALS``."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in STORE_REFUSALS
+
+
+def store_refused(url: str, line: str) -> StoreRefused:
+    """The typed error of a statement the server refused for the store's own state
+    (``refused_by_the_store``): it failed, so nothing of it was written."""
+    return StoreRefused(f"PostgreSQL at {url} refused leaseq's statement: {line}; nothing was "
+                        "written. A table or column of the store's schema is missing, or the "
+                        "role lacks a privilege on it: check them with `leaseq doctor`, run "
+                        "`leaseq migrate` as the schema's owner, or grant the role access")
+
+
+def typed_refusal(exc: BaseException, url: str, line: str) -> LeaseqError | None:
+    """The typed error of a server error that no retry can get past (over one of its limits,
+    or refused for the store's own state); None for any other."""
+    if over_a_limit(exc):
+        return beyond_limit(url, line)
+    if refused_by_the_store(exc):
+        return store_refused(url, line)
+    return None
 
 
 def why(cause: BaseException, line: str) -> str:
