@@ -20,7 +20,7 @@ from pymongo.errors import (
 )
 
 from leaseq import deadline, validate
-from leaseq.errors import InvalidPayload, InvalidURL, StoreUnavailable
+from leaseq.errors import InvalidPayload, InvalidURL, StoreRefused, StoreUnavailable
 from leaseq.stores import connect
 from leaseq.stores.mongodb.connection import (
     TIMEOUT_DEFAULTS_MS,
@@ -193,6 +193,16 @@ def test_a_timed_out_call_is_store_unavailable_without_the_password(error):
     with pytest.raises(StoreUnavailable, match="unavailable") as raised:
         _Store(error).call()
     assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize("error", [
+    OperationFailure("not authorized on jobs to execute command { find: ... } hunter2", code=13),
+    OperationFailure("Authentication failed.", code=18),
+], ids=["unauthorized", "authentication"])
+def test_a_user_the_server_refuses_is_store_refused_without_the_password(error):
+    with pytest.raises(StoreRefused, match="refused leaseq's call") as raised:
+        _Store(error).call()
+    assert isinstance(raised.value, StoreUnavailable) and "hunter2" not in str(raised.value)
 
 
 @pytest.mark.parametrize("error", [OperationFailure("bad query", code=2),

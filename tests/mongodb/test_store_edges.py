@@ -13,7 +13,14 @@ from mongo_fakes import REPLICA_SET, Deleted, FakeDB
 from pymongo.client_session import ClientSession
 from pymongo.errors import ConfigurationError, DocumentTooLarge, DuplicateKeyError, OperationFailure
 
-from leaseq.errors import InvalidInput, InvalidPayload, InvalidPolicy, InvalidURL, JobConflict
+from leaseq.errors import (
+    InvalidInput,
+    InvalidPayload,
+    InvalidPolicy,
+    InvalidURL,
+    JobConflict,
+    StoreRefused,
+)
 from leaseq.job import EnqueueOutcome, JobSpec, Lease
 from leaseq.stores.mongodb import MongoStore, connection, upserts
 
@@ -93,8 +100,14 @@ def test_a_client_pymongo_refuses_is_an_invalid_url_with_the_password_masked():
 
 
 def test_other_operation_failures_pass_through_the_guard(db, store):
-    db[Q].answer("find_one", OperationFailure("unauthorized", code=13))
+    db[Q].answer("find_one", OperationFailure("bad value", code=2))
     with pytest.raises(OperationFailure):
+        store.get("q", "a")
+
+
+def test_a_user_not_authorized_is_store_refused_by_the_guard(db, store):
+    db[Q].answer("find_one", OperationFailure("not authorized on leaseq", code=13))
+    with pytest.raises(StoreRefused, match="not authorized"):
         store.get("q", "a")
 
 

@@ -22,7 +22,13 @@ from pymongo.errors import (
 )
 
 from leaseq import deadline, validate
-from leaseq.errors import InvalidPayload, InvalidURL, StoreUnavailable, UnsupportedOperation
+from leaseq.errors import (
+    InvalidPayload,
+    InvalidURL,
+    StoreRefused,
+    StoreUnavailable,
+    UnsupportedOperation,
+)
 from leaseq.redact import ENCODE_HINT, SECRET_PARAMETERS, refuse_ambiguous_userinfo
 
 #: MongoDB's error code for a transaction on a standalone server ("Transaction numbers are
@@ -35,6 +41,9 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 #: BSONObjectTooLarge, and the older "Resulting document after update is larger than" and
 #: "Document to upsert is larger than".
 _TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+#: The server's refusals of the store itself to this user: Unauthorized (13, a role granted
+#: too little) and AuthenticationFailed (18, a wrong user name or password).
+_REFUSAL_CODES = frozenset({13, 18})
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 _OURS = ("prefix", "ttl")
 
@@ -175,9 +184,10 @@ class OffsetClock:
 
 def guarded(method: F) -> F:
     """Map pymongo's connection errors and timeouts to ``StoreUnavailable`` (password masked),
-    a transaction on a standalone server to ``UnsupportedOperation`` and a document over
-    MongoDB's size limit to ``InvalidPayload``; run the call within the caller's
-    ``leaseq.deadline`` when there is one (pymongo's own ``timeout``)."""
+    a transaction on a standalone server to ``UnsupportedOperation``, a refused user to
+    ``StoreRefused`` and a document over MongoDB's size limit to ``InvalidPayload``; run the
+    call within the caller's ``leaseq.deadline`` when there is one (pymongo's own
+    ``timeout``)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -190,6 +200,8 @@ def guarded(method: F) -> F:
                 raise too_large(exc) from None
             if exc.code == NO_TRANSACTIONS:
                 raise UnsupportedOperation(no_transactions_message(self.url)) from None
+            if exc.code in _REFUSAL_CODES:
+                raise refused(self, exc) from None
             if exc.timeout:  # the server ran out of the operation's time (maxTimeMS)
                 raise unavailable(self, exc) from None
             raise
@@ -229,6 +241,15 @@ def unavailable(store: Any, exc: PyMongoError) -> StoreUnavailable:
     text = mask(f"{type(exc).__name__}: {exc}", store.secrets)
     return StoreUnavailable(f"MongoDB at {store.url} is unavailable: {text[:500]}. "
                             "Check the URL, the network and the server.")
+
+
+def refused(store: Any, exc: OperationFailure) -> StoreRefused:
+    """A refusal of the store to this user (``_REFUSAL_CODES``) as ``StoreRefused``, secrets
+    masked: at once, since a retry would meet it again until the grants or the URL change."""
+    text = mask(f"{type(exc).__name__}: {exc}", store.secrets)
+    return StoreRefused(f"MongoDB at {store.url} refused leaseq's call: {text[:500]}; nothing "
+                        "was written. Check the user name and password in the URL and the "
+                        "user's roles on the database")
 
 
 def document_too_large(exc: OperationFailure) -> bool:
