@@ -545,6 +545,26 @@ def test_a_metrics_port_that_is_taken_is_one_line_and_exit_2(invoke: Invoke,
     assert "Traceback" not in result.output
 
 
+def test_metrics_refuses_a_bad_queue_name_and_warns_of_an_empty_queue(
+        invoke: Invoke, store: leaseq.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A typo read as "0 ready" to an autoscaler, which scaled the workers to zero
+    result = invoke("metrics", "--port", "0", "--queue", "bad name")
+    assert result.exit_code == 2, result.output
+    assert "queue name" in result.output
+
+    class Served(Exception):
+        pass
+
+    def serve(*args: object, **kwargs: object) -> None:
+        raise Served
+
+    monkeypatch.setattr("leaseq.cli.ops.Metrics.serve", serve)
+    store.queue("emails").enqueue("j1", {})
+    result = invoke("metrics", "--port", "0", "--queue", "emails", "--queue", "emials")
+    assert isinstance(result.exception, Served), result.output
+    assert "no jobs in queue(s): emials (is the name right?)" in result.output
+
+
 def test_text_from_the_store_cannot_drive_the_operators_terminal(
         invoke: Invoke, store: leaseq.Store) -> None:
     # Given a job failed with an error text full of terminal escapes (a retitle, a screen

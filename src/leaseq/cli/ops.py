@@ -13,6 +13,7 @@ from leaseq import sweeper, validate
 from leaseq.cli import Seconds, echo_json, errors, json_option, open_store, render, url_option
 from leaseq.metrics import Metrics, snapshot
 from leaseq.signals import StopSignals, stop_event
+from leaseq.stores.base import Store
 
 
 @click.command()
@@ -26,13 +27,19 @@ def status(url: str | None, queues: tuple[str, ...], as_json: bool) -> None:
     names = [validate.queue_name(queue) for queue in queues]
     with open_store(url, create=False) as store:
         snaps = snapshot(store, names or None)
-        empty = sorted(set(names) - set(store.queues()))
-    if empty:  # a typo must not read as an empty queue
-        click.echo(f"no jobs in queue(s): {', '.join(empty)} (is the name right?)", err=True)
+        warn_of_empty_queues(store, names)
     if as_json:
         echo_json({"url": store.url, "queues": render.status_rows(snaps)})
     else:
         Console().print(render.status_table(store.url, snaps) if snaps else "no jobs yet")
+
+
+def warn_of_empty_queues(store: Store, names: list[str]) -> None:
+    """Say on stderr which of the queues asked for hold no job: a typo must not read as an
+    empty queue (nor, to an autoscaler, as no work)."""
+    empty = sorted(set(names) - set(store.queues()))
+    if empty:
+        click.echo(f"no jobs in queue(s): {', '.join(empty)} (is the name right?)", err=True)
 
 
 def _retention(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
@@ -109,9 +116,11 @@ def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],
     """Serve the queue gauges (jobs, ready, oldest pending age) for Prometheus / KEDA."""
     # It creates the store, as a worker does: the exporter is a service started beside the
     # workers (before any, when they scale from zero), not an inspection of a store.
+    names = [validate.queue_name(queue) for queue in queues]
     with open_store(url) as store:
+        warn_of_empty_queues(store, names)
         registry = Metrics()
-        registry.watch_store(store, lambda: list(queues) or None, refresh_s)
+        registry.watch_store(store, lambda: names or None, refresh_s)
         registry.watch_schedules(store)
         stop_server = registry.serve(port, addr)
         click.echo(f"serving metrics of {store.url} on http://{addr}:{stop_server.port}/metrics",
