@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from mongo_fakes import FakeDB
+from pipeline_model import run
 from pymongo.errors import DuplicateKeyError
 
 from leaseq.errors import ScheduleConflict, StoreUnavailable
@@ -127,6 +128,23 @@ def test_a_manual_tick_records_its_job_then_writes_it_then_journals(store, db) -
     assert [a[0] for a, _ in db.of(Q, "find_one_and_update")] == [{"_id": SPEC.job_id}]
     assert journaled(db) == [("enqueued", SPEC.job_id, None),
                              ("tick_manual", "schedule:hourly", {"job": SPEC.job_id})]
+
+
+@pytest.mark.parametrize("active", [True, False])
+def test_an_operator_action_keeps_a_retired_records_retirement_time(store, db,
+                                                                    active: bool) -> None:
+    # Given a record retired (or last changed) ten hours ago
+    retired = AT - timedelta(hours=10)
+    db[LEDGER].answer("find_one_and_update", doc(active=active), doc(active=active))
+    # When an operator triggers it, then pauses it
+    store.trigger_schedule("hourly", "q", SPEC)
+    store.pause_schedule("hourly", True)
+    # Then the update pipelines move updated_at only on an active record: an inactive one's
+    # is the moment it was retired, which the reactivation's grace reads
+    for args, _ in db.of(LEDGER, "find_one_and_update"):
+        after = run(args[1], doc(active=active, updated_at=retired), AT)
+        assert after["updated_at"] == (AT if active else retired)
+        assert after["version"] == 5
 
 
 def test_the_same_spec_writes_nothing_more_and_a_lost_change_logs_nothing(store, db) -> None:

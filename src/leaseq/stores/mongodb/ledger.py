@@ -143,7 +143,7 @@ class ScheduleLedger(OffsetClock):
         # The record first: a crash before the job leaves a last job that is not live
         if self._ledger.find_one_and_update(
                 {"_id": name, "queue": queue},
-                [{"$set": {"last_job_id": lit(spec.job_id), **self._bumped()}}],
+                [{"$set": {"last_job_id": lit(spec.job_id), **self._bumped_by_operator()}}],
                 return_document=AFTER) is None:
             return False
         self.enqueue_many(queue, [spec], on_conflict="keep")
@@ -156,7 +156,7 @@ class ScheduleLedger(OffsetClock):
         cursor = "$cursor" if paused else {"$max": ["$cursor", now(self._off)]}
         doc = self._ledger.find_one_and_update(
             {"_id": name, "paused": not paused},
-            [{"$set": {"paused": paused, "cursor": cursor, **self._bumped()}}],
+            [{"$set": {"paused": paused, "cursor": cursor, **self._bumped_by_operator()}}],
             return_document=AFTER)
         if doc is None:
             return False
@@ -181,6 +181,14 @@ class ScheduleLedger(OffsetClock):
 
     def _bumped(self) -> Doc:
         return {"version": {"$add": ["$version", 1]}, "updated_at": now(self._off)}
+
+    def _bumped_by_operator(self) -> Doc:
+        """``_bumped`` for a trigger, pause or resume: an inactive record keeps its
+        ``updated_at``, the moment it was retired, which ``_reactivated_cursor``'s grace
+        reads (so an operator's action does not make a long-retired schedule fire its gap)."""
+        active = {"$ifNull": ["$active", True]}
+        return {"version": {"$add": ["$version", 1]},
+                "updated_at": {"$cond": [active, now(self._off), "$updated_at"]}}
 
     def _log_schedule(self, queue: str, name: str, event: str, reason: str,
                       data: Mapping[str, Any] | None = None) -> None:

@@ -361,6 +361,29 @@ class ScheduleLedgerSuite:
         # keeps the cursor
         assert _state(store, "old").active and len(_tick_ids(store, "old@")) == 1
 
+    @pytest.mark.parametrize("action", ["trigger", "pause_resume"])
+    def test_an_operator_action_on_a_retired_schedule_keeps_its_retirement_clock(
+        self, leaseq_store: FreshStore, action: str
+    ) -> None:
+        # Given an hourly catch_up="all" schedule retired at half past, on which an operator
+        # triggers a manual job (or pauses and resumes it) ten hours later
+        store = leaseq_store.store
+        _retired_at_half_past(store)
+        advance(store, 10 * HOUR_S)
+        if action == "trigger":
+            trigger(store, "old")
+        else:
+            set_paused(store, "old", True)
+            set_paused(store, "old", False)
+        # When code that declares it again looks 30 minutes after that
+        advance(store, HOUR_S / 2)
+        back = _register(_app(store, "old", catch_up="all"))
+        back.run_once()
+        # Then none of the gap fires: it has been retired for more than REVIVE_GRACE_S,
+        # whatever the operator did meanwhile
+        assert _state(store, "old").active
+        assert [j for j in _tick_ids(store, "old@") if "@manual-" not in j] == []
+
     def test_a_name_active_in_another_apps_queue_is_refused_and_left_alone(
         self, leaseq_store: FreshStore
     ) -> None:

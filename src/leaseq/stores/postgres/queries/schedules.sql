@@ -48,16 +48,22 @@ WHERE name = %(schedule)s AND version = %(version)s AND NOT paused AND active
 RETURNING queue;
 
 -- A manual tick: its job is the last one (overlap="skip" waits for it); the cursor stays.
+-- An inactive record's updated_at is the moment it was retired, which schedule_respec's
+-- grace reads: an operator's trigger, pause or resume keeps it, so re-adding a schedule
+-- retired more than an hour ago fires none of the gap whatever was done to it meanwhile.
 -- name: schedule_trigger
 UPDATE {schedules}
-SET last_job_id = %(job_id)s, version = version + 1, updated_at = {now}
+SET last_job_id = %(job_id)s, version = version + 1,
+    updated_at = CASE WHEN active THEN {now} ELSE updated_at END
 WHERE name = %(schedule)s AND queue = %(queue)s
 RETURNING queue;
 
--- A resume moves the cursor to now: the ticks of the pause never fire.
+-- A resume moves the cursor to now: the ticks of the pause never fire. An inactive record
+-- keeps its updated_at, as in schedule_trigger.
 -- name: schedule_pause
 UPDATE {schedules}
-SET paused = %(paused)s, version = version + 1, updated_at = {now},
+SET paused = %(paused)s, version = version + 1,
+    updated_at = CASE WHEN active THEN {now} ELSE updated_at END,
     cursor = CASE WHEN %(paused)s THEN cursor ELSE greatest(cursor, {now}) END
 WHERE name = %(schedule)s AND paused <> %(paused)s
 RETURNING queue;

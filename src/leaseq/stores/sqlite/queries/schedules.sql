@@ -39,16 +39,22 @@ WHERE name = :schedule AND version = :version AND paused = 0 AND active = 1 AND 
 RETURNING queue;
 
 -- A manual tick: its job is the last one (overlap="skip" waits for it); the cursor stays.
+-- An inactive record's updated_at is the moment it was retired, which schedule_respec's
+-- grace reads: an operator's trigger, pause or resume keeps it, so re-adding a schedule
+-- retired more than an hour ago fires none of the gap whatever was done to it meanwhile.
 -- name: schedule_trigger
 UPDATE leaseq_schedules
-SET last_job_id = :job_id, version = version + 1, updated_at = {now}
+SET last_job_id = :job_id, version = version + 1,
+    updated_at = CASE WHEN active = 1 THEN {now} ELSE updated_at END
 WHERE name = :schedule AND queue = :queue
 RETURNING queue;
 
--- A resume moves the cursor to now: the ticks of the pause never fire.
+-- A resume moves the cursor to now: the ticks of the pause never fire. An inactive record
+-- keeps its updated_at, as in schedule_trigger.
 -- name: schedule_pause
 UPDATE leaseq_schedules
-SET paused = :paused, version = version + 1, updated_at = {now},
+SET paused = :paused, version = version + 1,
+    updated_at = CASE WHEN active = 1 THEN {now} ELSE updated_at END,
     cursor = CASE WHEN :paused = 0 THEN max(cursor, {now}) ELSE cursor END
 WHERE name = :schedule AND paused <> :paused
 RETURNING queue;
