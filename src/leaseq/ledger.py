@@ -44,13 +44,21 @@ def spec_changes(old_json: str, new_json: str) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
+#: The ``schedule_changed`` data key naming the queue a move took the schedule from: its
+#: entries before the move are in that queue's journal (``leaseq schedules history``).
+FROM_QUEUE = "from_queue"
+
+
 def schedule_changes(old: Mapping[str, Any], queue: str, spec_json: str) -> dict[str, Any]:
     """The journal data of a ``schedule_changed``: which fields changed (from a ledger row or
-    document with ``spec``, ``queue`` and ``active``), and whether it was inactive."""
+    document with ``spec``, ``queue`` and ``active``), whether it was inactive, and the queue
+    it moved from, if it did."""
     changed = spec_changes(old["spec"], spec_json)
+    moved = {}
     if old["queue"] != queue:
         changed.append("queue")
-    return {"changed": changed, "reactivated": not old["active"]}
+        moved = {FROM_QUEUE: old["queue"]}
+    return {"changed": changed, "reactivated": not old["active"], **moved}
 
 
 def owned(state: ScheduleState, queue: str) -> ScheduleState:

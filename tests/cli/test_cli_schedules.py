@@ -96,6 +96,21 @@ def test_trigger_pause_and_resume_answer_in_json_after_the_subcommand(invoke, ur
     assert invoke("schedules", "history", "nope").exit_code == 1
 
 
+def test_history_keeps_the_entries_of_the_queue_a_schedule_moved_from(invoke, store) -> None:
+    # Given a schedule registered in queue "reports", then moved by its code to "mail"
+    for queue in ("reports", "mail"):
+        app = leaseq.App(store=store)
+        app.task(lambda: None, name="report", queue=queue)
+        app.task(lambda: None, name="other", queue="mail" if queue == "reports" else "reports")
+        app.schedule("moving", "report", every_s=3600)
+        Scheduler(app).register()
+        advance(store, 60)
+    # When its history is asked for
+    journal = json.loads(invoke("schedules", "history", "moving", "--json").output)["journal"]
+    # Then the registration in the old queue is there, before the move
+    assert [e["event"] for e in journal] == ["schedule_registered", "schedule_changed"]
+
+
 def test_an_unknown_schedule_exits_1(invoke, store) -> None:
     result = invoke("schedules", "trigger", "nope")
     assert result.exit_code == 1 and "no schedule named 'nope'" in result.output

@@ -113,7 +113,8 @@ def test_a_record_of_another_queue_of_the_registrar_moves(store, db) -> None:
     assert store.register_schedule("hourly", "mail", '{"every_s":3600}',
                                    ["billing"]).queue == "mail"
     assert journaled(db) == [("schedule_changed", "schedule:hourly",
-                              {"changed": ["queue"], "reactivated": False})]
+                              {"changed": ["queue"], "reactivated": False,
+                               "from_queue": "billing"})]
 
 
 def test_a_manual_tick_records_its_job_then_writes_it_then_journals(store, db) -> None:

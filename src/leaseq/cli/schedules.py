@@ -15,7 +15,7 @@ from rich.table import Table
 from leaseq.app import App
 from leaseq.cli import echo_json, errors, json_option, open_store, render, url_option
 from leaseq.errors import LeaseqError
-from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
+from leaseq.ledger import ScheduleState, format_tick
 from leaseq.scheduler.spec import Schedule
 from leaseq.signals import stop_event
 from leaseq.stores.base import Store
@@ -134,15 +134,13 @@ def resume(ctx: click.Context, name: str, url: str | None, as_json: bool) -> Non
 @errors
 def history(ctx: click.Context, name: str, url: str | None, as_json: bool) -> None:
     """NAME's own journal: registered, changed, paused, resumed, ticks skipped or missed,
-    manual ticks (each tick's job has its own: leaseq inspect JOB)."""
-    from leaseq.scheduler.service import ScheduleNotFound
+    manual ticks, from every queue it was in (each tick's job has its own: leaseq inspect
+    JOB)."""
+    from leaseq.scheduler.service import history as schedule_history
 
     ctx = _options(ctx, url, as_json)
     with open_store(ctx.obj["url"], create=False) as store:
-        state = store.schedule_state(name)
-        if state is None:
-            raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
-        entries = store.journal(state.queue, schedule_journal_id(name))
+        entries = schedule_history(store, name)
     if ctx.obj["json"]:
         echo_json({"schedule": name, "journal": [e.to_dict() for e in entries]})
     else:

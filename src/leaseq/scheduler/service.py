@@ -20,8 +20,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from leaseq.errors import InvalidInput, LeaseqError, ScheduleConflict
-from leaseq.job import JobSpec, safe_reason
-from leaseq.ledger import ScheduleState, format_tick
+from leaseq.job import JobSpec, JournalEntry, safe_reason
+from leaseq.ledger import FROM_QUEUE, ScheduleState, format_tick, schedule_journal_id
 from leaseq.queue import Queue
 from leaseq.redact import traceback_text
 from leaseq.scheduler.plan import plan
@@ -263,3 +263,26 @@ def set_paused(store: Store, name: str, paused: bool) -> bool:
     if store.schedule_state(name) is None:
         raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
     return store.pause_schedule(name, paused)
+
+
+def history(store: Store, name: str) -> list[JournalEntry]:
+    """The schedule ``name``'s own journal, oldest first, from every queue it was written in:
+    its record's queue, each queue a move took it from (the move's ``schedule_changed``
+    names it, even when that queue has no job left), and the store's queues (moves journaled
+    before they named their queue)."""
+    state = store.schedule_state(name)
+    if state is None:
+        raise ScheduleNotFound(f"no schedule named {name[:100]!r} in the ledger")
+    journal_id = schedule_journal_id(name)
+    to_read = [state.queue, *store.queues()]
+    read: set[str] = set()
+    entries: list[JournalEntry] = []
+    while to_read:
+        queue = to_read.pop()
+        if queue in read:
+            continue
+        read.add(queue)
+        found = store.journal(queue, journal_id)
+        entries += found
+        to_read += [e.data[FROM_QUEUE] for e in found if e.data and e.data.get(FROM_QUEUE)]
+    return sorted(entries, key=lambda e: e.at)  # stable: a queue's own order on a tie

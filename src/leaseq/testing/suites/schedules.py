@@ -14,7 +14,7 @@ from leaseq.app import App
 from leaseq.errors import ScheduleConflict
 from leaseq.ledger import ScheduleEvent, ScheduleState, schedule_journal_id
 from leaseq.scheduler.plan import plan
-from leaseq.scheduler.service import Scheduler, SchedulerConfig, set_paused, trigger
+from leaseq.scheduler.service import Scheduler, SchedulerConfig, history, set_paused, trigger
 from leaseq.stores.base import Store
 from leaseq.testing.harness import FreshStore, advance, events, seconds_until, shifted_clock
 
@@ -420,6 +420,25 @@ class ScheduleLedgerSuite:
         store.deactivate_schedules(["a", "b"], [])
         taken = store.register_schedule("moving", "c", _state(store, "moving").spec_json)
         assert (taken.queue, taken.active) == ("c", True)
+
+    def test_history_gathers_a_schedules_journal_from_each_queue_it_was_in(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a schedule registered in queue "a" (which holds no job), moved to "b" a
+        # minute later, and paused there a minute after that
+        store = leaseq_store.store
+        _register(_app_in(store, "a", "moving", also="b"))
+        advance(store, 60)
+        _register(_app_in(store, "b", "moving", also="a"))
+        advance(store, 60)
+        set_paused(store, "moving", True)
+        assert "a" not in store.queues()
+        # When its history is read
+        entries = history(store, "moving")
+        # Then it has the entries of both queues, oldest first, the move naming its origin
+        assert events(entries) == [ScheduleEvent.REGISTERED, ScheduleEvent.CHANGED,
+                                   ScheduleEvent.PAUSED]
+        assert entries[1].data is not None and entries[1].data["from_queue"] == "a"
 
     def test_the_newest_code_retires_a_schedule_an_old_scheduler_revived(
         self, leaseq_store: FreshStore
