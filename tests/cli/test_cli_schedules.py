@@ -4,7 +4,7 @@ scheduler``'s refusals."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import leaseq
 from leaseq.ledger import format_tick
@@ -109,6 +109,32 @@ def test_history_keeps_the_entries_of_the_queue_a_schedule_moved_from(invoke, st
     journal = json.loads(invoke("schedules", "history", "moving", "--json").output)["journal"]
     # Then the registration in the old queue is there, before the move
     assert [e["event"] for e in journal] == ["schedule_registered", "schedule_changed"]
+
+
+def test_history_in_text_shows_full_utc_times_and_the_changed_fields(invoke, store) -> None:
+    # Given a schedule registered, retired, and 43 days later declared again with another
+    # payload
+    def register(region: str) -> None:
+        app = leaseq.App(store=store)
+        app.task(lambda region: None, name="report", queue="reports")
+        app.schedule("nightly", "report", every_s=3600, payload={"region": region})
+        Scheduler(app).register()
+
+    register("eu")
+    store.deactivate_schedules(["reports"], [])
+    advance(store, 43 * 86400)
+    register("us")
+    # When its history is shown as text
+    story = invoke("schedules", "history", "nightly", env={"COLUMNS": "200"}).output
+    # Then each line has the entry's UTC date and time, and the change names its fields
+    journal = json.loads(invoke("schedules", "history", "nightly", "--json").output)["journal"]
+    lines = story.strip().splitlines()
+    assert len(lines) == len(journal) == 3
+    for line, entry in zip(lines, journal, strict=True):
+        at = datetime.fromisoformat(entry["at"]).astimezone(UTC)
+        assert line.startswith(f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d}Z")
+    assert "changed: payload" in lines[2] and "reactivated" in lines[2]
+    assert "+" not in story  # no offset from the first entry
 
 
 def test_an_unknown_schedule_exits_1(invoke, store) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.markup import escape
@@ -14,6 +14,7 @@ from rich.table import Table
 
 from leaseq.job import Job, JournalEntry
 from leaseq.journal import RENAMED_EVENTS, JournalEvent
+from leaseq.ledger import FROM_QUEUE
 from leaseq.metrics import QueueSnapshot
 from leaseq.timeline import read_timeline
 
@@ -146,6 +147,28 @@ def story_line(entry: JournalEntry, start: datetime | None, note: str | None = N
         parts.append(f"— {shown(detail)}")
     if note:
         parts.append(f"· {note}")
+    return "  ".join(parts)
+
+
+def schedule_story(entries: Sequence[JournalEntry]) -> list[str]:
+    """A schedule's journal, one line per event at its full UTC date and time: unlike a job's,
+    it spans months, so a time of day or an offset from the first entry says little."""
+    return [schedule_line(entry) for entry in entries]
+
+
+def schedule_line(entry: JournalEntry) -> str:
+    at = entry.at.astimezone(UTC)
+    parts = [f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d}Z",
+             f"[bold]{shown(entry.event)}[/bold]"]
+    if entry.reason:
+        parts.append(f"— {shown(entry.reason)}")
+    data = entry.data or {}
+    if "changed" in data:
+        parts.append(f"changed: {shown(', '.join(map(str, data['changed'])) or 'nothing')}")
+    if data.get(FROM_QUEUE):
+        parts.append(f"from queue {shown(str(data[FROM_QUEUE]))}")
+    if data.get("reactivated"):
+        parts.append("reactivated")
     return "  ".join(parts)
 
 

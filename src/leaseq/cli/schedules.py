@@ -144,7 +144,7 @@ def history(ctx: click.Context, name: str, url: str | None, as_json: bool) -> No
     if ctx.obj["json"]:
         echo_json({"schedule": name, "journal": [e.to_dict() for e in entries]})
     else:
-        for line in render.story(entries) or ["no events"]:
+        for line in render.schedule_story(entries) or ["no events"]:
             Console().print(line)
 
 
