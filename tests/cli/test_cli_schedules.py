@@ -137,6 +137,25 @@ def test_history_in_text_shows_full_utc_times_and_the_changed_fields(invoke, sto
     assert "+" not in story  # no offset from the first entry
 
 
+def test_a_paused_or_inactive_schedule_shows_no_next_tick(invoke, url, store) -> None:
+    # Given a registered schedule, listed with its next tick
+    _registered(url)
+    (row,) = json.loads(invoke("schedules", "--json").output)["schedules"]
+    assert row["next_tick"] is not None
+    for step in ("pause", "retire"):
+        # When it is paused (then also retired by code without it)
+        if step == "pause":
+            invoke("schedules", "pause", "nightly")
+        else:
+            store.deactivate_schedules(["reports"], [])
+        # Then no next tick is shown: none will fire
+        (row,) = json.loads(invoke("schedules", "--json").output)["schedules"]
+        assert row["next_tick"] is None
+        table = invoke("schedules", env={"COLUMNS": "200"}).output
+        (line,) = [t for t in table.splitlines() if "nightly" in t]
+        assert line.split("│")[3].strip() == "-"
+
+
 def test_an_unknown_schedule_exits_1(invoke, store) -> None:
     result = invoke("schedules", "trigger", "nope")
     assert result.exit_code == 1 and "no schedule named 'nope'" in result.output

@@ -54,14 +54,16 @@ def _row(store: Store, state: ScheduleState, now: datetime) -> dict[str, Any]:
     except LeaseqError:  # written by another version of the code: show what is known
         schedule = None
     job = store.get(state.queue, state.last_job_id) if state.last_job_id else None
-    upcoming = schedule.next_after(max(state.cursor, now)) if schedule else None
+    # a paused or inactive schedule fires no tick until resumed or declared again
+    fires = schedule is not None and state.active and not state.paused
+    upcoming = schedule.next_after(max(state.cursor, now)) if fires and schedule else None
     return {
         "name": state.name, "queue": state.queue,
         "spec": schedule.describe() if schedule else "?",
         "timezone": schedule.timezone if schedule else "?",
         "catch_up": schedule.catch_up if schedule else "?",
         "overlap": schedule.overlap if schedule else "?",
-        "next_tick": format_tick(upcoming) if upcoming and state.active else None,
+        "next_tick": format_tick(upcoming) if upcoming else None,
         "last_tick": format_tick(state.last_tick) if state.last_tick else None,
         "last_job": state.last_job_id, "last_job_status": job.status if job else None,
         "skipped": state.skipped, "paused": state.paused, "active": state.active,
