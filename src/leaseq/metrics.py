@@ -167,8 +167,11 @@ class StoreCollector(Collector):
 
 class ScheduleCollector(Collector):
     """Per schedule, from the ledger when scraped: the last tick enqueued, and how late the
-    oldest due tick not yet decided is (0 when none is due: the scheduler is keeping up).
-    Inactive schedules are left out. ``redact`` masks the store errors it logs."""
+    oldest due tick not yet decided is (0 when none is due: the scheduler is keeping up; and
+    for a paused or inactive schedule, which no tick is due of). An inactive schedule's
+    series stays, at 0, rather than vanishing: a series that disappears reads to an
+    ``absent()`` alert as a scheduler gone, and to a graph as a gap. ``redact`` masks the
+    store errors it logs."""
 
     def __init__(self, store: Store, redact: Redact = redact):
         self.store = store
@@ -180,17 +183,18 @@ class ScheduleCollector(Collector):
                                  labels=["schedule"])
         lag = GaugeMetricFamily("leaseq_schedule_lag_seconds",
                                 "Seconds since the oldest due tick not yet enqueued (or "
-                                "decided); 0 when the scheduler keeps up or it is paused.",
+                                "decided); 0 when the scheduler keeps up, or it is paused or "
+                                "inactive.",
                                 labels=["schedule"])
         try:
             with deadline.within(STORE_READ_S):
-                states = [s for s in self.store.schedules() if s.active]
+                states = self.store.schedules()
                 now = self.store.server_now() if states else None
         except LeaseqError as exc:
             log.warning("metrics: cannot read the schedule ledger: %s",
                         safe_reason(exc, redact=self.redact))
             states, now = [], None
-        if now is not None:  # None: no active schedule, or the ledger could not be read
+        if now is not None:  # None: no schedule, or the ledger could not be read
             self._measure(states, now, last, lag)
         yield from (last, lag)
 
@@ -207,7 +211,7 @@ class ScheduleCollector(Collector):
                     state.cursor)
             except LeaseqError:  # a spec this process cannot read (another version's zone)
                 continue
-            late = 0.0 if state.paused else (now - due).total_seconds()
+            late = 0.0 if state.paused or not state.active else (now - due).total_seconds()
             lag.add_metric([state.name], max(late, 0.0))
 
 

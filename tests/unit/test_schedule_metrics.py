@@ -52,17 +52,29 @@ def test_the_gauges_show_each_schedules_last_tick_and_lag(
     monkeypatch.setattr(store, "server_now", lambda: now)
     gauges = _gauges(store)
     # Then "ticked" shows its tick and no lag (its next tick, H+2, is not due); "late" is
-    # 10 minutes behind its tick H+1 and shows no last tick; "paused" is never late; "gone" is
-    # not shown
+    # 10 minutes behind its tick H+1 and shows no last tick; "paused" and "gone" are never
+    # late: their series stay, at 0
     assert gauges == {
         ("leaseq_schedule_last_tick_timestamp", "ticked"): tick.timestamp(),
         ("leaseq_schedule_lag_seconds", "ticked"): 0.0,
         ("leaseq_schedule_lag_seconds", "late"): 600.0,
         ("leaseq_schedule_lag_seconds", "paused"): 0.0,
+        ("leaseq_schedule_lag_seconds", "gone"): 0.0,
     }
 
 
-def test_the_gauges_are_empty_without_an_active_schedule(store: leaseq.Store) -> None:
+def test_an_inactive_schedule_reads_0_however_long_it_has_been_gone(
+    store: leaseq.Store
+) -> None:
+    # Given an hourly schedule gone from the code, its ticks due for three hours now
     _hourly(store, "gone")
     store.deactivate_schedules(["reports"], [])
+    advance(store, 3 * 3600)
+    # When Prometheus scrapes
+    gauges = _gauges(store)
+    # Then its lag reads 0, as docs/periodic.md says, not a vanished series
+    assert gauges == {("leaseq_schedule_lag_seconds", "gone"): 0.0}
+
+
+def test_the_gauges_are_empty_without_a_schedule(store: leaseq.Store) -> None:
     assert _gauges(store) == {}
