@@ -12,8 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from leaseq.ledger import ScheduleState
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 #: Store gauges read longer ago than this many refreshes (and at least ``STALE_MIN_S``) are no
@@ -82,49 +83,73 @@ def snapshot(store: Store, queues: Sequence[str] | None = None) -> list[QueueSna
                           store.held_back(q) if q in limited else HeldBack()) for q in names]
 
 
-class StoreCollector(Collector):
-    """Gauges read from the store when scraped, cached for ``refresh_s`` so that frequent
-    scrapes (or several Prometheus servers) cost one round of queries. When the store cannot
-    be read, the last counts are served until they are ``stale_after_s`` old, then none;
-    ``leaseq_store_up`` says whether the last read succeeded. ``redact`` masks the store
-    errors it logs."""
+class CachedRead(Generic[T]):
+    """A collector's read of the store, the one home of the rule every collector serves by:
+    read at most once per ``refresh_s`` — a read that failed too, so that scrapes during an
+    outage answer at once instead of each waiting out the store — and the last value served
+    until ``stale_after_s`` old, then none. ``up``: whether the last read succeeded.
 
-    def __init__(self, store: Store, queues: Callable[[], Sequence[str] | None],
-                 refresh_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 redact: Redact = redact):
-        self.store = store
-        self.redact = redact
-        self.queues = queues
+    Any exception of the read is a failed read, not only a ``LeaseqError``: a driver's own
+    (psycopg's UndefinedTable before a migration) raised from ``collect`` would fail every
+    scrape, the counters with it. It is logged by its type and masked text (``safe_reason``
+    with ``redact``), never with its traceback, whose frames may show a connection's secret.
+    """
+
+    def __init__(self, read: Callable[[], T], what: str, refresh_s: float,
+                 clock: Callable[[], float], redact: Redact):
+        self.read = read
+        self.what = what
         self.refresh_s = refresh_s
         self.clock = clock
-        self._lock = threading.Lock()
+        self.redact = redact
         self.stale_after_s = max(STALE_AFTER_REFRESHES * refresh_s, STALE_MIN_S)
-        self._cached: list[QueueSnapshot] = []
-        self._at: float | None = None
+        self.up = False
+        self._lock = threading.Lock()
+        self._last: tuple[T, float] | None = None
         self._tried_at: float | None = None
-        self._up = False
 
-    def _snapshots(self) -> list[QueueSnapshot]:
-        """The cached counts, read again once ``refresh_s`` old; none once ``stale_after_s``
-        old (the store could not be read since). A read that failed is tried again only
-        ``refresh_s`` later: scrapes during an outage answer at once."""
+    def get(self) -> tuple[T, float] | None:
+        """The last value read and its age in seconds (read again first once ``refresh_s``
+        has passed since the last try); None when none was read or it is stale."""
         with self._lock:
             now = self.clock()
             if self._tried_at is None or now - self._tried_at >= self.refresh_s:
                 self._refresh(now)
-            fresh = self._at is not None and now - self._at <= self.stale_after_s
-            return self._cached if fresh else []
+            if self._last is None or now - self._last[1] > self.stale_after_s:
+                return None
+            return self._last[0], now - self._last[1]
 
     def _refresh(self, now: float) -> None:
         self._tried_at = now
         try:
             with deadline.within(STORE_READ_S):
-                self._cached = snapshot(self.store, self.queues())
-            self._at, self._up = now, True
-        except LeaseqError as exc:  # keep serving the counters; say why gauges are old
-            self._up = False
-            log.warning("metrics: cannot read queue gauges from the store: %s",
+                self._last = (self.read(), now)
+            self.up = True
+        except Exception as exc:  # any: see the class's docstring
+            self.up = False
+            log.warning("metrics: cannot read %s: %s", self.what,
                         safe_reason(exc, redact=self.redact))
+
+
+class StoreCollector(Collector):
+    """Gauges read from the store when scraped, cached for ``refresh_s`` so that frequent
+    scrapes (or several Prometheus servers) cost one round of queries. When the store cannot
+    be read, the last counts are served until they are ``stale_after_s`` old, then none;
+    ``leaseq_store_up`` says whether the last read succeeded (``CachedRead``). ``redact``
+    masks the store errors it logs."""
+
+    def __init__(self, store: Store, queues: Callable[[], Sequence[str] | None],
+                 refresh_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 redact: Redact = redact):
+        self.store = store
+        self.queues = queues
+        self._read = CachedRead(lambda: snapshot(store, queues()),
+                                "queue gauges from the store", refresh_s, clock, redact)
+        self.stale_after_s = self._read.stale_after_s
+
+    def _snapshots(self) -> list[QueueSnapshot]:
+        last = self._read.get()
+        return last[0] if last else []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         jobs = GaugeMetricFamily("leaseq_jobs", "Jobs by queue and status.",
@@ -150,7 +175,7 @@ class StoreCollector(Collector):
         snapshots = self._snapshots()
         up = GaugeMetricFamily("leaseq_store_up", "1 when the last read of the store gauges "
                                "succeeded, else 0 (they go once that read is stale).",
-                               value=int(self._up))
+                               value=int(self._read.up))
         for snap in snapshots:
             # leaseq's statuses always (a count that falls to 0 reads 0, not a gap); an app's
             # own terminal statuses while it has jobs in them.
@@ -170,12 +195,19 @@ class ScheduleCollector(Collector):
     oldest due tick not yet decided is (0 when none is due: the scheduler is keeping up; and
     for a paused or inactive schedule, which no tick is due of). An inactive schedule's
     series stays, at 0, rather than vanishing: a series that disappears reads to an
-    ``absent()`` alert as a scheduler gone, and to a graph as a gap. ``redact`` masks the
-    store errors it logs."""
+    ``absent()`` alert as a scheduler gone, and to a graph as a gap. The ledger is read at
+    most once per ``refresh_s``, as the store gauges are (``CachedRead``); between reads the
+    lag grows by the time passed. ``redact`` masks the store errors it logs."""
 
-    def __init__(self, store: Store, redact: Redact = redact):
+    def __init__(self, store: Store, redact: Redact = redact, refresh_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.store = store
-        self.redact = redact
+        self._read = CachedRead(self._ledger, "the schedule ledger", refresh_s, clock, redact)
+
+    def _ledger(self) -> tuple[list[ScheduleState], datetime | None]:
+        states = self.store.schedules()
+        # the store's clock is read only when there is a schedule to measure
+        return states, self.store.server_now() if states else None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         last = GaugeMetricFamily("leaseq_schedule_last_tick_timestamp",
@@ -186,16 +218,11 @@ class ScheduleCollector(Collector):
                                 "decided); 0 when the scheduler keeps up, or it is paused or "
                                 "inactive.",
                                 labels=["schedule"])
-        try:
-            with deadline.within(STORE_READ_S):
-                states = self.store.schedules()
-                now = self.store.server_now() if states else None
-        except LeaseqError as exc:
-            log.warning("metrics: cannot read the schedule ledger: %s",
-                        safe_reason(exc, redact=self.redact))
-            states, now = [], None
-        if now is not None:  # None: no schedule, or the ledger could not be read
-            self._measure(states, now, last, lag)
+        read = self._read.get()
+        if read is not None:
+            (states, read_now), age_s = read
+            if read_now is not None:  # None: no schedule in the ledger
+                self._measure(states, read_now + timedelta(seconds=age_s), last, lag)
         yield from (last, lag)
 
     @staticmethod
@@ -238,10 +265,12 @@ class Metrics:
         store cannot be read."""
         self.registry.register(StoreCollector(store, queues, refresh_s, redact=redact))
 
-    def watch_schedules(self, store: Store, redact: Redact = redact) -> None:
+    def watch_schedules(self, store: Store, redact: Redact = redact,
+                        refresh_s: float = 5.0) -> None:
         """Add the ``leaseq_schedule_last_tick_timestamp`` / ``leaseq_schedule_lag_seconds``
-        gauges; ``redact`` as for ``watch_store``."""
-        self.registry.register(ScheduleCollector(store, redact))
+        gauges, the ledger read at most once per ``refresh_s``; ``redact`` as for
+        ``watch_store``."""
+        self.registry.register(ScheduleCollector(store, redact, refresh_s))
 
     def job_finished(self, queue: str, outcome: str, duration_s: float | None) -> None:
         self.processed.labels(queue, outcome).inc()

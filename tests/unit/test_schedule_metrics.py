@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import leaseq
 from leaseq.ledger import TickAdvance
-from leaseq.metrics import Metrics
+from leaseq.metrics import Metrics, ScheduleCollector
 from leaseq.scheduler.spec import Schedule
 from leaseq.testing.harness import advance, seconds_until
 
@@ -78,3 +79,32 @@ def test_an_inactive_schedule_reads_0_however_long_it_has_been_gone(
 
 def test_the_gauges_are_empty_without_a_schedule(store: leaseq.Store) -> None:
     assert _gauges(store) == {}
+
+
+def test_the_ledger_is_read_once_per_refresh_and_the_lag_grows_between_reads(
+    store: leaseq.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an hourly schedule 10 minutes late, its gauges on a clock the test moves
+    hour = store.server_now().replace(minute=0, second=0, microsecond=0) + HOUR
+    advance(store, seconds_until(store, hour) + 1800)
+    _hourly(store, "late")
+    advance(store, 40 * 60)
+    reads = []
+    schedules = store.schedules
+    monkeypatch.setattr(store, "schedules", lambda: reads.append(1) or schedules())
+    now = [0.0]
+    registry = CollectorRegistry()
+    registry.register(ScheduleCollector(store, refresh_s=5, clock=lambda: now[0]))
+    lag = lambda: registry.get_sample_value(  # noqa: E731
+        "leaseq_schedule_lag_seconds", {"schedule": "late"})
+    first = lag()
+    # When it is scraped again 3 s later, then 6 s after the first scrape
+    now[0] = 3.0
+    again = lag()
+    now[0] = 6.0
+    lag()
+    # Then the ledger was read by the first and the third scrape only, and the second one's
+    # lag is the first's plus the 3 s that passed
+    assert first is not None and first >= 600.0
+    assert again == pytest.approx(first + 3.0)
+    assert len(reads) == 2

@@ -121,7 +121,7 @@ def metrics(url: str | None, port: int, addr: str, queues: tuple[str, ...],
         warn_of_empty_queues(store, names)
         registry = Metrics()
         registry.watch_store(store, lambda: names or None, refresh_s)
-        registry.watch_schedules(store)
+        registry.watch_schedules(store, refresh_s=refresh_s)
         stop_server = registry.serve(port, addr)
         click.echo(f"serving metrics of {store.url} on http://{addr}:{stop_server.port}/metrics",
                    err=True)
