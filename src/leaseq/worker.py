@@ -172,7 +172,7 @@ class Worker(LeaseClock, Lifecycle):
         self.store = app.store
         self.metrics.watch_store(self.store, lambda: [q.name for q in self.queues],
                                  redact=app.redact)
-        if app.schedules and self.config.scheduler:
+        if app.schedules:  # the gauges read the ledger: served with or without the scheduler
             self.metrics.watch_schedules(self.store, app.redact)
         self._runner = Runner(app, self.metrics, sleep=sleep, clock=clock,
                               on_settled=self._settle)

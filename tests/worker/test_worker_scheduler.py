@@ -11,6 +11,7 @@ from worker_helpers import running, wait_until
 
 import leaseq
 from leaseq.scheduler import Scheduler
+from leaseq.worker import Worker, WorkerConfig
 
 
 def _every_second(app: leaseq.App, seen: list[datetime]) -> None:
@@ -45,6 +46,18 @@ def test_a_worker_without_the_scheduler_leaves_the_ledger_alone(app: leaseq.App)
         other.enqueue()
         wait_until(lambda: app.store.counts("work").get("done") == 1, what="one job done")
     assert app.store.schedules() == [] and seen == []
+
+
+def test_a_worker_without_the_scheduler_still_serves_the_schedule_gauges(
+        app: leaseq.App) -> None:
+    # Given an app's schedule in the ledger, registered by a scheduler running elsewhere
+    _every_second(app, [])
+    Scheduler(app).register()
+    # When a worker of the app runs without the scheduler (--no-scheduler)
+    worker = Worker(app, WorkerConfig(scheduler=False))
+    scraped = generate_latest(worker.metrics.registry).decode()
+    # Then its metrics serve the schedule's gauges: they read the ledger, as any process may
+    assert 'leaseq_schedule_lag_seconds{schedule="beat"}' in scraped
 
 
 def test_a_worker_of_an_app_without_schedules_leaves_another_apps_schedules_active(
