@@ -6,8 +6,8 @@ reads the job again. Three kinds, one per store family:
 
 * ``FinishWatch``: polling every ``poll_s`` (MongoDB; any store without change signals).
 * ``ChangeCounterWatch``: SQLite's ``PRAGMA data_version`` read on a connection of its own,
-  which therefore sees every commit, this process's included; a read costs microseconds and
-  takes no lock (the same signal the SQLite store's idle workers wait on).
+  which therefore sees every commit, this process's included; a read costs microseconds (the
+  same signal the SQLite store's idle workers wait on) and never waits for a lock.
 * ``NotifyWatch``: PostgreSQL's NOTIFY on the job's finish (a statement trigger sends it at commit),
   heard by the store's one LISTEN connection and handed to the waiters by ``FinishWaiters``.
 """
@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
+
+from leaseq.errors import StoreUnavailable
 
 #: How often a polling watch wakes its waiter. Defaults to 100 ms.
 FINISH_POLL_S = 0.1
@@ -59,20 +61,51 @@ class FinishWatch:
 
 
 class ChangeCounterWatch(FinishWatch):
-    """Wakes when any connection commits to the SQLite database file."""
+    """Wakes when any connection commits to the SQLite database file.
+
+    Its reads never wait (busy timeout 0): ``await_`` reads on the event loop, and in
+    rollback-journal mode (no WAL: a Django alias without it, a file system WAL cannot run
+    on) another connection's write lock blocks every reader, for as long as that writer
+    likes. A read refused for a lock counts as a change: the caller then reads the job
+    again, off the loop, where the store's own busy timeout does the waiting. Any other
+    refusal is ``StoreUnavailable``."""
 
     poll_s = COUNTER_POLL_S
 
     def __init__(self, path: str):
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._seen = self._version()
+        self._path = path
+        try:
+            self._conn = sqlite3.connect(path, timeout=0, isolation_level=None,
+                                         check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from None
+        try:
+            self._seen = self._version()
+        except BaseException:
+            self._conn.close()
+            raise
 
-    def _version(self) -> int:
-        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+    def _version(self) -> int | None:
+        """The change counter, or None while another connection's lock keeps it unread."""
+        try:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return None
+            raise self._unavailable(exc) from None
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(f"SQLite database {self._path!r}: its change counter could "
+                                f"not be read: {exc}")
 
     def _changed(self) -> bool:
+        """True when a commit landed since the last read, or may have (the read was locked
+        out, or the one before it was)."""
         version = self._version()
-        changed, self._seen = version != self._seen, version
+        changed = version is None or version != self._seen
+        self._seen = version
         return changed
 
     def wait(self, timeout_s: float) -> None:
