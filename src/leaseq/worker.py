@@ -238,8 +238,13 @@ class Worker(LeaseClock, Lifecycle):
         shutdown, or abandoned by the lease clock earlier (it has left the jobs in flight).
         A process that wants to exit now must then use ``os._exit``: a normal exit waits for
         every pool thread."""
+        return self.stragglers() > 0
+
+    def stragglers(self) -> int:
+        """How many sync handlers still run in pool threads (``has_stragglers``): counted by
+        their threads, not by ``in_flight``, which the abandoned ones have left."""
         with self._lock:
-            return self._pool_tasks > 0
+            return self._pool_tasks
 
     # --- the loop ----------------------------------------------------------------------------
 

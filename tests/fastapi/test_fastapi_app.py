@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import leaseq
 from leaseq import connect, sweeper
 from leaseq.contrib.fastapi import jobs_router, lifespan, new_job_id
 from leaseq.errors import InvalidInput
-from leaseq.worker import WorkerConfig
+from leaseq.worker import ABANDONED_EVENT, WorkerConfig
 
 ALICE, BOB = {"Authorization": "alice"}, {"Authorization": "bob"}
 
@@ -205,6 +206,63 @@ def test_a_handler_outliving_the_grace_period_is_warned_about(
         # When the server stops, Then it warns that the handler's thread still runs
         (warning,) = [r for r in caplog.records if getattr(r, "action", None) == "grace_expired"]
         assert warning.levelno == logging.WARNING
-        assert "1 job(s)" in warning.getMessage()
+        assert "1 sync handler(s) still running" in warning.getMessage()
     finally:
         release.set()
+
+
+def test_the_straggler_warning_counts_every_handler_still_running_and_says_what_exit_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given an embedded worker (no grace period, a 1.5 s lease) running a sync handler deaf
+    # to its lease, and a store whose heartbeats can be cut off
+    jobs = leaseq.App(url=f"sqlite:///{tmp_path / 'jobs.db'}",
+                      queues={"slow": {"lease_s": 1.5, "heartbeat_every_s": 0.3}})
+    started = {"first": threading.Event(), "second": threading.Event()}
+    release = threading.Event()
+
+    @jobs.task(queue="slow")
+    def deaf(name: str) -> None:
+        started[name].set()
+        release.wait(timeout=30)
+
+    store = jobs.store
+    cut = threading.Event()
+    heartbeat_many = store.heartbeat_many
+
+    def cut_off(*args: object, **kwargs: object) -> object:
+        if cut.is_set():
+            raise leaseq.StoreUnavailable("network unreachable")
+        return heartbeat_many(*args, **kwargs)
+
+    monkeypatch.setattr(store, "heartbeat_many", cut_off)
+    config = WorkerConfig(concurrency=2, grace_s=0, lease_margin_s=0.5)
+    api = FastAPI(lifespan=lifespan(jobs, worker=config))
+    q = jobs.queue("slow")
+    try:
+        with TestClient(api):
+            # the first handler's lease clock runs out: it is abandoned, and runs on
+            deaf.enqueue("first", job_id="first")
+            assert started["first"].wait(timeout=5)
+            cut.set()
+            deadline = time.monotonic() + 10
+            while not any(e.event == ABANDONED_EVENT for e in q.journal("first")):
+                assert time.monotonic() < deadline, "the first job was never abandoned"
+                release.wait(0.05)
+            cut.clear()
+            # the second one is still running when the server stops
+            deaf.enqueue("second", job_id="second")
+            assert started["second"].wait(timeout=5)
+        # When the server has stopped
+        (warning,) = [r for r in caplog.records if getattr(r, "action", None) == "grace_expired"]
+        text = warning.getMessage()
+        # Then the warning counts both handlers (the abandoned one had left the jobs in
+        # flight), and says the jobs run again and what the exit does with their threads
+        assert "2 sync handler(s) still running" in text
+        assert "will run again" in text
+        assert "SIGTERM" in text and "cut off" in text
+        assert "SIGINT" in text and "holds up the exit" in text
+        assert "exits only once it returns" not in text
+    finally:
+        release.set()
+        store.close()

@@ -91,9 +91,9 @@ class EmbeddedWorker:
         self._stop.set()
         self.worker.request_stop()  # wakes a worker idle in wait_for_work at once
         self._thread.join()
-        if self.worker.has_stragglers():
-            log.warning(_STRAGGLERS, len(self.worker.in_flight()),
-                        extra=queue_fields("grace_expired"))
+        stragglers = self.worker.stragglers()
+        if stragglers:
+            log.warning(_STRAGGLERS, stragglers, extra=queue_fields("grace_expired"))
         if self._error is not None:
             self._raise()
 
@@ -119,10 +119,17 @@ class EmbeddedWorker:
         raise error
 
 
+#: What becomes of a straggler depends on how the server ends, not on leaseq: uvicorn
+#: re-raises the signal it caught once the shutdown is done, and SIGTERM's default action
+#: ends the process at once, while SIGINT's KeyboardInterrupt lets Python wait for the
+#: pool's threads (they are not daemons).
 _STRAGGLERS = (
-    "the embedded worker stopped with a sync handler still running in its thread pool "
-    "(%d job(s) given back and not finished): the process exits only once it returns; see "
-    "the FastAPI section of docs/integrations.md")
+    "the embedded worker stopped with %d sync handler(s) still running in its thread pool: "
+    "their jobs are no longer this worker's (given back at the end of the grace period, or "
+    "let go when their lease ran out) and will run again; a handler's thread is cut off "
+    "mid-run when the server's process ends (uvicorn re-raises SIGTERM once the shutdown is "
+    "done), or holds up the exit until it returns (SIGINT, or a server that exits on its "
+    "own); see the FastAPI section of docs/integrations.md")
 
 
 def app_of(request: Request) -> App:
