@@ -13,9 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import TestCase
 from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus, task_backends
+from django_tasks.exceptions import TaskResultDoesNotExist
 from django_tasks.signals import task_enqueued, task_finished, task_started
 from djangotest_app import jobs
 from djangotest_helpers import aliases, worker_env
@@ -320,6 +322,23 @@ class DjangoTasksInsideATestCase(TestCase):
         self.assertEqual(classes.pop("unimportable"), [ModuleNotFoundError])
         self.assertEqual(classes.pop("expired"), [Exception])
         self.assertEqual(list(classes.values()), [[KeyError]])
+
+    def test_an_id_that_cannot_name_a_job_is_a_result_that_does_not_exist(self) -> None:
+        # Given ids no job can have (empty, over 512 bytes, with a NUL) and one no job has
+        backend = task_backends["default"]
+        for result_id in ("", "x" * 513, "a\x00b", "nonexistent"):
+            with self.subTest(result_id=result_id[:10]):
+                # When a result is asked for by one, through the backend or the task, in
+                # blocking or async code
+                # Then it does not exist, as Django's own backends say (a view maps it to 404)
+                with self.assertRaises(TaskResultDoesNotExist):
+                    backend.get_result(result_id)
+                with self.assertRaises(TaskResultDoesNotExist):
+                    jobs.add.get_result(result_id)
+                with self.assertRaises(TaskResultDoesNotExist):
+                    async_to_sync(backend.aget_result)(result_id)
+                with self.assertRaises(TaskResultDoesNotExist):
+                    async_to_sync(jobs.add.aget_result)(result_id)
 
     def test_started_at_is_the_claim_not_the_finish(self) -> None:
         # Given a task run to its end

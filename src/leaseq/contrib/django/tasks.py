@@ -42,7 +42,7 @@ from django_tasks.exceptions import (
 from django_tasks.signals import task_enqueued, task_finished, task_started
 from django_tasks.utils import get_exception_traceback, get_module_path, normalize_json
 
-from leaseq import errors
+from leaseq import errors, validate
 from leaseq.app import App
 from leaseq.job import Job, JobStatus, Permanent
 from leaseq.journal import JournalEvent
@@ -186,6 +186,13 @@ class LeaseqBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
+        """The task's result; ``TaskResultDoesNotExist`` for an id no job has, or can have
+        (empty, too long, with a NUL): Django's answer for an unknown id, which a view maps
+        to a 404. ``aget_result``, ``Task.get_result`` and ``refresh()`` come here too."""
+        try:
+            result_id = validate.job_id(result_id)
+        except errors.InvalidJobId:
+            raise TaskResultDoesNotExist(result_id) from None
         for queue in sorted(self.queues):
             job = self.app.queue(queue).get(result_id)
             if job is not None and (job.task or "").startswith(RUNNER_PREFIX):
