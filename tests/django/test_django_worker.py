@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.management import CommandError, call_command
 from django.test import TestCase
 from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus, task_backends
@@ -353,6 +354,37 @@ class DjangoTasksInsideATestCase(TestCase):
         self.assertEqual(result.worker_ids, [claim.worker_id])
         # (the same tick when a no-op runs within the clock's resolution)
         self.assertLessEqual(result.started_at, result.finished_at)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--concurrency", "0", "concurrency must be 1 to 10000, got 0"),
+    ("--grace-s", "-1", "grace_s must be a number of seconds from 0"),
+    ("--grace-s", "nan", "got nan")])
+def test_the_worker_command_refuses_an_option_out_of_range_as_a_usage_error(
+        option: str, value: str, says: str) -> None:
+    # Given an option the worker's config refuses
+    # When the worker command is called with it
+    with pytest.raises(CommandError) as refused:
+        call_command("leaseq_worker", "--burst", option, value)
+    # Then it is a usage error naming the option, as `leaseq worker` says it (exit 2)
+    assert str(refused.value).startswith(f"Invalid value for '{option}': ")
+    assert says in str(refused.value)
+    assert refused.value.returncode == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_command_out_of_range_prints_one_line_and_exits_2() -> None:
+    # Given a worker command run from the command line with --concurrency 0
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "leaseq_worker", "--burst", "--concurrency", "0"],
+        env=worker_env(), capture_output=True, text=True, timeout=120)
+    # Then it exits 2 with Django's one line for a CommandError, no traceback
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith(
+        "CommandError: Invalid value for '--concurrency': concurrency must be 1 to 10000, "
+        "got 0"), done.stderr[-2000:]
 
 
 def test_an_empty_queues_list_is_refused() -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from leaseq.contrib.django import worker
 from leaseq.contrib.django.settings import project_app
 from leaseq.contrib.django.tasks import backend_queue_names
+from leaseq.errors import InvalidInput
 from leaseq.supervisor import exit_now_if_stragglers
 from leaseq.worker import WorkerConfig
 
@@ -39,6 +40,25 @@ class Command(BaseCommand):
         app = project_app()
         served = backend_queue_names(app)  # registers the django-tasks runners on the app
         names = queues or sorted(set(app.queue_names()) | set(served))
-        config = WorkerConfig(queues=tuple(names), concurrency=concurrency, burst=burst,
-                              grace_s=grace_s)
+        config = _config(queues=tuple(names), concurrency=concurrency, burst=burst,
+                         grace_s=grace_s)
         exit_now_if_stragglers(worker.run(app, config))
+
+
+#: The command's options by the ``WorkerConfig`` field each sets.
+_OPTIONS = {"concurrency": "--concurrency", "grace_s": "--grace-s"}
+
+
+def _config(**fields: Any) -> WorkerConfig:
+    """The worker's config; a value it refuses is a usage error naming the option, worded
+    and exiting (2) as ``leaseq worker``'s, not a traceback."""
+    try:
+        return WorkerConfig(**fields)
+    except InvalidInput as exc:
+        for field, option in _OPTIONS.items():
+            try:
+                WorkerConfig(**{field: fields[field]})
+            except InvalidInput as own:
+                raise CommandError(f"Invalid value for {option!r}: {own}",
+                                   returncode=2) from None
+        raise CommandError(str(exc), returncode=2) from None
