@@ -208,7 +208,7 @@ def check_outbox(store: Store, facts: QueueFacts, config: DoctorConfig,
         "outbox_owed", queue, f"{len(owed)} due job(s) owed to the broker for over "
         f"{config.unpublished_s:.0f} s", "the dispatcher is not running, or cannot reach "
         "RabbitMQ (no confirms)", "outbox_due: due jobs with no publish marked",
-        f"leaseq dispatch --queue {queue}")]
+        f"leaseq dispatch --amqp-url AMQP_URL --queue {queue}")]
 
 
 def check_published_unclaimed(store: Store, facts: QueueFacts, config: DoctorConfig,
@@ -330,7 +330,7 @@ def diagnose_job(job: Job, journal: Sequence[JournalEntry], now: datetime,
             "queued_unpublished", job.queue, f"pending for {waited:.0f} s with no publish",
             "the outbox dispatcher is not running, or its route is wrong",
             "published_at and the publish events in the job's journal",
-            f"leaseq dispatch --queue {job.queue}"))
+            f"leaseq dispatch --amqp-url AMQP_URL --queue {job.queue}"))
     return found
 
 

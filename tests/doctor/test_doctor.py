@@ -167,6 +167,9 @@ def test_jobs_owed_to_the_broker_and_jobs_published_but_never_claimed(store: Sto
     found = diagnose(store, DoctorConfig(broker=True, oldest_ready_s=3600),
                      local_clock=lambda: time.time() + 900)
     assert {f.check for f in found.findings} == {"outbox_owed", "published_unclaimed"}
+    # And the action it gives runs as written: leaseq dispatch needs the broker's URL
+    (owed,) = [f for f in found.findings if f.check == "outbox_owed"]
+    assert owed.action == "leaseq dispatch --amqp-url AMQP_URL --queue mail"
 
 
 def test_clock_skew_between_the_database_and_this_host(store: Store, tmp_path) -> None:
