@@ -5,6 +5,7 @@ dashboard that refuses every action."""
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 import pytest
@@ -20,14 +21,14 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Instead of serving: the app and options ``leaseq dashboard`` would serve, then the
     test's probe (the first item, if any) called on them while the command's store is open."""
     apps: list[Any] = []
-    import uvicorn
 
-    def run(app: Any, **options: Any) -> None:
-        apps.append((app, options))
+    def serve(config: Any, listening: socket.socket) -> None:
+        host, port = listening.getsockname()[:2]
+        apps.append((config.app, {"host": host, "port": port}))
         if apps and callable(apps[0]):
-            apps[0](app, options)
+            apps[0](config.app, {"host": host, "port": port})
 
-    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr("leaseq.cli.dashboard.serve", serve)
     return apps
 
 
@@ -39,7 +40,8 @@ def test_loopback_without_credentials_prints_a_one_time_login_url(
     store: Store, served: list[Any]
 ) -> None:
     def probe(app: Any, options: dict[str, Any]) -> None:
-        assert (options["host"], options["port"]) == ("127.0.0.1", 9999)
+        assert options["host"] == "127.0.0.1"
+        bound.append(options["port"])
         token = app.state.dashboard.auth.token
         client = TestClient(app)
         assert client.get("/").status_code == 401
@@ -48,11 +50,30 @@ def test_loopback_without_credentials_prints_a_one_time_login_url(
         seen.append(token)
 
     seen: list[str] = []
+    bound: list[int] = []
     served.append(probe)
-    result = CliRunner().invoke(cli, ["dashboard", "--url", url_of(store), "--port", "9999"])
+    # --port 0: the system picks one, and the URL names the port really served
+    result = CliRunner().invoke(cli, ["dashboard", "--url", url_of(store), "--port", "0"])
     assert result.exit_code == 0, result.output
-    (printed,) = re.findall(r"http://127\.0\.0\.1:9999/login\?token=(\S+)", result.output)
-    assert seen == [printed]
+    ((port, printed),) = re.findall(r"http://127\.0\.0\.1:(\d+)/login\?token=(\S+)",
+                                    result.output)
+    assert seen == [printed] and bound == [int(port)] and int(port) > 0
+
+
+def test_a_port_already_taken_is_one_line_and_no_login_url(store: Store,
+                                                           served: list[Any]) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["dashboard", "--url", url_of(store), "--port",
+                                          str(port)])
+    finally:
+        taken.close()
+    assert result.exit_code == 2, result.output
+    assert f"cannot serve the dashboard on 127.0.0.1:{port}" in result.output
+    assert "login" not in result.output and served == []
 
 
 def test_beyond_loopback_credentials_are_required(store: Store, served: list[Any]) -> None:

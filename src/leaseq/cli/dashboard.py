@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import socket
+from typing import Any
 
 import click
 
@@ -36,22 +38,49 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
         raise click.UsageError("give both --user and --password, or neither")
     if user == "" or password == "":  # an unset shell variable: a login anyone could give
         raise click.UsageError("--user and --password must not be empty")
-    store = open_store(url, create=False)
-    permissions = "read_only" if read_only else "all"
-    auth: BasicAuth | LoginToken
-    if user is not None and password is not None:
-        auth = BasicAuth({user: password})
-    elif _loopback(host):
-        auth = LoginToken(secrets.token_urlsafe(24))
-        where = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
-        click.echo(f"open http://{where}:{port}/login?token={auth.token}")
-    else:
+    if user is None and not _loopback(host):
         raise click.UsageError("listening beyond loopback needs --user and --password")
-    app = create_app(store, auth=auth, permissions=permissions)
+    store = open_store(url, create=False)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+        # Bound before the login URL is printed: it names the port really served (--port 0
+        # picks one), and a port already taken is one line, not a URL that leads nowhere.
+        listening = _listen(host, port)
+        auth: BasicAuth | LoginToken
+        if user is not None and password is not None:
+            auth = BasicAuth({user: password})
+        else:
+            auth = LoginToken(secrets.token_urlsafe(24))
+            where = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+            click.echo(f"open http://{where}:{listening.getsockname()[1]}/login?token="
+                       f"{auth.token}")
+        app = create_app(store, auth=auth, permissions="read_only" if read_only else "all")
+        with listening:
+            serve(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2),
+                  listening)
     finally:
         store.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (uvicorn's own binding, done here so that its port is
+    known first); a port that cannot be had is a usage error of one line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise click.UsageError(f"cannot serve the dashboard on {host}:{port}: "
+                               f"{exc.strerror or exc}") from None
+    return sock
+
+
+def serve(config: Any, listening: socket.socket) -> None:
+    """Serve ``config``'s app on the bound socket until SIGINT / SIGTERM."""
+    import uvicorn
+
+    uvicorn.Server(config).run(sockets=[listening])
 
 
 def _loopback(host: str) -> bool:
