@@ -291,6 +291,23 @@ def test_retry_is_the_deprecated_name_of_requeue(invoke: Invoke, store: leaseq.S
     assert result.exit_code == 0, result.output
     assert store.get("images", "old-script").status == "pending"  # type: ignore[union-attr]
     assert "Deprecated: use `leaseq requeue`" in invoke("retry", "--help").output
+    # And the script's log says so too, on stderr, its output left as requeue's
+    assert result.stderr == "leaseq: `leaseq retry` is deprecated; use `leaseq requeue`\n"
+    assert result.stdout.startswith("requeued: job old-script")
+
+
+@pytest.mark.parametrize("args", [("failed", "--queue", "imags"),
+                                  ("requeue", "--all-failed", "--queue", "imags")],
+                         ids=" ".join)
+def test_a_queue_typo_is_named_not_read_as_an_empty_quarantine(
+        invoke: Invoke, store: leaseq.Store, args: tuple[str, ...]) -> None:
+    given_failed(store, "f1")
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "no jobs in queue(s): imags (is the name right?)\n"
+    assert store.get("images", "f1").status == "failed"  # type: ignore[union-attr]
+    refused = invoke(args[0], *args[1:-1], "bad name")
+    assert refused.exit_code == 2 and "queue name" in refused.output
 
 
 @pytest.mark.parametrize("command", ["requeue", "retry"])

@@ -81,6 +81,14 @@ def open_store(url: str | None, *, create: bool = True) -> Store:
     return connect(url, create=create)
 
 
+def warn_of_empty_queues(store: Store, names: list[str]) -> None:
+    """Say on stderr which of the queues asked for hold no job: a typo must not read as an
+    empty queue (nor, to an autoscaler, as no work)."""
+    empty = sorted(set(names) - set(store.queues()))
+    if empty:
+        click.echo(f"no jobs in queue(s): {', '.join(empty)} (is the name right?)", err=True)
+
+
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 

@@ -23,6 +23,7 @@ from leaseq.cli import (
     open_store,
     render,
     url_option,
+    warn_of_empty_queues,
 )
 from leaseq.errors import JobNotFound
 from leaseq.job import EnqueueResult
@@ -153,10 +154,12 @@ def find_queue(store: Store, job_id: str, queue: str | None) -> Queue:
 @errors
 def failed(url: str | None, queues: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List the quarantine (status failed) with reasons."""
+    names = [validate.queue_name(name) for name in queues]
     with open_store(url, create=False) as store:
+        warn_of_empty_queues(store, names)
         quarantine = itertools.chain.from_iterable(
             Queue(store, name).iter_jobs("failed", page_size=min(limit, PAGE))
-            for name in queues or store.queues())
+            for name in names or store.queues())
         jobs = list(itertools.islice(quarantine, limit))
     if as_json:
         echo_json(render.quarantine_rows(jobs))
@@ -188,8 +191,9 @@ def requeue(job_id: str | None, url: str | None, queue: str | None, all_failed: 
                              "nothing to requeue")
             click.echo(f"requeued: job {job_id} in queue {q.name} is pending again")
             return
-        count = sum(_requeue_failed(Queue(store, name))
-                    for name in ([queue] if queue else store.queues()))
+        names = [validate.queue_name(queue)] if queue else []
+        warn_of_empty_queues(store, names)
+        count = sum(_requeue_failed(Queue(store, name)) for name in names or store.queues())
         click.echo(f"requeued {count} failed job(s)")
 
 
@@ -201,7 +205,14 @@ def _requeue_failed(queue: Queue) -> int:
 
 # The operator's re-drive was called ``retry``, easy to confuse with ``retry_later`` and
 # ``leaseq.Retry``; the old name keeps working for scripts that use it.
-retry = click.Command("retry", callback=requeue.callback, params=requeue.params,
+def _retry(**options: Any) -> None:
+    assert requeue.callback is not None
+    requeue.callback(**options)
+    # After the work: an error stays the one line every command gives
+    click.echo("leaseq: `leaseq retry` is deprecated; use `leaseq requeue`", err=True)
+
+
+retry = click.Command("retry", callback=_retry, params=requeue.params,
                       help=f"Deprecated: use `leaseq requeue`. {REQUEUE_HELP}",
                       short_help="Deprecated alias of requeue.")
 

@@ -10,10 +10,18 @@ import click
 from rich.console import Console
 
 from leaseq import sweeper, validate
-from leaseq.cli import Seconds, echo_json, errors, json_option, open_store, render, url_option
+from leaseq.cli import (
+    Seconds,
+    echo_json,
+    errors,
+    json_option,
+    open_store,
+    render,
+    url_option,
+    warn_of_empty_queues,
+)
 from leaseq.metrics import Metrics, snapshot
 from leaseq.signals import StopSignals, stop_event
-from leaseq.stores.base import Store
 
 
 @click.command()
@@ -32,14 +40,6 @@ def status(url: str | None, queues: tuple[str, ...], as_json: bool) -> None:
         echo_json({"url": store.url, "queues": render.status_rows(snaps)})
     else:
         Console().print(render.status_table(store.url, snaps) if snaps else "no jobs yet")
-
-
-def warn_of_empty_queues(store: Store, names: list[str]) -> None:
-    """Say on stderr which of the queues asked for hold no job: a typo must not read as an
-    empty queue (nor, to an autoscaler, as no work)."""
-    empty = sorted(set(names) - set(store.queues()))
-    if empty:
-        click.echo(f"no jobs in queue(s): {', '.join(empty)} (is the name right?)", err=True)
 
 
 def _retention(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
