@@ -84,12 +84,14 @@ class Harness:
         self.procs.append(proc)
         return proc
 
-    def start_cli_dispatcher(self) -> subprocess.Popen:
-        """The real ``leaseq dispatch`` command (through the delivery CLI group)."""
+    def start_cli_dispatcher(self, queues: tuple[str, ...] = ("jobs",)) -> subprocess.Popen:
+        """The real ``leaseq dispatch`` command (through the delivery CLI group), with a
+        ``--queue`` for each of ``queues`` (none: every queue of the store)."""
         log = open(self.folder / f"cli-dispatch-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, "-m", "leaseq.delivery.cli", "dispatch", "--url",
-             self.store_url, "--amqp-url", self.amqp_url, "--queue", "jobs",
+             self.store_url, "--amqp-url", self.amqp_url,
+             *(arg for name in queues for arg in ("--queue", name)),
              "--poll-interval-s", "0.2", "-v"],
             stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)

@@ -23,6 +23,7 @@ import leaseq
 from leaseq.delivery import dispatcher as dispatcher_module
 from leaseq.delivery.connection import decode
 from leaseq.delivery.dispatcher import Dispatcher, DispatcherConfig
+from leaseq.delivery.topology import Topology
 from leaseq.errors import StoreUnavailable
 from leaseq.stores.postgres.options import parse_url
 
@@ -237,6 +238,25 @@ def test_a_dispatcher_publishes_a_job_with_a_long_id_and_the_jobs_after_it(
     dispatcher = dispatch_until_published(queue, harness, queue)
     # Then the work queue holds one message per job: none went out twice
     assert _ready_messages(harness.amqp_url, dispatcher.topology.work_queue("jobs")) == 3
+
+
+def test_leaseq_dispatch_without_queue_publishes_a_queue_made_after_it_started(
+        harness: Harness) -> None:
+    # Given a store holding a job of queue "alpha" only, and `leaseq dispatch` started
+    # without --queue, which publishes that job
+    store = harness.store()
+    alpha, beta = store.queue("alpha"), store.queue("beta")
+    alpha.enqueue("a-1", {})
+    harness.start_cli_dispatcher(queues=())
+    wait_for("alpha's job published",
+             lambda: alpha.get("a-1").published_at is not None, 30, harness)  # type: ignore[union-attr]
+    # When a job is enqueued into queue "beta", which held none when the dispatcher started
+    beta.enqueue("b-1", {})
+    # Then the running dispatcher publishes it too, into beta's own work queue
+    wait_for("beta's job published",
+             lambda: beta.get("b-1").published_at is not None, 30, harness)  # type: ignore[union-attr]
+    assert _ready_messages(harness.amqp_url, Topology().work_queue("beta")) == 1
+    assert "published" in [e.event for e in beta.journal("b-1")]
 
 
 def _ready_messages(amqp_url: str, queue_name: str) -> int:

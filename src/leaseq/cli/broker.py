@@ -42,21 +42,27 @@ def _logging(verbose: bool) -> None:
 @click.option("--poll-interval-s", type=Seconds(0.01), default=1.0, show_default=True)
 @click.option("--reclaim-every-s", type=Seconds(0), default=30.0, show_default=True,
               help="Reclaim expired leases this often (0: never).")
+@click.option("--discover-every-s", type=Seconds(0), default=5.0, show_default=True,
+              help="Without --queue: read the store's queues again this often, and serve "
+                   "the new ones.")
 @click.option("-v", "--verbose", is_flag=True)
 @errors
 def dispatch(url: str | None, amqp_url: str, queues: tuple[str, ...], prefix: str,
              no_declare: bool, batch_size: int, poll_interval_s: float, reclaim_every_s: float,
-             verbose: bool) -> None:
-    """Publish ready, unpublished jobs to RabbitMQ (the outbox) until SIGTERM."""
+             discover_every_s: float, verbose: bool) -> None:
+    """Publish ready, unpublished jobs to RabbitMQ (the outbox) until SIGTERM: of each
+    --queue, or else of every queue of the store, those made later included."""
     from leaseq.delivery.rabbitmq import DispatcherConfig, Topology, run_dispatcher
 
     _logging(verbose)
     config = DispatcherConfig(batch_size=batch_size, poll_interval_s=poll_interval_s,
-                              reclaim_every_s=reclaim_every_s)
+                              reclaim_every_s=reclaim_every_s,
+                              discover_every_s=discover_every_s)
     with open_store(url) as store, stop_event() as stop:
         names = list(queues) or store.queues() or ["default"]
         run_dispatcher([store.queue(n) for n in names], amqp_url, stop=stop,
-                       declare=not no_declare, topology=Topology(prefix=prefix), config=config)
+                       declare=not no_declare, topology=Topology(prefix=prefix), config=config,
+                       discover=None if queues else store)
 
 
 @click.group("rabbitmq")

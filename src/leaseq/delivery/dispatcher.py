@@ -19,6 +19,11 @@ to ``P.Q.quarantine`` and are never read here.
 Several dispatchers may run. Per leaseq queue only the holder of an *exclusive* RabbitMQ queue
 (``P.Q.dispatcher``) publishes; the broker drops it with its owner's connection, so a standby
 takes over within a heartbeat. Double publishes are therefore limited to the crash window.
+
+A dispatcher given a store to follow (``discover``: ``leaseq dispatch`` without ``--queue``)
+reads the store's queues again every ``discover_every_s`` and serves each new one as it serves
+the first: topology declared (or checked), then its lock taken. Without that, a queue whose
+first job came after the start was owed publishes nobody made.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
 
     from leaseq.job import Job
     from leaseq.queue import Queue
+    from leaseq.stores.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +78,15 @@ class DispatcherConfig:
     Defaults to 2 s."""
     max_backoff_s: float = 10.0
     """Longest wait between reconnects to RabbitMQ. Defaults to 10 s."""
+    discover_every_s: float = 5.0
+    """How often a dispatcher that follows a store (``discover``) reads the store's queues
+    again, to serve the ones that got their first job since (one walk of the queue index per
+    read). Defaults to 5 s."""
 
     def __post_init__(self) -> None:
         validate.batch_size(self.batch_size, "batch_size")
-        for name in ("poll_interval_s", "reclaim_every_s", "retry_publish_s", "max_backoff_s"):
+        for name in ("poll_interval_s", "reclaim_every_s", "retry_publish_s", "max_backoff_s",
+                     "discover_every_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInput(f"{name} must be a number of seconds ≥ 0, got {value!r}")
@@ -91,14 +102,19 @@ class _Round:
 
 
 class Dispatcher:
-    """Publishes the outbox of ``queues`` to RabbitMQ until ``stop`` is set."""
+    """Publishes the outbox of ``queues`` to RabbitMQ until ``stop`` is set; with ``discover``,
+    also of each queue that store holds later."""
 
     def __init__(self, queues: Sequence[Queue], amqp_url: str, *,
                  topology: Topology | None = None, config: DispatcherConfig | None = None,
-                 declare: bool = True):
+                 declare: bool = True, discover: Store | None = None):
         if not queues:
             raise InvalidInput("a dispatcher needs at least one queue")
         self.queues = list(queues)
+        self.discover = discover
+        """The store whose queues are read again every ``discover_every_s``; None: only
+        ``queues``."""
+        self._next_discovery = 0.0
         self.amqp_url = amqp_url
         self.topology = topology or Topology()
         self.config = config or DispatcherConfig()
@@ -125,6 +141,7 @@ class Dispatcher:
             dead_letters = conn.channel()
             leading: set[str] = set()
             while not stop.is_set():
+                self._discover_if_due(conn)
                 leading |= self._acquire_locks(conn, leading)
                 mine = [q for q in self.queues if q.name in leading]
                 for queue in mine:
@@ -159,10 +176,28 @@ class Dispatcher:
                             traceback_text(exc, self.redact))
             self._unprepared.pop(0)
 
-    def _ensure_topology(self, conn: BlockingConnection) -> None:
-        for queue in self.queues:
+    def _ensure_topology(self, conn: BlockingConnection,
+                         queues: Sequence[Queue] | None = None) -> None:
+        for queue in self.queues if queues is None else queues:
             check = self.topology.declare if self.declare else self.topology.verify
             check(conn.channel, queue.name)
+
+    def _discover_if_due(self, conn: BlockingConnection) -> None:
+        """Serve the queues ``discover`` holds that this dispatcher does not serve yet: their
+        topology first (a publish before it would be returned unroutable), then the loop takes
+        their locks. Their stores are those already prepared (``discover`` is one of them)."""
+        if self.discover is None or time.monotonic() < self._next_discovery:
+            return
+        self._next_discovery = time.monotonic() + self.config.discover_every_s
+        known = {q.name for q in self.queues}
+        new = [self.discover.queue(name) for name in self.discover.queues() if name not in known]
+        if not new:
+            return
+        self._ensure_topology(conn, new)
+        self.queues.extend(new)
+        self.redact = combined(q.redact for q in self.queues)
+        for queue in new:
+            log.info("dispatcher: queue %r is new in the store; serving it", queue.name)
 
     def _acquire_locks(self, conn: BlockingConnection, held: set[str]) -> set[str]:
         """The queues whose dispatcher lock this connection newly took (a 405 when another

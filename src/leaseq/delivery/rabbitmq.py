@@ -54,11 +54,14 @@ __all__ = [
 
 def run_dispatcher(queues: Sequence[Queue], amqp_url: str, *,
                    stop: threading.Event | None = None, topology: Topology | None = None,
-                   config: DispatcherConfig | None = None, declare: bool = True) -> None:
+                   config: DispatcherConfig | None = None, declare: bool = True,
+                   discover: Store | None = None) -> None:
     """Publish the outbox of ``queues`` until ``stop`` is set (or SIGTERM / SIGINT when no
-    ``stop`` is given). Raises ``TopologyError`` when the dead-letter route is wrong."""
+    ``stop`` is given); with ``discover``, also of the queues that store holds later (read
+    every ``config.discover_every_s``). Raises ``TopologyError`` when the dead-letter route
+    is wrong."""
     dispatcher = Dispatcher(queues, amqp_url, topology=topology, config=config,
-                            declare=declare)
+                            declare=declare, discover=discover)
     with _stop_on_signals(stop) as event:
         dispatcher.run(event)
 
