@@ -12,14 +12,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import unquote, urlsplit
 
 import pika
 import pytest
-from rabbit_harness import Harness, wait_for
+from rabbit_harness import Harness, rabbitmqctl, wait_for
 
 import leaseq
 from leaseq.delivery.connection import encode
 from leaseq.delivery.execute import AppExecutor
+from leaseq.delivery.quarantine import peek
 from leaseq.delivery.rabbitmq import Consumer, ConsumerConfig, Topology
 
 pytestmark = pytest.mark.rabbitmq
@@ -227,3 +229,82 @@ def test_a_message_with_an_invalid_job_id_is_quarantined_without_a_reconnect(
         # And no log line echoes a raw id
         for bad in BAD_IDS.values():
             assert not [m for m in messages if bad in m or bad[:40] in m]
+
+
+# --- a handler that outlives its delivery's session, then fails ------------------------------
+
+
+def close_consumer_connections(amqp_url: str) -> int:
+    """Have RabbitMQ close every leaseq consumer connection of the URL's vhost (as a broker
+    restart or a network blip would end it); returns how many it closed."""
+    vhost = unquote(urlsplit(amqp_url).path[1:])
+    listed = rabbitmqctl("list_connections", "-p", vhost, "--no-table-headers", "--quiet",
+                         "pid", "client_properties")
+    pids = [line.split("\t")[0] for line in listed.splitlines() if "leaseq-consumer" in line]
+    for pid in pids:
+        rabbitmqctl("close_connection", pid, "test: the consumer's connection drops")
+    return len(pids)
+
+
+def test_a_job_failing_after_its_session_dropped_still_reaches_the_quarantine_queue(
+        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    started, release = threading.Event(), threading.Event()
+    caplog.set_level(logging.INFO, logger="leaseq")
+    store = leaseq.connect(harness.store_url)
+    app = leaseq.App(store=store, queues={"jobs": {}})
+
+    @app.task(queue="jobs", name="poison")
+    def poison(job: leaseq.Job) -> None:
+        started.set()
+        release.wait(30)
+        raise leaseq.Permanent("poison")
+
+    executor = AppExecutor(app)
+    queue = app.queue("jobs")
+    consumer = Consumer([queue], executor, harness.amqp_url, topology=TOPOLOGY,
+                        config=ConsumerConfig(concurrency=2, grace_s=5, max_backoff_s=0.5))
+
+    def redelivery_decided() -> bool:
+        """The redelivery was held (this consumer) or acked as not claimable (before)."""
+        held = any(getattr(r, "action", None) == "redelivery_held" for r in caplog.records)
+        journal = queue.journal("poison")
+        redelivered = [i for i, e in enumerate(journal)
+                       if e.event == "received" and e.data.get("redelivered")]
+        return held or (bool(redelivered) and any(
+            e.event == "ack_sent" for e in journal[redelivered[0]:]))
+
+    try:
+        with consumer_thread(consumer, threading.Event()) as thread:
+            # Given a consumer (two handler threads) whose handler of a poison job is blocked
+            wait_for("the consumer consuming", lambda: queue_state(
+                harness.amqp_url, TOPOLOGY.work_queue("jobs"))[1] == 1, 30, harness)
+            queue.enqueue("poison", {}, task="poison")
+            publish(harness.amqp_url, "jobs", encode("jobs", "poison"))
+            wait_for("the handler running", started.is_set, 30, harness)
+            # When RabbitMQ closes the consumer's connection while the handler runs, and the
+            # redelivery reaches the consumer's next session while the job's lease is live
+            assert close_consumer_connections(harness.amqp_url) == 1
+            wait_for("the redelivery decided", redelivery_decided, 30, harness)
+            # and then the handler raises Permanent
+            release.set()
+            wait_for("the job failed", lambda: queue.get("poison").status == "failed", 30,
+                     harness)
+            # Then the quarantine queue holds the job's message, dead-lettered as rejected
+            wait_for("the message in the quarantine", lambda: queue_state(
+                harness.amqp_url, TOPOLOGY.quarantine_queue("jobs"))[0] == 1, 30, harness)
+            (count, (message,)) = peek(harness.amqp_url, TOPOLOGY, "jobs", 10)
+            assert (count, message["job_id"], message["reason"]) == (1, "poison", "rejected")
+            # And the job ran once: one claim, two deliveries, the redelivery nacked
+            failed = queue.get("poison")
+            assert (failed.failure, failed.attempts) == ("permanent", 1)
+            names = [e.event for e in queue.journal("poison")]
+            assert names.count("claimed") == 1 and names.count("received") == 2, names
+            (ack,) = [e for e in queue.journal("poison") if e.event == "ack_sent"]
+            assert ack.reason.startswith("nack requeue=false") and "held" in ack.reason
+            assert queue_state(harness.amqp_url, TOPOLOGY.work_queue("jobs")) == (0, 1)
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the consumer did not stop"
+    finally:
+        release.set()
+        executor.close()
+        store.close()

@@ -7,7 +7,12 @@ Per delivery, in this order (the order is the guarantee):
    Not claimable (terminal, not due, held by a live lease, unknown) → ack, no effect: the store
    said so, and a job held by a lease is owed its publish again when that lease lapses (reclaim).
    Except a redelivery of a job already ``failed``: its last consumer went before its nack, so
-   it is nacked now (``requeue=False``) and dead-lettered as that nack would have;
+   it is nacked now (``requeue=False``) and dead-lettered as that nack would have. And except a
+   redelivery of a job whose handler still runs *here*, under the lease this consumer holds, its
+   first delivery's session gone (a broker restart, a network blip, a store error on another
+   delivery): that delivery's settle cannot go out any more, so this one is held unacked and
+   settled by the handler's outcome, on the new channel. Acked, the job's message would be gone
+   before its outcome, and a ``failed`` one would never reach the quarantine queue;
 3. run it with the same ``execute`` the polling worker uses; it writes the outcome durably;
 4. only then settle the delivery on the channel it came on (``Settlement``):
    ``nack(requeue=False)`` when the job ended ``failed`` (the dead-letter exchange puts the
@@ -43,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "consumer shutting down: given back to be taken at once"
+HELD_REASON = "settled on its redelivery, held while its handler ran here"
 
 #: Runs the task of a claimed job, keeps its lease alive meanwhile, writes its outcome through
 #: the Queue and returns the resulting record; raises ``LeaseLost`` when the write was fenced
@@ -142,7 +148,13 @@ class _Running:
     """A delivery whose handler started; ``job`` once its claim came back."""
 
     queue: str
+    session: _Session
     job: Job | None = None
+    held: list[_Delivery] = field(default_factory=list)
+    """Redeliveries of ``job`` that arrived on a later session while the handler ran; settled
+    with this delivery's outcome (under ``Consumer._lock``)."""
+    finished: bool = False
+    """Set (under ``Consumer._lock``) once the outcome is known: nothing is held after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,16 +344,24 @@ class Consumer:
         if running is None:
             return  # its message goes back to RabbitMQ with the closed channel
         try:
-            job, settlement, reason = self._process(d, running)
+            outcome = self._process(d, running)
+            if outcome is None:
+                return  # held: the handler running its job here settles it
+            job, settlement, reason = outcome
+            held = self._finish(running)
             self._settle(d, job, settlement, reason)
+            for redelivery in held:
+                self._settle(redelivery, job, settlement, f"{reason}; {HELD_REASON}")
         except BaseException as exc:  # a store error: the message must come back, unacked
             redact = self.queues[d.queue].redact
             log.error("consumer %s: delivery %d of queue %r not settled (%s); reconnecting so "
                       "RabbitMQ returns it\n%s", self.worker_id, d.tag, d.queue,
                       safe_reason(exc, redact=redact), traceback_text(exc, redact),
                       extra=queue_fields("unsettled", d.queue))
-            d.session.broken = (exc if isinstance(exc, amqp_errors())
-                                else Reconnect(safe_reason(exc, redact=redact)))
+            broken = (exc if isinstance(exc, amqp_errors())
+                      else Reconnect(safe_reason(exc, redact=redact)))
+            for each in (d, *self._finish(running)):
+                each.session.broken = broken
         finally:
             with self._lock:
                 self._running.discard(running)
@@ -353,7 +373,7 @@ class Consumer:
         with self._lock:
             if self._stopping or d.session.closed.is_set():
                 return None
-            running = _Running(d.queue)
+            running = _Running(d.queue, d.session)
             self._running.add(running)
             return running
 
@@ -367,9 +387,32 @@ class Consumer:
         self._give_back(running.queue, job, started=False)
         return False
 
-    def _process(self, d: _Delivery, running: _Running) -> tuple[Job | None, Settlement, str]:
+    def _finish(self, running: _Running) -> list[_Delivery]:
+        """The redeliveries held for ``running``, to settle with its outcome; none can be held
+        for it after this (``_hold_redelivery`` then reads the store again)."""
+        with self._lock:
+            running.finished = True
+            held, running.held = running.held, []
+            return held
+
+    def _hold_redelivery(self, d: _Delivery, current: Job) -> bool:
+        """Hold ``d`` for the handler that runs ``current`` here under the very lease the
+        store shows, when that handler's own delivery came on a session now closed (its
+        settle cannot go out). False when no such handler runs, or it has its outcome."""
+        with self._lock:
+            for running in self._running:
+                job = running.job
+                if (job is not None and not running.finished and running.queue == d.queue
+                        and job.id == current.id and job.lease_epoch == current.lease_epoch
+                        and running.session.closed.is_set()):
+                    running.held.append(d)
+                    return True
+        return False
+
+    def _process(self, d: _Delivery, running: _Running
+                 ) -> tuple[Job | None, Settlement, str] | None:
         """``(job, settlement, reason)``: what the store now says, and how to settle the
-        delivery."""
+        delivery; None when it is held for the handler already running its job here."""
         decoded = decode(d.body)
         if decoded is None or decoded[0] != d.queue:
             # Never the body in the log: it may be anything, a payload or a secret included.
@@ -388,19 +431,32 @@ class Consumer:
         sent_at = time.monotonic()  # the lease clock starts when the claim leaves
         job = queue.claim_one(job_id, self.worker_id)
         if job is None:
-            current = queue.get(job_id)
-            if d.redelivered and current is not None and current.status == JobStatus.FAILED:
-                # Its last consumer wrote `failed` and went before its nack (or its lease
-                # ran out and the reclaim failed it): the message is dead-lettered now, so the
-                # quarantine queue holds every failed job's message.
-                return (current, Settlement.QUARANTINE,
-                        "already failed: dead-lettered on redelivery")
-            # Held by a live lease (another consumer's, or one abandoned here) is acked too:
-            # when that lease lapses the reclaim makes the job owed, and it is published again.
-            return current, Settlement.ACK, f"not claimable: {_why_not(current, queue.limits.any)}"
+            return self._not_claimed(d, queue, job_id)
         if not self._hold(running, job):
             return None, Settlement.REQUEUE, "given back: the consumer is stopping"
         return self._run(job, sent_at)
+
+    def _not_claimed(self, d: _Delivery, queue: Queue, job_id: str
+                     ) -> tuple[Job | None, Settlement, str] | None:
+        """How to settle a delivery whose job the claim did not take; None when it is held."""
+        current = queue.get(job_id)
+        if (d.redelivered and current is not None and current.status == JobStatus.PROCESSING
+                and current.worker_id == self.worker_id):
+            if self._hold_redelivery(d, current):
+                log.info("consumer %s: redelivery %d of job %s held unacked: its handler still "
+                         "runs here, and the session of its first delivery is gone",
+                         self.worker_id, d.tag, current.id[:200],
+                         extra=job_fields("redelivery_held", current))
+                return None
+            current = queue.get(job_id)  # its handler just ended: what did it write?
+        if d.redelivered and current is not None and current.status == JobStatus.FAILED:
+            # Its last consumer wrote `failed` and went before its nack (or its lease ran out
+            # and the reclaim failed it): the message is dead-lettered now, so the quarantine
+            # queue holds every failed job's message.
+            return current, Settlement.QUARANTINE, "already failed: dead-lettered on redelivery"
+        # Held by a live lease (another consumer's, or one abandoned here) is acked too: when
+        # that lease lapses the reclaim makes the job owed, and it is published again.
+        return current, Settlement.ACK, f"not claimable: {_why_not(current, queue.limits.any)}"
 
     def _run(self, job: Job, sent_at: float) -> tuple[Job | None, Settlement, str]:
         try:
