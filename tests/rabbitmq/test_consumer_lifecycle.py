@@ -19,6 +19,7 @@ import pytest
 from rabbit_harness import Harness, rabbitmqctl, wait_for
 
 import leaseq
+from leaseq.browse import WorkerInfo
 from leaseq.delivery.connection import encode
 from leaseq.delivery.execute import AppExecutor
 from leaseq.delivery.quarantine import peek
@@ -137,6 +138,34 @@ def test_a_consumer_the_broker_cancels_reconnects_and_takes_work_again(
         thread.join(timeout=10)
         assert not thread.is_alive(), "the consumer did not stop"
         assert gate.started == ["after-cancel"]
+
+
+# --- the worker registry -----------------------------------------------------------------
+
+
+def test_a_consumer_is_in_the_worker_registry_while_it_runs(harness: Harness) -> None:
+    # Given a consumer of two queues
+    gate = Gate()
+    gate.release.set()
+    with gated_consumer(harness, gate, ("jobs", "mail"), ConsumerConfig(
+            concurrency=1, grace_s=1, max_backoff_s=0.5)) as (app, consumer):
+        store = app.store
+
+        def registered() -> list[WorkerInfo]:
+            return [w for w in store.list_workers() if w.worker_id == consumer.worker_id]
+
+        stop = threading.Event()
+        with consumer_thread(consumer, stop) as thread:
+            # When it runs, Then the registry holds it with its queues, as a polling worker
+            # (the dashboard's workers page, and leaseq doctor's "ready and no live worker")
+            wait_for("the consumer registered", lambda: bool(registered()), 30, harness)
+            (info,) = registered()
+            assert sorted(info.queues) == ["jobs", "mail"]
+            stop.set()
+            thread.join(timeout=10)
+        assert not thread.is_alive(), "the consumer did not stop"
+        # And once it stopped cleanly, it is forgotten
+        assert registered() == []
 
 
 # --- stop: the grace period, and nothing new starts -----------------------------------------

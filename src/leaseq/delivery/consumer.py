@@ -53,6 +53,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from leaseq.delivery.connection import Reconnect, amqp_errors, decode, reconnecting, session
+from leaseq.delivery.registry import RegistryBeat
 from leaseq.delivery.topology import Topology
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.job import Job, JobStatus, LeaseLost, is_terminal, safe_reason
@@ -206,15 +207,19 @@ class Consumer:
         ``TopologyError`` (and any other refusal of leaseq's own) is raised at once."""
         self._stopping = self._past_grace = False
         pool = ThreadPoolExecutor(self.config.concurrency, "leaseq-consumer")
-        try:
-            reconnecting(lambda: self._session(pool, stop), stop, "consumer",
-                         self.config.max_backoff_s, self.redact)
-        finally:
-            self._stop_starting()
-            self._give_back_orphans()
-            # Not waited for: a queued delivery would never start, and a handler still running
-            # past the grace was given back (its write will be fenced out).
-            pool.shutdown(wait=False, cancel_futures=True)
+        # Registered until its last job is settled or given back: the dashboard and leaseq
+        # doctor see it serve its queues.
+        with RegistryBeat(self.worker_id, list(self.queues.values()), self._in_flight,
+                          redact=self.redact):
+            try:
+                reconnecting(lambda: self._session(pool, stop), stop, "consumer",
+                             self.config.max_backoff_s, self.redact)
+            finally:
+                self._stop_starting()
+                self._give_back_orphans()
+                # Not waited for: a queued delivery would never start, and a handler still
+                # running past the grace was given back (its write will be fenced out).
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def _session(self, pool: ThreadPoolExecutor, stop: threading.Event) -> None:
         with session(self.amqp_url, f"leaseq-consumer {self.worker_id}") as conn:
