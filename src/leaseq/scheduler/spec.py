@@ -10,7 +10,6 @@ be one job.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import re
 import zoneinfo
@@ -181,20 +180,17 @@ class Schedule:
             return self._due_every(self.every_s, cursor, now, keep)
         kept: deque[datetime] = deque()
         dropped: list[datetime] = []  # only the first and the last are kept
+        count = 0  # the dropped ones, counted on the one walk (cron ticks cost a step each)
         for tick in self.ticks_after(cursor):
             if tick > now:
                 break
             kept.append(tick)
             if len(kept) > keep:
                 dropped[1:] = [kept.popleft()]
+                count += 1
         if not dropped:
             return Due(list(kept))
-        count = self._count_between(cursor, dropped[-1])
         return Due(list(kept), count, dropped[0], dropped[-1])
-
-    def _count_between(self, cursor: datetime, last: datetime) -> int:
-        return sum(1 for _ in itertools.takewhile(lambda t: t <= last,
-                                                  self.ticks_after(cursor)))
 
     @staticmethod
     def _due_every(every_s: float, cursor: datetime, now: datetime, keep: int) -> Due:
