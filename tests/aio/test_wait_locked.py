@@ -129,51 +129,15 @@ async def _outcome(work: asyncio.Future[Job]) -> Job | BaseException:
         return exc
 
 
-def test_await_result_keeps_the_loop_free_while_another_connection_holds_the_lock(
-        store: Store, db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a pending job, and a waiter asleep on its watch
-    q = Queue(store, "work")
-    q.enqueue("j1", {})
-    waiting = _note_first_wait(store, monkeypatch)
-    locker = Locker(db_path, hold_s=LOCK_S, finish="done")
-
+def _await_through_the_lock(store: Store, q: Queue, waiting: threading.Event,
+                            locker: Locker) -> tuple[float, Job | BaseException]:
+    """Await job j1's result while ``locker`` takes the lock, once the waiter sleeps on its
+    watch: the loop's worst stall meanwhile, and what the await gave (a job or an error)."""
     async def scenario() -> tuple[float, Job | BaseException]:
         ticker = Ticker()
         ticker.start()
         waiter = asyncio.ensure_future(q.await_result("j1", timeout_s=20))
         await asyncio.to_thread(waiting.wait, 10)
-        # When another connection holds the lock for 2 s, then finishes the job
-        locker.take.set()
-        await asyncio.to_thread(locker.taken.wait, 10)
-        try:
-            outcome = await _outcome(waiter)
-        finally:
-            await store.aclose()
-        return ticker.stop(), outcome
-
-    worst, outcome = asyncio.run(scenario())
-    locker.thread.join(10)
-    # Then the loop never waited on the lock, and the result came once the job finished
-    assert worst < STALL_BOUND_S, f"the event loop stalled {worst:.2f} s on the lock"
-    assert isinstance(outcome, Job), f"await_result raised {outcome!r}"
-    assert outcome.status == "done" and outcome.result == {"answer": 42}
-
-
-def test_await_result_past_the_stores_busy_timeout_is_store_unavailable(
-        db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given a store that waits 200 ms for a lock, a pending job, and a waiter on its watch
-    store = _open_without_wal(f"sqlite:///{db_path}?busy_timeout_ms=200")
-    q = Queue(store, "work")
-    q.enqueue("j1", {})
-    waiting = _note_first_wait(store, monkeypatch)
-    locker = Locker(db_path, hold_s=30)
-
-    async def scenario() -> tuple[float, Job | BaseException]:
-        ticker = Ticker()
-        ticker.start()
-        waiter = asyncio.ensure_future(q.await_result("j1", timeout_s=20))
-        await asyncio.to_thread(waiting.wait, 10)
-        # When another connection holds the lock until the waiter has given up
         locker.take.set()
         await asyncio.to_thread(locker.taken.wait, 10)
         try:
@@ -183,8 +147,44 @@ def test_await_result_past_the_stores_busy_timeout_is_store_unavailable(
             await store.aclose()
         return ticker.stop(), outcome
 
+    return asyncio.run(scenario())
+
+
+def test_await_result_keeps_the_loop_free_while_another_connection_holds_the_lock(
+        store: Store, db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a pending job, and a waiter asleep on its watch
+    q = Queue(store, "work")
+    q.enqueue("j1", {})
+    waiting = _note_first_wait(store, monkeypatch)
+    locker = Locker(db_path, hold_s=LOCK_S, finish="done")
+
+    # When another connection holds the lock for 2 s, then finishes the job
+    worst, outcome = _await_through_the_lock(store, q, waiting, locker)
+    locker.thread.join(10)
+    # Then the loop never waited on the lock, and the result came once the job finished
+    assert worst < STALL_BOUND_S, f"the event loop stalled {worst:.2f} s on the lock"
+    assert isinstance(outcome, Job), f"await_result raised {outcome!r}"
+    assert outcome.status == "done" and outcome.result == {"answer": 42}
+
+
+def _impatient_store(db_path: str, monkeypatch: pytest.MonkeyPatch
+                     ) -> tuple[Store, Queue, threading.Event, Locker]:
+    """A store that waits 200 ms for a lock, its queue holding pending job j1, the event of
+    a waiter's first sleep on j1's watch, and a locker that holds the lock until released."""
+    store = _open_without_wal(f"sqlite:///{db_path}?busy_timeout_ms=200")
+    q = Queue(store, "work")
+    q.enqueue("j1", {})
+    return store, q, _note_first_wait(store, monkeypatch), Locker(db_path, hold_s=30)
+
+
+def test_await_result_past_the_stores_busy_timeout_is_store_unavailable(
+        db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a store that waits 200 ms for a lock, a pending job, and a waiter on its watch
+    store, q, waiting, locker = _impatient_store(db_path, monkeypatch)
+
     try:
-        worst, outcome = asyncio.run(scenario())
+        # When another connection holds the lock until the waiter has given up
+        worst, outcome = _await_through_the_lock(store, q, waiting, locker)
     finally:
         locker.release.set()
         locker.thread.join(10)
@@ -197,11 +197,7 @@ def test_await_result_past_the_stores_busy_timeout_is_store_unavailable(
 def test_wait_past_the_stores_busy_timeout_is_store_unavailable(
         db_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a store that waits 200 ms for a lock, a pending job, and a waiter on its watch
-    store = _open_without_wal(f"sqlite:///{db_path}?busy_timeout_ms=200")
-    q = Queue(store, "work")
-    q.enqueue("j1", {})
-    waiting = _note_first_wait(store, monkeypatch)
-    locker = Locker(db_path, hold_s=30)
+    store, q, waiting, locker = _impatient_store(db_path, monkeypatch)
     outcome: list[BaseException] = []
 
     def wait() -> None:

@@ -147,33 +147,26 @@ def test_an_async_call_that_cannot_connect_raises_store_unavailable(app: App,
         asyncio.run(store.aget("mail", "any"))
 
 
-def test_a_call_over_one_of_the_servers_limits_is_invalid_input(app: App, alias: str) -> None:
-    # Given a django:// PostgreSQL store
-    if alias != "pg":
-        pytest.skip("SQLSTATE class 54 is PostgreSQL's")
-    from leaseq.errors import InvalidInput
-
-    store = app.store
-    # When a statement is over one of the server's limits (54000, an OperationalError)
-    with pytest.raises(InvalidInput, match="over one of its limits: requested length"):
-        store._session.run(  # type: ignore[attr-defined]
-            lambda conn: conn.execute("SELECT repeat('x', 1 << 30)").fetchone())
-    # Then it is not reported as an unavailable server, and the next call works
-    assert store.counts("mail") == {}
-
-
-def test_a_statement_on_a_table_gone_is_store_refused(app: App, alias: str) -> None:
+@pytest.mark.parametrize(("statement", "error", "words"), [
+    # over one of the server's limits (54000, which psycopg makes an OperationalError)
+    ("SELECT repeat('x', 1 << 30)", "InvalidInput", "over one of its limits: requested length"),
+    # a table the schema does not hold (42P01)
+    ("SELECT * FROM no_such_table_here", "StoreRefused", "does not exist"),
+], ids=["over-a-limit", "table-gone"])
+def test_a_statement_the_server_refuses_for_good_is_typed_at_once(
+        app: App, alias: str, statement: str, error: str, words: str) -> None:
     # Given a django:// PostgreSQL store
     if alias != "pg":
         pytest.skip("the SQLSTATEs are PostgreSQL's")
-    from leaseq.errors import StoreRefused
+    import leaseq.errors
 
     store = app.store
-    # When a statement names a table the schema does not hold (42P01)
-    with pytest.raises(StoreRefused, match="does not exist"):
+    # When a statement is refused in a way no retry gets past
+    with pytest.raises(getattr(leaseq.errors, error), match=words):
         store._session.run(  # type: ignore[attr-defined]
-            lambda conn: conn.execute("SELECT * FROM no_such_table_here").fetchone())
-    # Then it is typed, not psycopg's own error, and the next call works
+            lambda conn: conn.execute(statement).fetchone())
+    # Then it is typed (not an unavailable server, not psycopg's own error), and the next
+    # call works
     assert store.counts("mail") == {}
 
 
