@@ -332,7 +332,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
             conn, "heartbeat", queue=queue, ids=[lease.job_id for lease in leases],
             epochs=[lease.lease_epoch for lease in leases],
             holders=[lease.worker_id for lease in leases],
-            tokens=[lease.claim_token for lease in leases], lease_s=lease_s,
+            tokens=[_fence(lease.claim_token) for lease in leases], lease_s=lease_s,
             lease_lost=LEASE_LOST),
             idempotent=True, autocommit=True)
         held = {(job_id, epoch): _token(token) for job_id, epoch, token in rows}
@@ -345,7 +345,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         def work(conn: psycopg.Connection) -> tuple[Job, bool]:
             cols, rows = self._tuples(conn, name, queue=queue, id=lease.job_id,
                                       lease_epoch=lease.lease_epoch, worker_id=lease.worker_id,
-                                      claim_token=lease.claim_token,
+                                      claim_token=_fence(lease.claim_token),
                                       stale_reason=STALE_REASON, **params)
             if not rows:
                 raise LeaseLost(queue, lease.job_id, lease.lease_epoch)
@@ -378,7 +378,8 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
         # One item of the batch statement: complete and complete_many fence alike by design.
         return self._finish(queue, lease, "complete_many", then, ids=[lease.job_id],
                             epochs=[lease.lease_epoch], holders=[lease.worker_id],
-                            tokens=[lease.claim_token], statuses=[status], results=[result_json],
+                            tokens=[_fence(lease.claim_token)], statuses=[status],
+                            results=[result_json],
                             result_keys=[result_key])
 
     def complete_many(self, queue: str, items: Sequence[Completion]) -> list[Job | LeaseLost]:
@@ -390,7 +391,7 @@ class PostgresStore(PostgresEnqueue, PostgresOperatorTools, ScheduleLedger, Limi
                 ids=[c.lease.job_id for c in items],
                 epochs=[c.lease.lease_epoch for c in items],
                 holders=[c.lease.worker_id for c in items],
-                tokens=[c.lease.claim_token for c in items],
+                tokens=[_fence(c.lease.claim_token) for c in items],
                 statuses=[c.status for c in items], results=[c.result_json for c in items],
                 result_keys=[c.result_key for c in items], stale_reason=STALE_REASON)
             stale = cols.get("was_stale", -1)
@@ -601,6 +602,23 @@ def _dt(value: datetime | None) -> datetime | None:
 
 def _token(value: uuid.UUID | None) -> str | None:
     return None if value is None else str(value)
+
+
+#: What a lease's token that is no UUID is sent as: the nil UUID, which no claim stamps
+#: (tokens are random UUIDs), so the fence finds no such claim and the write is LeaseLost.
+_NO_CLAIM = str(uuid.UUID(int=0))
+
+
+def _fence(token: str | None) -> str | None:
+    """A lease's ``claim_token`` as the uuid column takes it: a token that is no UUID (a lease
+    made by hand, or another store's) holds no claim here, and must fence the write out as
+    any other stranger's does, not fail the cast with the driver's own error."""
+    if token is None:
+        return None
+    try:
+        return str(uuid.UUID(token))
+    except (ValueError, TypeError, AttributeError):
+        return _NO_CLAIM
 
 
 #: Job's fields in the order of its constructor.

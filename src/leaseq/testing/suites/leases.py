@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -101,6 +102,27 @@ class LeaseSuite:
         assert must_get(q, old.id) == before
         # And the new holder still finishes normally
         assert q.complete(new).status == "done"
+
+    @pytest.mark.parametrize("write", sorted(FENCED_WRITES))
+    def test_a_lease_whose_token_no_claim_stamped_is_fenced_out_typed(
+        self, leaseq_store: FreshStore, write: str
+    ) -> None:
+        # Given a job W1 claimed, and a copy of its lease with a token no claim of this store
+        # stamped (made by hand, or another store's: not even a UUID)
+        q = leaseq_store.queue()
+        job = given_claimed(q, "j1", W1)
+        stranger = dataclasses.replace(job, claim_token="not-a-claim-token")
+        before = must_get(q, "j1")
+        # When it beats and writes, Then it is lost and refused as any stranger is (LeaseLost,
+        # not a driver's error), and the record is untouched
+        assert q.heartbeat([stranger]) == ["j1"]
+        with pytest.raises(LeaseLost):
+            FENCED_WRITES[write](q, stranger)
+        (refused,) = q.complete_many([stranger])
+        assert isinstance(refused, LeaseLost)
+        assert must_get(q, "j1") == before
+        # And the claim itself still finishes
+        assert q.complete(job).status == "done"
 
     @pytest.mark.parametrize("write", sorted(FENCED_WRITES))
     @pytest.mark.parametrize("claimer", [W2, W1], ids=["another_worker", "the_same_worker"])
