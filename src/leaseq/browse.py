@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -109,9 +109,18 @@ class JobPage:
 @dataclass(frozen=True, slots=True)
 class BulkResult:
     acted: list[str] = field(default_factory=list)
-    """Ids the action changed."""
+    """Ids the action changed, in the order they were given."""
     skipped: list[str] = field(default_factory=list)
-    """Ids left alone: gone, or in a state the action does not fit."""
+    """Ids left alone: gone, or in a state the action does not fit; in the order given."""
+
+    @classmethod
+    def of(cls, job_ids: Sequence[str], acted: Iterable[str]) -> BulkResult:
+        """The result of an action given ``job_ids`` (repeats counted once) that changed
+        ``acted``, whatever order the store's statements returned them in: every store
+        answers alike."""
+        done = set(acted)
+        given = list(dict.fromkeys(job_ids))
+        return cls([i for i in given if i in done], [i for i in given if i not in done])
 
 
 @dataclass(frozen=True, slots=True)

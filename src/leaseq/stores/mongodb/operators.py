@@ -96,8 +96,7 @@ class OperatorTools(OffsetClock):
             self._log([Event(queue, d["_id"], ACTION_EVENTS[action], records.moved(d, reason))
                        for d in changed])
             acted.extend(d["_id"] for d in changed)
-        done = set(acted)
-        return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
+        return BulkResult.of(job_ids, acted)
 
     def _move_each(self, queue: str, action: BulkAction, ids: list[str]) -> list[Any]:
         coll = self._coll(queue)

@@ -106,8 +106,7 @@ class PostgresOperatorTools:
             acted.extend(r["id"] for r in rows)
             if action is BulkAction.REQUEUE and rows:
                 self._session.run(lambda conn: self._notify(conn, queue))
-        done = set(acted)
-        return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
+        return BulkResult.of(job_ids, acted)
 
     def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
         def work(conn: psycopg.Connection) -> bool:

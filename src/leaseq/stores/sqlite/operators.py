@@ -95,8 +95,7 @@ class SQLiteOperatorTools:
                                   ids=json.dumps(batch))
                 self._journal_rows(conn, queue, rows, ACTION_EVENTS[action], lambda _: reason)
             acted.extend(r["id"] for r in rows)
-        done = set(acted)
-        return BulkResult(acted, [i for i in dict.fromkeys(job_ids) if i not in done])
+        return BulkResult.of(job_ids, acted)
 
     def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
         reason = actor_reason(actor)

@@ -130,6 +130,21 @@ class OperatorToolsSuite:
         assert (deleted.acted, deleted.skipped) == (["f1"], ["p1"])
         assert q.get("f1") is None and q.get("p1") is not None
 
+    def test_bulk_results_list_the_ids_in_the_order_given(self, leaseq_store: FreshStore) -> None:
+        # Given failed, cancelled and pending jobs, whose ids do not sort as they are given
+        store = leaseq_store.store
+        q = leaseq_store.queue()
+        for job_id in ("f-b", "f-a"):
+            given_failed(q, job_id)
+        q.enqueue("c-z", {})
+        assert q.cancel("c-z")
+        q.enqueue("p-y", {})
+        # When an action is given them in an order of the operator's, a repeat and an unknown
+        given = ["f-b", "p-y", "c-z", "gone", "f-a", "f-b"]
+        result = store.act_on_jobs("jobs", BulkAction.REQUEUE, given, "bob")
+        # Then both lists keep that order, once each, whatever the statements returned
+        assert (result.acted, result.skipped) == (["f-b", "c-z", "f-a"], ["p-y", "gone"])
+
     def test_bulk_runs_in_batches_over_many_jobs(self, leaseq_store: FreshStore) -> None:
         # Given more pending jobs than one batch holds
         store = leaseq_store.store
