@@ -475,6 +475,23 @@ def test_operator_cancel_of_a_done_job_is_false(db, store):
     assert db.of(Q, "find_one_and_update")[0][0][0] == documents.cancellable("x")
 
 
+def test_on_a_replica_set_an_operators_change_and_its_journal_are_one_transaction():
+    # Given a replica set, and a cancellable job
+    db = FakeDB({"setName": "rs0", "localTime": T0})
+    session = mock.MagicMock()
+    session.with_transaction.side_effect = lambda work, **_: work(session)
+    db.client = mock.MagicMock()
+    db.client.start_session.return_value.__enter__.return_value = session
+    store = MongoStore(db)
+    db[Q].answer("find_one_and_update", {"_id": "x", "attempts": 1, "lease_epoch": 2})
+    # When an operator cancels it, Then the change and its journal entry share a
+    # transaction: one cannot stand without the other
+    assert store.cancel("q", "x") is True
+    assert session.with_transaction.called
+    assert db.of(Q, "find_one_and_update")[0][1]["session"] is session
+    assert db.of("leaseq_journal", "bulk_write")[0][1]["session"] is session
+
+
 # --- enqueue -------------------------------------------------------------------------------
 
 
