@@ -102,6 +102,17 @@ def test_a_new_revision_of_a_pending_job_resets_attempts_under_the_new_max():
     assert matches(documents.claimable(0), doc, NOW)
 
 
+def test_a_new_revision_of_a_running_job_resets_its_budget_and_keeps_its_lease():
+    # Given a job running its third attempt, with snoozes and give-backs spent
+    stored = running(attempts=3, snoozes=2, givebacks=1)
+    # When a new revision arrives, Then it is stale, its budget afresh as on the SQL stores
+    # (the running attempt was the old revision's), its lease and holder as they were
+    doc = run([{"$set": upserts.upsert_fields(upserts.STALE, "t", "r2", 5, 0, 0)}], stored, NOW)
+    assert (doc["stale"], doc["attempts"], doc["snoozes"], doc["givebacks"]) == (True, 0, 0, 0)
+    assert (doc["status"], doc["lease_until"], doc["worker_id"]) == (
+        stored["status"], stored["lease_until"], stored["worker_id"])
+
+
 def test_an_expired_stale_job_is_returned_afresh_not_failed():
     # Given a stale job whose new revision lowered max_attempts below its attempts
     doc = running(attempts=3, max_attempts=2, stale=True, lease_until=EARLIER)

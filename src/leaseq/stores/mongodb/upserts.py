@@ -70,13 +70,14 @@ def upsert_fields(op: str, task: str | None, revision: str | None, max_attempts_
     clock, not_before = now(offset_s), now(offset_s, delay_s)
     spec = {"task": lit(task), "revision": lit(revision), "max_attempts": max_attempts_,
             "priority": priority}
-    if op == STALE:  # the lease is left alone; the worker's finish becomes a snooze. The
-        # key stays too while it runs (the key's running count must not move): the new one
-        # waits in next_concurrency_key (documents.key_after_revision).
-        return {**spec, "stale": True, "next_concurrency_key": lit(concurrency_key),
-                "updated_at": clock}
-    spec["concurrency_key"] = lit(concurrency_key)
     counters = {"attempts": 0, "snoozes": 0, "givebacks": 0}
+    if op == STALE:  # the lease is left alone; the worker's finish becomes a snooze. The
+        # running attempt was the old revision's: the budget starts afresh now, as on the SQL
+        # stores (mark_stale). The key stays while it runs (the key's running count must not
+        # move): the new one waits in next_concurrency_key (documents.key_after_revision).
+        return {**spec, **counters, "stale": True,
+                "next_concurrency_key": lit(concurrency_key), "updated_at": clock}
+    spec["concurrency_key"] = lit(concurrency_key)
     if op == UPDATE:  # a new revision starts afresh: the old attempts were on other input
         return {**spec, **counters, "lease_until": not_before, "published_at": None,
                 "updated_at": clock}
