@@ -387,6 +387,19 @@ def redact(text: str) -> str:
     return _BUILT_IN(text)
 
 
+def redacted_strings(value: object, redact: Redact) -> object:
+    """A copy of ``value`` (JSON) whose every string, at any depth, passed ``redact`` on its
+    own: in a dump of the whole a string's line breaks are ``\\n``, and the rules that read
+    lines (a value on the line after its key, a YAML block) would never see them."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: redacted_strings(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redacted_strings(item, redact) for item in value]
+    return value
+
+
 def fields_masker(redact: Redact) -> Callable[[object], object]:
     """What masks the secret-named fields of a structure for ``redact``: its own
     ``Redactor.masked_fields`` when it is one (its extra ``secret_keys`` count), else the

@@ -207,6 +207,20 @@ def test_payloads_are_redacted_for_display_and_edited_from_the_real_values(
     assert [e.event for e in store.journal("mail", "f-1")][-2:] == ["edited", "requeued"]
 
 
+def test_a_secret_in_a_payload_strings_lines_is_redacted_for_display(
+    client: TestClient, store: Store
+) -> None:
+    # Given a payload whose strings hold a config: a value on the line after its key, and a
+    # YAML block (in the JSON shown, their line breaks are written \n)
+    store.queue("mail").enqueue("cfg", {
+        "config": "db:\n  password: |\n    Zq9hunter2\n  port: 5432\n",
+        "note": "token:\n  Zq9tok3n"})
+    # When a viewer opens the job, Then neither secret is on the page
+    page = client.get("/job/mail/cfg", headers=VIEWER).text
+    assert "Zq9hunter2" not in page and "Zq9tok3n" not in page
+    assert "port: 5432" in page  # the rest of the config as it was
+
+
 def test_bulk_shows_the_count_then_acts_only_on_the_counted_jobs(
     client: TestClient, store: Store
 ) -> None:

@@ -57,7 +57,7 @@ from leaseq.doctor import DoctorConfig, diagnose, diagnose_job
 from leaseq.errors import InvalidInput, LeaseqError
 from leaseq.journal import JournalEvent
 from leaseq.ledger import ScheduleState, format_tick, schedule_journal_id
-from leaseq.redact import fields_masker, redact
+from leaseq.redact import fields_masker, redact, redacted_strings
 from leaseq.scheduler.spec import Schedule
 from leaseq.stores.base import Store
 from leaseq.timeline import format_duration, read_timeline
@@ -207,9 +207,11 @@ class Dashboard:
         job = self.store.get(queue, job_id)
         if job is None:
             return PlainTextResponse("no such job", 404)
-        # By key first (a secret's value may be a list or an object), then as text.
-        shown = self.redactor(json.dumps(self.masked_fields(job.payload), indent=2,
-                                         sort_keys=True))
+        # By key first (a secret's value may be a list or an object), then each string as
+        # the text it is (its line breaks real ones), then the whole as text.
+        shown = self.redactor(json.dumps(
+            redacted_strings(self.masked_fields(job.payload), self.redactor), indent=2,
+            sort_keys=True))
         real = json.dumps(job.payload, indent=2, sort_keys=True) if access.may("edit") else None
         journal = self.store.journal(queue, job_id)
         now = self.store.server_now()
