@@ -300,6 +300,18 @@ def test_the_event_stream_sends_the_shared_snapshot(store: Store) -> None:
     assert line.startswith("data: [") and '"queue": "mail"' in line
 
 
+@pytest.mark.parametrize("spec_json", ["{}", "[]", "not json", '{"task": "t", "cron": "x"}'])
+def test_a_schedule_whose_spec_cannot_be_read_is_shown_with_the_rest(
+    client: TestClient, store: Store, spec_json: str
+) -> None:
+    # Given a ledger record this code cannot read (another version's, or damaged)
+    store.register_schedule("odd", "mail", spec_json)
+    # When the page lists the schedules, Then it shows the rest and that one by name
+    page = client.get("/schedules", headers=ADMIN)
+    assert page.status_code == 200
+    assert "nightly-digest" in page.text and "odd" in page.text
+
+
 def test_schedules_show_their_ticks_and_pause_by_permission(
     client: TestClient, store: Store
 ) -> None:

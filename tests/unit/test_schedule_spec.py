@@ -268,6 +268,14 @@ def test_a_worker_that_never_imports_the_schedule_passes_the_tick_as_a_datetime(
     assert isinstance(got[0], datetime) and got[0].utcoffset() == timedelta(hours=3)
 
 
+@pytest.mark.parametrize("spec_json", ["{}", "[]", "not json", '{"task": "t", "cron": "x"}',
+                                       '{"task": "t", "every_s": "often"}'])
+def test_a_ledger_spec_this_code_cannot_read_is_invalid_input(spec_json):
+    # What lists a ledger (leaseq schedules, the dashboard, the gauges) shows the rest
+    with pytest.raises(InvalidInput, match="schedule 'odd'"):
+        Schedule.from_ledger("odd", "q", spec_json)
+
+
 # --- zones that depend on the host, and a cron that is not text ----------------------------
 
 

@@ -233,9 +233,18 @@ class Schedule:
 
     @classmethod
     def from_ledger(cls, name: str, queue: str, spec_json: str) -> Schedule:
-        """The schedule a ledger record describes (for the command line: no app needed)."""
-        fields = json.loads(spec_json)
-        return cls(name=name, queue=queue, **{k: fields[k] for k in SPEC_FIELDS if k in fields})
+        """The schedule a ledger record describes (for the command line: no app needed).
+        Raises ``InvalidInput`` for a spec this code cannot read (another version's, or
+        damaged): what shows a ledger shows the rest of it."""
+        try:
+            fields = json.loads(spec_json)
+            return cls(name=name, queue=queue,
+                       **{k: fields[k] for k in SPEC_FIELDS if k in fields})
+        except InvalidInput:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:  # not JSON, not an object, no task
+            raise InvalidInput(f"schedule {name[:100]!r}: its spec in the ledger cannot be "
+                               f"read ({type(exc).__name__})") from None
 
     def describe(self) -> str:
         if self.cron is not None:
