@@ -272,24 +272,29 @@ def _decode(cursor: str | None) -> tuple[Any, str | None]:
     if not isinstance(job_id, str) or not isinstance(key, (str, int, float, type(None))):
         raise InvalidInput(BAD_CURSOR)
     if not all(_encodable(text) for text in (job_id, key) if isinstance(text, str)):
-        raise InvalidInput(BAD_CURSOR)  # a lone surrogate, written as a JSON escape
+        raise InvalidInput(BAD_CURSOR)  # a lone surrogate or a NUL, written as a JSON escape
     return key, job_id
 
 
 def _encodable(text: str) -> bool:
-    """Whether a store can take ``text`` (UTF-8: no lone surrogates)."""
+    """Whether every store can take ``text``: UTF-8 (no lone surrogates), no NUL (which
+    PostgreSQL's text refuses, and no job id holds)."""
     try:
         text.encode()
     except UnicodeEncodeError:
         return False
-    return True
+    return "\x00" not in text
 
 
 def number_key(key: Any) -> float | None:
     """A cursor's sort value where the store sorts on a number (SQLite's ``updated_at``)."""
-    if key is None or (isinstance(key, (int, float)) and not isinstance(key, bool)
-                       and math.isfinite(key)):
-        return key
+    if key is None:
+        return None
+    try:  # an integer past a float's range (10**400) is no time at all
+        if not isinstance(key, bool) and isinstance(key, (int, float)) and math.isfinite(key):
+            return key
+    except OverflowError:
+        pass
     raise InvalidInput(BAD_CURSOR)
 
 

@@ -172,6 +172,11 @@ def test_a_read_only_user_cannot_search_the_real_error_text(client: TestClient,
     "/jobs?queue=mail&status=failed&cursor=%5B1%2C%22%5Cud800%22%5D",
     "/jobs?queue=mail&cursor=%5B%22%5Cud800%22%2C%22x%22%5D",
     "/jobs?queue=mail&task=send&cursor=" + "%5B" * 5000,
+    # an integer past a float's range, and a NUL in the id: a 500 (an OverflowError; on
+    # PostgreSQL the statement's own error)
+    "/jobs?queue=mail&status=failed&cursor=%5B1" + "0" * 400 + "%2C%22x%22%5D",
+    "/jobs?queue=mail&cursor=%5Bnull%2C%22x%5Cu0000%22%5D",
+    "/jobs?queue=mail&status=failed&cursor=%5B1%2C%22x%5Cu0000%22%5D",
     "/jobs?queue=%00", "/jobs?queue=mail&status=%00", "/job/mail/%00", "/job/%00/x",
     "/job/mail?id=%00", "/job/mail",
 ])
