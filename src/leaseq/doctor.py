@@ -7,6 +7,7 @@ and a ``leaseq`` command to run next. A check that finds nothing wrong gives no 
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -321,8 +322,10 @@ def diagnose_job(job: Job, journal: Sequence[JournalEntry], now: datetime,
             "same_reason_retried", job.queue, f"{len(reasons)} retries, the last ones for the "
             "same reason", "an error no retry will fix is treated as transient",
             "retry_scheduled reasons in the job's journal",
-            f"raise leaseq.Permanent for it in the task; then `leaseq cancel {job.id}` or fix "
-            "the payload and requeue", severity="warn"))
+            # Quoted for a shell: an id may hold anything, and an operator pastes this
+            "raise leaseq.Permanent for it in the task; then "
+            f"`leaseq cancel --queue {job.queue} {shlex.quote(job.id)}` or fix the payload "
+            "and requeue", severity="warn"))
     waited = (now - job.updated_at).total_seconds() if job.updated_at else 0.0
     if (job.status == "pending" and job.published_at is None
             and JournalEvent.PUBLISHED in events and waited > config.unpublished_s):

@@ -361,7 +361,7 @@ def test_a_jobs_page_reads_its_story_against_the_map(client: TestClient, store: 
         q.retry_later(q.claim_one("r-1", "w", lease_s=60), "KeyError: 'name'", delay_s=0)  # type: ignore[arg-type]
     # Then its page names the symptom, the likely cause and the action
     page = client.get("/job/mail/r-1", headers=ADMIN).text
-    assert "same_reason_retried" in page and "leaseq cancel r-1" in page
+    assert "same_reason_retried" in page and "leaseq cancel --queue mail r-1" in page
     assert "same_reason_retried" not in client.get("/job/mail/f-1", headers=ADMIN).text
 
 

