@@ -208,6 +208,22 @@ def test_payloads_are_redacted_for_display_and_edited_from_the_real_values(
     assert [e.event for e in store.journal("mail", "f-1")][-2:] == ["edited", "requeued"]
 
 
+def test_the_filter_keeps_an_apps_own_status_and_a_queue_emptied_meanwhile(
+    client: TestClient, store: Store
+) -> None:
+    # Given a job finished in an app's own terminal status
+    q = store.queue("mail")
+    q.enqueue("s-1", {})
+    q.complete(q.claim_one("s-1", "w", lease_s=60), status="skipped")  # type: ignore[arg-type]
+    # When the jobs page is opened on it, and on a queue that holds no job
+    page = client.get("/jobs?queue=mail&status=skipped", headers=ADMIN).text
+    empty = client.get("/jobs?queue=gone-now", headers=ADMIN).text
+    # Then each is the filter's selected choice: pressed again, Filter keeps them
+    assert '<option value="skipped" selected>skipped</option>' in page
+    assert 's-1' in page
+    assert '<option value="gone-now" selected>gone-now</option>' in empty
+
+
 def test_a_payload_near_the_queues_limit_is_edited_from_its_editor_as_shown(
     client: TestClient, store: Store
 ) -> None:

@@ -38,7 +38,7 @@ from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
 from leaseq import validate
-from leaseq.browse import SNAPSHOT_MAX, BulkAction, JobFilter
+from leaseq.browse import SNAPSHOT_MAX, SUMMARY_STATUSES, BulkAction, JobFilter
 from leaseq.dashboard.security import (
     BULK_ASKS,
     EDIT_ASKS,
@@ -200,8 +200,13 @@ class Dashboard:
     def jobs(self, request: Request, access: Access) -> Response:
         where = _filter_from(request.query_params, self.store, access)
         page = self.store.find_jobs(where, PAGE_SIZE, request.query_params.get("cursor"))
+        # The filter's own queue and status among the choices, even when they are not the
+        # usual ones (a queue emptied meanwhile, an app's own terminal status): a Filter
+        # pressed again keeps them, and the forms below act on the queue shown.
+        queues = list(dict.fromkeys([*self.store.queues(), where.queue]))
+        statuses = list(dict.fromkeys([*SUMMARY_STATUSES, *filter(None, [where.status])]))
         return self.render(request, access, "jobs.html", where=where, page=page,
-                           queues=self.store.queues(), query=dict(request.query_params))
+                           queues=queues, statuses=statuses, query=dict(request.query_params))
 
     def job(self, request: Request, access: Access) -> Response:
         queue = validate.queue_name(request.path_params["queue"])
