@@ -290,6 +290,7 @@ class Dashboard:
 
     def bulk_count(self, request: Request, access: Access) -> Response:
         form = request.state.form
+        _field(form, "queue")  # an action names its queue: none is taken to mean the first
         where = _filter_from(form, self.store, access)
         action = BulkAction(str(form["action"]))
         ids = self.store.snapshot_ids(where, SNAPSHOT_MAX)
