@@ -208,6 +208,29 @@ def test_payloads_are_redacted_for_display_and_edited_from_the_real_values(
     assert [e.event for e in store.journal("mail", "f-1")][-2:] == ["edited", "requeued"]
 
 
+def test_counts_awaiting_confirmation_are_kept_up_to_a_bound_the_oldest_dropped_first(
+    client: TestClient, store: Store
+) -> None:
+    from leaseq.dashboard.app import SNAPSHOTS_KEPT
+
+    token = csrf(client, ADMIN)
+
+    def count() -> str:
+        counted = client.post("/bulk", headers=ADMIN, data={
+            "csrf_token": token, "queue": "mail", "status": "pending", "action": "cancel"})
+        return re.search(r'name="snapshot" value="([^"]+)"', counted.text)[1]  # type: ignore[index]
+
+    # Given as many counts as are kept, then one more
+    first, second = count(), count()
+    for _ in range(SNAPSHOTS_KEPT - 1):
+        count()
+    # Then the oldest made room (each holds up to 100,000 ids), and the next is still there
+    for snapshot, status in ((first, 409), (second, 200)):
+        confirmed = client.post("/bulk/confirm", headers=ADMIN, data={
+            "csrf_token": token, "snapshot": snapshot, "action": "cancel"})
+        assert confirmed.status_code == status
+
+
 def test_the_filter_keeps_an_apps_own_status_and_a_queue_emptied_meanwhile(
     client: TestClient, store: Store
 ) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -66,6 +67,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 #: How long a counted bulk snapshot may wait for its confirmation.
 SNAPSHOT_TTL_S = 600.0
+#: The most counts kept awaiting confirmation at once (a new one makes room by the oldest).
+SNAPSHOTS_KEPT = 100
 PAGE_SIZE = 50
 #: The most one field of a signed-in user's form may hold: the editor's payload, pretty-printed
 #: and form-encoded, comes to about 4 times its stored size (8 for text outside ASCII), so a
@@ -104,6 +107,9 @@ class Dashboard:
         self.secret = secrets.token_bytes(32)
         self.stats = StatsSnapshot(store)
         self.snapshots: dict[str, tuple[float, str, str, BulkAction, list[str]]] = {}
+        """Counted bulk actions awaiting their confirmation, by token (under
+        ``_snapshots_lock``: the handlers run on a pool's threads)."""
+        self._snapshots_lock = threading.Lock()
         self.env = Environment(loader=PackageLoader("leaseq.dashboard", "templates"),
                                autoescape=select_autoescape(default=True))
         self.env.filters["duration"] = format_duration
@@ -294,15 +300,17 @@ class Dashboard:
         where = _filter_from(form, self.store, access)
         action = BulkAction(str(form["action"]))
         ids = self.store.snapshot_ids(where, SNAPSHOT_MAX)
-        self._forget_old_snapshots()
         token = secrets.token_urlsafe(16)
-        self.snapshots[token] = (time.monotonic(), access.user, where.queue, action, ids)
+        with self._snapshots_lock:
+            self._forget_old_snapshots()
+            self.snapshots[token] = (time.monotonic(), access.user, where.queue, action, ids)
         return self.render(request, access, "confirm.html", action=action, count=len(ids),
                            token=token, where=where)
 
     def bulk_confirm(self, request: Request, access: Access) -> Response:
         form = request.state.form
-        found = self.snapshots.pop(str(form.get("snapshot", "")), None)
+        with self._snapshots_lock:
+            found = self.snapshots.pop(str(form.get("snapshot", "")), None)
         # The action confirmed is the one counted (and the one the permission check saw).
         if found is None or found[1] != access.user or found[3] != form.get("action"):
             return PlainTextResponse("that count has expired; count again", 409)
@@ -346,9 +354,13 @@ class Dashboard:
         return RedirectResponse(f"{_root(request)}/schedules", 303)
 
     def _forget_old_snapshots(self) -> None:
+        """Drop the counts older than ``SNAPSHOT_TTL_S``, and past ``SNAPSHOTS_KEPT`` the
+        oldest (each holds up to ``SNAPSHOT_MAX`` ids). Under ``_snapshots_lock``."""
         cutoff = time.monotonic() - SNAPSHOT_TTL_S
         for token in [t for t, (at, *_) in self.snapshots.items() if at < cutoff]:
             del self.snapshots[token]
+        for token in list(self.snapshots)[:max(len(self.snapshots) - SNAPSHOTS_KEPT + 1, 0)]:
+            del self.snapshots[token]  # in insertion order: the oldest first
 
 
 def schedule_row(state: ScheduleState, now: datetime) -> dict[str, Any]:
