@@ -89,6 +89,9 @@ def test_basic_auth_refuses_credentials_no_one_should_sign_in_with(
 def test_a_login_token_is_good_once_and_sets_a_session(store: Store) -> None:
     client = TestClient(create_app(store, auth=LoginToken("t0k3n"), permissions="all"))
     assert client.get("/login?token=wrong").status_code == 401
+    # A HEAD (a link checker's, a chat's preview) signs no one in and spends nothing
+    head = client.head("/login?token=t0k3n", follow_redirects=False)
+    assert head.status_code == 204 and "set-cookie" not in head.headers
     first = client.get("/login?token=t0k3n", follow_redirects=False)
     assert first.status_code == 303 and "httponly" in first.headers["set-cookie"].lower()
     assert client.get("/").status_code == 200

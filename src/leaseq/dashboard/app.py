@@ -167,6 +167,8 @@ class Dashboard:
 
     def _login(self, request: Request) -> Response:
         assert isinstance(self.auth, LoginToken)
+        if request.method != "GET":  # a HEAD (a link checker's) must not spend the token
+            return Response(status_code=204, headers=_headers())
         session = self.auth.redeem(request.query_params.get("token", ""))
         if session is None:
             return self._unauthorized()
