@@ -351,11 +351,17 @@ class Runner:
             log.warning("job %s: quarantined as invalid: %s", job.id, self._why(str(error)),
                         extra=job_fields("invalid", job))
             return "fail", lambda: queue.fail(job, str(error), Failure.INVALID)
-        if isinstance(error, Permanent) or (item.task and isinstance(error, item.task.permanent)):
+        # An explicit Retry wins over the task's permanent= types, which it would match when
+        # they are as wide as Exception ("every error is permanent unless I say Retry").
+        permanent = isinstance(error, Permanent) or (
+            item.task and not isinstance(error, Retry) and isinstance(error, item.task.permanent))
+        if permanent:
             log.warning("job %s: permanent failure on attempt %d: %s", job.id, job.attempts,
                         self._why(error), extra=job_fields("permanent", job))
             return "fail", lambda: queue.fail(job, error, Failure.PERMANENT)
-        return "retry", lambda: queue.retry_later(job, error, self._retry_delay(item, error))
+        # Decided (and logged) once: the write may be tried again, its delay must not change
+        retry_in = self._retry_delay(item, error)
+        return "retry", lambda: queue.retry_later(job, error, retry_in)
 
     def _complete(self, item: InFlight, value: Any) -> tuple[str, Callable[[], Job]]:
         job, queue = item.job, item.queue

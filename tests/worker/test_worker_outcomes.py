@@ -151,6 +151,24 @@ def test_permanent_or_listed_exception_quarantines_at_once(
     assert job is not None and (job.status, job.failure, job.attempts) == ("failed", "permanent", 1)
 
 
+def test_an_explicit_retry_is_retried_when_every_other_error_is_permanent(
+    app: leaseq.App
+) -> None:
+    # Given a task whose every error is permanent unless it says Retry
+    @app.task(queue="work", permanent=(Exception,))
+    def careful(job: leaseq.Job) -> str:
+        if job.attempts == 1:
+            raise leaseq.Retry("upstream 503", delay_s=0)
+        return "ran"
+
+    careful.enqueue(job_id="r")
+    # When it asks for a retry, Then it is retried (not quarantined as permanent), and runs
+    burst(app)
+    job = app.queue("work").get("r")
+    assert job is not None and (job.status, job.attempts) == ("done", 2)
+    assert "retry_scheduled" in events(app.queue("work"), "r")
+
+
 def test_snooze_gives_the_attempt_back(app: leaseq.App) -> None:
     @app.task(queue="work")
     def busy(job: leaseq.Job) -> str:
