@@ -36,6 +36,9 @@ log = logging.getLogger("leaseq.worker")  # the worker's records, whichever modu
 GIVE_BACK_BOUND_S = 10.0
 SHUTDOWN_REASON = "worker shutting down: given back to be taken at once"
 PREFETCH_REASON = "prefetched but not started in time: given back to be taken at once"
+#: A prefetched job a stop found still waiting for its slot: the stop's word, not a slow slot's.
+NOT_STARTED_REASON = ("worker shutting down before it started: given back to be taken at "
+                      "once")
 
 
 class Lifecycle:
@@ -110,7 +113,7 @@ class Lifecycle:
             self._ready.clear()
         with within(GIVE_BACK_BOUND_S):
             for item in waiting:
-                self._give_back(item, PREFETCH_REASON)
+                self._give_back(item, NOT_STARTED_REASON)
                 self._settle(item)
         if waiting:
             log.info("stopping: %d prefetched job(s) given back", len(waiting),
