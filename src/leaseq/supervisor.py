@@ -86,13 +86,16 @@ def run_processes(app_ref: str, url: str | None, config: WorkerConfig, processes
                                     args=(app_ref, url, child_config, log_level)))
     for child in children:
         child.start()
-    return _supervise(children)
+    return _supervise(children, burst=config.burst)
 
 
-def _supervise(children: list[Any]) -> int:
+def _supervise(children: list[Any], *, burst: bool = False) -> int:
     """Wait for the children; forward each stop signal to them as SIGTERM (a second one makes
-    a worker exit at once). After a crash, stop the others too. The status: 1 when a child
-    crashed, else ``EXIT_SECOND_SIGNAL`` when a second stop ended one at once, else 0."""
+    a worker exit at once). After a crash, stop the others too; so too, outside ``burst``,
+    after a child that ended cleanly with no stop asked of the parent (a stop sent to its pid
+    alone): the rest would serve on at reduced strength, unseen. The status: 1 when a child
+    crashed or so ended, else ``EXIT_SECOND_SIGNAL`` when a second stop ended one at once,
+    else 0."""
     stopping = False
     crashed = forced = False
     with StopSignals() as signals:
@@ -109,10 +112,11 @@ def _supervise(children: list[Any]) -> int:
                     log.warning("%s (pid %s) exited at once on a second stop signal; its "
                                 "in-flight jobs come back when their leases expire",
                                 child.name, child.pid)
-                elif _crashed(child, stopping):
+                elif _crashed(child, stopping) or _left_alone(child, stopping, burst):
                     crashed = True
-                    log.error("%s (pid %s) exited with status %s", child.name, child.pid,
-                              child.exitcode)
+                    log.error("%s (pid %s) exited with status %s%s", child.name, child.pid,
+                              child.exitcode, "" if child.exitcode else
+                              " though no stop was asked of the workers; stopping the others")
                     if not stopping:
                         stopping = True
                         _terminate(running)
@@ -123,6 +127,12 @@ def _crashed(child: Any, stopping: bool) -> bool:
     # A child still starting up when the stop came dies of the SIGTERM itself (its handler is
     # not installed yet): that is the stop, not a crash.
     return bool(child.exitcode != 0 and not (stopping and child.exitcode == -signal.SIGTERM))
+
+
+def _left_alone(child: Any, stopping: bool, burst: bool) -> bool:
+    # Outside --burst a worker ends only when stopped: ended cleanly with no stop asked of
+    # the parent, it was stopped on its own.
+    return child.exitcode == 0 and not stopping and not burst
 
 
 def _terminate(children: list[Any]) -> None:

@@ -150,6 +150,38 @@ def test_supervisor_exits_non_zero_when_a_child_crashes(proc_app: leaseq.App, ur
     assert "exited with status 3" in output
 
 
+def test_a_child_stopped_on_its_own_stops_the_others_and_the_supervisor_exits_1(
+    proc_app: leaseq.App, url: str
+) -> None:
+    # Given two supervised worker processes, both serving (in the registry)
+    with worker_process(url, "--processes", "2") as process:
+        lines, reader = _lines_of(process)
+        wait_until(lambda: len(proc_app.store.list_workers()) == 2)
+        children = _children_of(process.pid)
+        assert len(children) == 2, children
+        # When one of them alone is stopped (a SIGTERM to its pid): it drains and exits 0
+        os.kill(children[0], signal.SIGTERM)
+        # Then the supervisor does not serve on at half strength, unseen: it says so, stops
+        # the other, and exits 1
+        assert process.wait(30) == 1
+        reader.join(10)
+    assert any("though no stop was asked of the workers" in line for line in lines), lines
+
+
+def _children_of(pid: int) -> list[int]:
+    """The worker processes a supervisor started (multiprocessing's spawned children)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"spawn_main" in command:
+            found.append(int(stat.parent.name))
+    return sorted(found)
+
+
 def test_a_second_stop_to_the_supervisor_exits_130_and_is_not_reported_as_a_crash(
     proc_app: leaseq.App, url: str, tmp_path: Path
 ) -> None:
