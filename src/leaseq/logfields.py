@@ -9,7 +9,8 @@ Actions the worker, runner, heartbeat and RabbitMQ consumer log (see docs/worker
 ``stopping``, ``given_back``, ``give_back_failed``, ``lease_lost``, ``save_failed``,
 ``invalid``, ``permanent``, ``unstorable_result``, ``retry_requested``, ``handler_raised``,
 ``heartbeat_failed``, ``heartbeat_every``, ``lease_abandoned``, ``consuming``,
-``grace_expired``, ``unsettled``, ``settle_failed``, ``journal_failed``.
+``grace_expired``, ``unsettled``, ``settle_failed``, ``journal_failed``; and
+the RabbitMQ topology's ``holding_queue_limited``.
 """
 
 from __future__ import annotations

@@ -419,7 +419,7 @@ def test_declare_over_an_older_topology_sorts_dead_letters_by_reason(amqp_url: s
     channel = conn.channel()
     channel.exchange_declare(topology.dead_letter_exchange, "direct", durable=True)
     channel.queue_declare(topology.quarantine_queue("jobs"), durable=True,
-                          arguments=topology.quarantine_arguments())
+                          arguments={"x-queue-type": "quorum"})
     channel.queue_bind(topology.quarantine_queue("jobs"), topology.dead_letter_exchange,
                        routing_key="jobs")
     conn.close()

@@ -30,7 +30,8 @@ class RefusingChannel:
 @pytest.mark.parametrize("code", [403, 404, 406])
 def test_a_refusal_a_new_session_would_meet_again_is_fatal(code: int) -> None:
     with pytest.raises(TopologyError) as raised:
-        Topology("leaseq").declare(lambda: RefusingChannel(code, "REFUSED"), "mail")
+        Topology("leaseq").declare(lambda: RefusingChannel(code, "REFUSED"), "mail",
+                                   broker=(3, 10, 8))
     assert is_fatal(raised.value)
 
 
@@ -38,5 +39,6 @@ def test_a_refusal_a_new_session_would_meet_again_is_fatal(code: int) -> None:
 def test_the_brokers_passing_trouble_ends_only_the_session(code: int, text: str) -> None:
     # It had become TopologyError, which stops the process, in a cluster's hiccup
     with pytest.raises(pika_exceptions.ChannelClosedByBroker) as raised:
-        Topology("leaseq").declare(lambda: RefusingChannel(code, text), "mail")
+        Topology("leaseq").declare(lambda: RefusingChannel(code, text), "mail",
+                                   broker=(3, 10, 8))
     assert isinstance(raised.value, amqp_errors()) and not is_fatal(raised.value)

@@ -104,16 +104,22 @@ def consume(app_ref: str, url: str | None, amqp_url: str, queues: tuple[str, ...
 def topology(amqp_url: str, queues: tuple[str, ...], prefix: str, no_declare: bool) -> None:
     """Declare leaseq's exchanges and queues (idempotent) or, with --no-declare, check them."""
     from leaseq.delivery.rabbitmq import Topology, declare_topology
+    from leaseq.delivery.topology import RABBITMQ_DEFAULT_DELIVERY_LIMIT
 
     if not queues:
         raise click.UsageError("give at least one --queue")
     topo = Topology(prefix=prefix)
-    declare_topology(queues, amqp_url, topology=topo, declare=not no_declare)
+    limited = declare_topology(queues, amqp_url, topology=topo, declare=not no_declare)
     for name in queues:
         click.echo(f"{name}: {topo.exchange} -[{name}]-> {topo.work_queue(name)} "
                    f"-(dead-letter)-> {topo.dead_letter_exchange} -> "
                    f"{topo.reason_exchange} -(rejected)-> {topo.quarantine_queue(name)}, "
                    f"-(delivery_limit)-> {topo.delivery_limit_queue(name)}: ok")
+        for holding in (held for queue, held in limited if queue == name):
+            click.echo(f"  {holding}: RabbitMQ 4's default delivery limit of "
+                       f"{RABBITMQ_DEFAULT_DELIVERY_LIMIT} applies (declared without "
+                       "x-delivery-limit): a message returned to it that often is dropped; "
+                       "drain it, delete it, and run this command again")
 
 
 @rabbitmq.command("quarantine")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -84,6 +85,21 @@ def connection_parameters(amqp_url: str, *, name: str = "leaseq") -> Any:
             setattr(params, option, value)
     params.client_properties = {"connection_name": name}
     return params
+
+
+def broker_version(conn: BlockingConnection) -> tuple[int, ...]:
+    """RabbitMQ's version as its handshake gave it (server property ``version``, bytes or
+    str), as numbers: ``(3, 10, 8)``, ``(4, 0, 0)`` for ``4.0.0-rc.2``; ``()`` when it gave
+    none leaseq can read. Read once per connection: a broker is upgraded only by restarting
+    it, which ends the connection."""
+    # pika keeps them on the connection the blocking one wraps: no public accessor, and its
+    # stubs do not list ``_impl``.
+    properties = getattr(getattr(conn, "_impl", None), "server_properties", None) or {}
+    raw = properties.get("version")
+    if isinstance(raw, bytes):
+        raw = raw.decode(errors="replace")
+    found = re.match(r"\d+(?:\.\d+)*", raw) if isinstance(raw, str) else None
+    return tuple(int(part) for part in found.group().split(".")) if found else ()
 
 
 @contextmanager

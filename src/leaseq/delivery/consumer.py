@@ -186,6 +186,8 @@ class Consumer:
         self.config = config or ConsumerConfig()
         self.worker_id = worker_id or new_worker_id()
         self.declare = declare
+        self._warned: set[str] = set()
+        """Holding queues whose default delivery limit was logged (once per start)."""
         self.redact = combined(q.redact for q in queues)
         """Masks the errors the consumer logs about its connection: every queue's redactor
         (``Queue.redact``, its app's); a delivery's own errors get its queue's."""
@@ -223,9 +225,7 @@ class Consumer:
 
     def _session(self, pool: ThreadPoolExecutor, stop: threading.Event) -> None:
         with session(self.amqp_url, f"leaseq-consumer {self.worker_id}") as conn:
-            for name in self.queues:
-                check = self.topology.declare if self.declare else self.topology.verify
-                check(conn.channel, name)
+            self.topology.ensure(conn, self.queues, declare=self.declare, warned=self._warned)
             channel = conn.channel()
             channel.basic_qos(prefetch_count=self.config.concurrency)
             state = _Session(conn, channel, threading.Event())

@@ -119,6 +119,8 @@ class Dispatcher:
         self.topology = topology or Topology()
         self.config = config or DispatcherConfig()
         self.declare = declare
+        self._warned: set[str] = set()
+        """Holding queues whose default delivery limit was logged (once per start)."""
         self.redact = combined(q.redact for q in self.queues)
         """Masks the errors the dispatcher logs: every queue's redactor (its app's)."""
         self._next_reclaim = 0.0
@@ -178,9 +180,8 @@ class Dispatcher:
 
     def _ensure_topology(self, conn: BlockingConnection,
                          queues: Sequence[Queue] | None = None) -> None:
-        for queue in self.queues if queues is None else queues:
-            check = self.topology.declare if self.declare else self.topology.verify
-            check(conn.channel, queue.name)
+        names = [q.name for q in (self.queues if queues is None else queues)]
+        self.topology.ensure(conn, names, declare=self.declare, warned=self._warned)
 
     def _discover_if_due(self, conn: BlockingConnection) -> None:
         """Serve the queues ``discover`` holds that this dispatcher does not serve yet: their

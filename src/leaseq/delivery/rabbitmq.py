@@ -97,14 +97,16 @@ def run_app_consumer(app: App, amqp_url: str, *, queues: Sequence[str] = (),
 
 
 def declare_topology(queue_names: Sequence[str], amqp_url: str, *,
-                     topology: Topology | None = None, declare: bool = True) -> None:
-    """Declare (or with ``declare=False`` only check) the topology of ``queue_names``."""
+                     topology: Topology | None = None, declare: bool = True
+                     ) -> list[tuple[str, str]]:
+    """Declare (or with ``declare=False`` only check) the topology of ``queue_names``.
+    Returns ``(queue, holding queue)`` for each holding queue left with RabbitMQ 4's default
+    delivery limit (logged too: ``Topology.ensure``)."""
     from leaseq.delivery.connection import session
 
     topology = topology or Topology()
     with session(amqp_url, "leaseq-topology") as conn:
-        for name in queue_names:
-            (topology.declare if declare else topology.verify)(conn.channel, name)
+        return topology.ensure(conn, queue_names, declare=declare, warned=set())
 
 
 @contextmanager
