@@ -84,12 +84,15 @@ def run_processes(app_ref: str, url: str | None, config: WorkerConfig, processes
         child_config = replace(config, metrics_port=port)
         children.append(ctx.Process(target=_child, name=f"leaseq-worker-{index}",
                                     args=(app_ref, url, child_config, log_level)))
-    for child in children:
-        child.start()
-    return _supervise(children, burst=config.burst)
+    # The parent's stop signals are its own before the first child starts: a SIGTERM in
+    # between would have ended the parent by default and left the children unsupervised.
+    with StopSignals() as signals:
+        for child in children:
+            child.start()
+        return _supervise(children, signals, burst=config.burst)
 
 
-def _supervise(children: list[Any], *, burst: bool = False) -> int:
+def _supervise(children: list[Any], signals: StopSignals, *, burst: bool = False) -> int:
     """Wait for the children; forward each stop signal to them as SIGTERM (a second one makes
     a worker exit at once). After a crash, stop the others too; so too, outside ``burst``,
     after a child that ended cleanly with no stop asked of the parent (a stop sent to its pid
@@ -98,28 +101,27 @@ def _supervise(children: list[Any], *, burst: bool = False) -> int:
     else 0."""
     stopping = False
     crashed = forced = False
-    with StopSignals() as signals:
-        running = list(children)
-        while running:
-            wait([*(c.sentinel for c in running), signals.fileno()], timeout=1.0)
-            for _ in range(signals.take()):
-                stopping = True
-                _terminate(running)
-            for child in [c for c in running if c.exitcode is not None]:
-                running.remove(child)
-                if stopping and child.exitcode == EXIT_SECOND_SIGNAL:
-                    forced = True
-                    log.warning("%s (pid %s) exited at once on a second stop signal; its "
-                                "in-flight jobs come back when their leases expire",
-                                child.name, child.pid)
-                elif _crashed(child, stopping) or _left_alone(child, stopping, burst):
-                    crashed = True
-                    log.error("%s (pid %s) exited with status %s%s", child.name, child.pid,
-                              child.exitcode, "" if child.exitcode else
-                              " though no stop was asked of the workers; stopping the others")
-                    if not stopping:
-                        stopping = True
-                        _terminate(running)
+    running = list(children)
+    while running:
+        wait([*(c.sentinel for c in running), signals.fileno()], timeout=1.0)
+        for _ in range(signals.take()):
+            stopping = True
+            _terminate(running)
+        for child in [c for c in running if c.exitcode is not None]:
+            running.remove(child)
+            if stopping and child.exitcode == EXIT_SECOND_SIGNAL:
+                forced = True
+                log.warning("%s (pid %s) exited at once on a second stop signal; its "
+                            "in-flight jobs come back when their leases expire",
+                            child.name, child.pid)
+            elif _crashed(child, stopping) or _left_alone(child, stopping, burst):
+                crashed = True
+                log.error("%s (pid %s) exited with status %s%s", child.name, child.pid,
+                          child.exitcode, "" if child.exitcode else
+                          " though no stop was asked of the workers; stopping the others")
+                if not stopping:
+                    stopping = True
+                    _terminate(running)
     return 1 if crashed else EXIT_SECOND_SIGNAL if forced else 0
 
 
