@@ -475,14 +475,19 @@ def test_operator_cancel_of_a_done_job_is_false(db, store):
     assert db.of(Q, "find_one_and_update")[0][0][0] == documents.cancellable("x")
 
 
-def test_on_a_replica_set_an_operators_change_and_its_journal_are_one_transaction():
-    # Given a replica set, and a cancellable job
+def replica_set() -> tuple[FakeDB, Any, MongoStore]:
+    """A store on a replica set whose every transaction runs in one session, returned."""
     db = FakeDB({"setName": "rs0", "localTime": T0})
     session = mock.MagicMock()
     session.with_transaction.side_effect = lambda work, **_: work(session)
     db.client = mock.MagicMock()
     db.client.start_session.return_value.__enter__.return_value = session
-    store = MongoStore(db)
+    return db, session, MongoStore(db)
+
+
+def test_on_a_replica_set_an_operators_change_and_its_journal_are_one_transaction():
+    # Given a replica set, and a cancellable job
+    db, session, store = replica_set()
     db[Q].answer("find_one_and_update", {"_id": "x", "attempts": 1, "lease_epoch": 2})
     # When an operator cancels it, Then the change and its journal entry share a
     # transaction: one cannot stand without the other
@@ -569,12 +574,7 @@ def test_enqueue_in_a_callers_transaction_writes_through_it():
 
 
 def test_on_a_replica_set_a_batch_runs_in_one_transaction():
-    db = FakeDB({"setName": "rs0", "localTime": T0})
-    session = mock.MagicMock()
-    session.with_transaction.side_effect = lambda work, **_: work(session)
-    db.client = mock.MagicMock()
-    db.client.start_session.return_value.__enter__.return_value = session
-    store = MongoStore(db)
+    db, session, store = replica_set()
     store.enqueue_many("q", [spec("a", {"x": 1})])
     assert session.with_transaction.called
     assert db.of(Q, "find_one_and_update")[0][1]["session"] is session
