@@ -98,6 +98,12 @@ class ScheduleState:
     updated_at: datetime | None = None
     intent: tuple[tuple[datetime, JobSpec], ...] = ()
 
+    @property
+    def ticking(self) -> bool:
+        """Whether its ticks fire: declared (active) and not paused. A paused or inactive
+        schedule has no next tick and no lag until it is resumed or declared again."""
+        return self.active and not self.paused
+
 
 @dataclass(frozen=True, slots=True)
 class TickAdvance:

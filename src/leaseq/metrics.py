@@ -238,7 +238,7 @@ class ScheduleCollector(Collector):
                     state.cursor)
             except LeaseqError:  # a spec this process cannot read (another version's zone)
                 continue
-            late = 0.0 if state.paused or not state.active else (now - due).total_seconds()
+            late = (now - due).total_seconds() if state.ticking else 0.0
             lag.add_metric([state.name], max(late, 0.0))
 
 

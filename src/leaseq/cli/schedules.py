@@ -54,9 +54,8 @@ def _row(store: Store, state: ScheduleState, now: datetime) -> dict[str, Any]:
     except LeaseqError:  # written by another version of the code: show what is known
         schedule = None
     job = store.get(state.queue, state.last_job_id) if state.last_job_id else None
-    # a paused or inactive schedule fires no tick until resumed or declared again
-    fires = schedule is not None and state.active and not state.paused
-    upcoming = schedule.next_after(max(state.cursor, now)) if fires and schedule else None
+    upcoming = (schedule.next_after(max(state.cursor, now)) if schedule and state.ticking
+                else None)
     return {
         "name": state.name, "queue": state.queue,
         "spec": schedule.describe() if schedule else "?",

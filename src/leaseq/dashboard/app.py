@@ -372,8 +372,7 @@ def schedule_row(state: ScheduleState, now: datetime) -> dict[str, Any]:
                                                          state.spec_json)
     except LeaseqError:  # written by another version of the code: show what is known
         schedule = None
-    firing = state.active and not state.paused
-    upcoming = schedule.next_after(max(state.cursor, now)) if schedule and firing else None
+    upcoming = schedule.next_after(max(state.cursor, now)) if schedule and state.ticking else None
     return {"name": state.name, "queue": state.queue,
             "spec": schedule.describe() if schedule else "?",
             "timezone": schedule.timezone if schedule else "?",
