@@ -100,17 +100,17 @@ class StopSignals:
         self.received += new
         return new
 
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Block until a stop signal arrives (or ``timeout_s`` passes, or ``interrupt``); True
-        once one has arrived."""
+    def wait(self, timeout_s: float | None = None, count: int = 1) -> bool:
+        """Block until ``count`` stop signals have arrived in all (or ``timeout_s`` passes, or
+        ``interrupt``); True once they have."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while not self.requested and not self._closing:
+        while self.received < count and not self._closing:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 break
             select.select([self._read], [], [], remaining)
             self.take()
-        return self.requested
+        return self.received >= count
 
     def interrupt(self) -> None:
         """Free a thread blocked in ``wait`` (it returns ``requested``, False without a
@@ -123,7 +123,11 @@ class StopSignals:
 @contextlib.contextmanager
 def stop_event(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[threading.Event]:
     """An ``Event`` that a stop signal sets, for code that stops on an Event (the sweeper
-    loop, the dispatcher, the consumer). A watcher thread sets it, never the handler."""
+    loop, the dispatcher, the consumer, the scheduler). A watcher thread sets it, never the
+    handler. A second stop signal ends the process at once, as the worker's does
+    (``SECOND_SIGNAL_MESSAGE`` on stderr, ``EXIT_SECOND_SIGNAL``): the first asks the loop to
+    finish what it is doing, which may be long (a purge, a database that does not answer),
+    and the one who sent it may not want to wait."""
     event = threading.Event()
     with StopSignals(signals) as stop:
         watcher = threading.Thread(target=_set_when_signalled, args=(stop, event),
@@ -137,9 +141,13 @@ def stop_event(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[threading.Even
 
 
 def _set_when_signalled(stop: StopSignals, event: threading.Event) -> None:
-    if stop.wait():
-        log.info("stop signal received; stopping")
-        event.set()
+    if not stop.wait():
+        return
+    log.info("stop signal received; stopping (a second one exits at once)")
+    event.set()
+    if stop.wait(count=2):
+        os.write(2, SECOND_SIGNAL_MESSAGE)
+        os._exit(EXIT_SECOND_SIGNAL)
 
 
 class DrainThenExit:

@@ -236,3 +236,52 @@ def test_a_second_stop_signal_ends_a_real_process_with_130() -> None:
                           timeout=60)
     assert done.returncode == EXIT_SECOND_SIGNAL, done.stderr
     assert done.stderr == SECOND_SIGNAL_MESSAGE.decode()
+
+
+# --- stop_event: the first signal asks, the second ends the process ----------------------
+
+
+def run_stop_event_script(signals_sent: int) -> subprocess.CompletedProcess[str]:
+    """A process inside ``stop_event`` whose main thread is stuck (a sweep's long purge, a
+    database that does not answer: it never looks at the event) until it is given the event's
+    word; a thread sends it ``signals_sent`` stop signals, the second once the first has set
+    the event, then lets the main thread finish."""
+    script = textwrap.dedent(f"""
+        import os, signal, threading
+        from leaseq.signals import stop_event
+
+        def signal_then_release(main, event, stuck):
+            signal.pthread_kill(main, signal.SIGTERM)
+            assert event.wait(30)
+            if {signals_sent} > 1:
+                signal.pthread_kill(main, signal.SIGINT)
+                threading.Event().wait(30)  # the second signal ends the process first
+            stuck.release()
+
+        stuck = threading.Lock()
+        stuck.acquire()
+        with stop_event() as event:
+            threading.Thread(target=signal_then_release,
+                             args=(threading.get_ident(), event, stuck), daemon=True).start()
+            stuck.acquire()
+        print("finished", flush=True)
+    """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_second_stop_signal_ends_a_stop_event_process_stuck_in_its_work() -> None:
+    # When a process stuck in its work gets a second stop signal after the first
+    done = run_stop_event_script(signals_sent=2)
+    # Then it ends at once with 130 and the message, without finishing its work
+    assert done.returncode == EXIT_SECOND_SIGNAL, done.stderr
+    assert done.stderr == SECOND_SIGNAL_MESSAGE.decode()
+    assert done.stdout == ""
+
+
+def test_one_stop_signal_lets_a_stop_event_process_finish_its_work() -> None:
+    # When it gets only one
+    done = run_stop_event_script(signals_sent=1)
+    # Then it finishes what it was doing and exits cleanly
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "finished\n"
