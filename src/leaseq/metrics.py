@@ -197,7 +197,9 @@ class ScheduleCollector(Collector):
     series stays, at 0, rather than vanishing: a series that disappears reads to an
     ``absent()`` alert as a scheduler gone, and to a graph as a gap. The ledger is read at
     most once per ``refresh_s``, as the store gauges are (``CachedRead``); between reads the
-    lag grows by the time passed. ``redact`` masks the store errors it logs."""
+    lag grows by the time passed. ``leaseq_schedules_up`` says whether the last read
+    succeeded: a process that serves only these gauges (``leaseq scheduler --metrics-port``)
+    has no ``leaseq_store_up`` to alert on. ``redact`` masks the store errors it logs."""
 
     def __init__(self, store: Store, redact: Redact = redact, refresh_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic):
@@ -223,7 +225,10 @@ class ScheduleCollector(Collector):
             (states, read_now), age_s = read
             if read_now is not None:  # None: no schedule in the ledger
                 self._measure(states, read_now + timedelta(seconds=age_s), last, lag)
-        yield from (last, lag)
+        up = GaugeMetricFamily("leaseq_schedules_up", "1 when the last read of the schedule "
+                               "ledger succeeded, else 0 (the schedule gauges go once that "
+                               "read is stale).", value=int(self._read.up))
+        yield from (up, last, lag)
 
     @staticmethod
     def _measure(states: list[ScheduleState], now: datetime, last: GaugeMetricFamily,

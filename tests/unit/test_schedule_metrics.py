@@ -108,3 +108,44 @@ def test_the_ledger_is_read_once_per_refresh_and_the_lag_grows_between_reads(
     assert first is not None and first >= 600.0
     assert again == pytest.approx(first + 3.0)
     assert len(reads) == 2
+
+
+def test_the_up_gauge_says_whether_the_ledger_could_be_read(
+    store: leaseq.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the schedule gauges of a store with a schedule, on a clock the test moves
+    _hourly(store, "beat")
+    now = [0.0]
+    registry = CollectorRegistry()
+    registry.register(ScheduleCollector(store, refresh_s=5, clock=lambda: now[0]))
+    # When the ledger is read, Then the gauge reads 1
+    assert registry.get_sample_value("leaseq_schedules_up") == 1
+    # And when the next read fails (the store went away), it reads 0, though the last lag is
+    # still served until it is stale
+    def unreadable() -> None:
+        raise leaseq.StoreUnavailable("the store went away")
+
+    monkeypatch.setattr(store, "schedules", unreadable)
+    now[0] = 6.0
+    assert registry.get_sample_value("leaseq_schedules_up") == 0
+    assert registry.get_sample_value("leaseq_schedule_lag_seconds", {"schedule": "beat"}) == 0
+
+
+def test_the_scheduler_commands_metrics_serve_the_schedule_gauges_and_their_up_gauge(
+    store: leaseq.Store
+) -> None:
+    # Given what `leaseq scheduler --metrics-port` serves, on a free port
+    import httpx
+
+    from leaseq.cli.schedules import _serve_metrics
+
+    _hourly(store, "beat")
+    server = _serve_metrics(store, 0)
+    try:
+        # When Prometheus scrapes it
+        scraped = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+    finally:
+        server()
+    # Then it has the ledger's up gauge beside the schedule's lag
+    assert "leaseq_schedules_up 1.0" in scraped
+    assert 'leaseq_schedule_lag_seconds{schedule="beat"}' in scraped
