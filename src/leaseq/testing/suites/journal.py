@@ -121,6 +121,19 @@ class JournalSuite:
         lost = [e for e in q.journal(old.id) if e.event == "heartbeat_lost"]
         assert len(lost) == 1 and lost[0].lease_epoch == old.lease_epoch
 
+    def test_a_lost_lease_is_journaled_once_however_often_it_beats(
+        self, leaseq_store: FreshStore
+    ) -> None:
+        # Given a lease taken over, When it beats three times (a write retried, a caller that
+        # beats again)
+        q = leaseq_store.queue()
+        old, _ = given_stolen(q)
+        for _ in range(3):
+            assert q.heartbeat([old]) == [old.id]
+        # Then its loss is one journal entry, as every store tells it
+        lost = [e for e in q.journal(old.id) if e.event == "heartbeat_lost"]
+        assert [e.lease_epoch for e in lost] == [old.lease_epoch]
+
     def test_a_lost_lease_and_an_expired_one_are_told_in_the_same_words_by_every_store(
         self, leaseq_store: FreshStore
     ) -> None:

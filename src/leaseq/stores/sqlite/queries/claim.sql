@@ -46,13 +46,18 @@ WHERE leaseq_jobs.queue = :queue AND leaseq_jobs.id = l.id
   AND (l.claim_token IS NULL OR leaseq_jobs.claim_token = l.claim_token)
 RETURNING leaseq_jobs.id, leaseq_jobs.lease_epoch, leaseq_jobs.claim_token;
 
--- The status goes into the reason last, so no text of it is read as a template field.
+-- The status goes into the reason last, so no text of it is read as a template field. Once
+-- per lease, as on PostgreSQL: a beat of a lease already told lost (a retried write, a caller
+-- that beats again) adds none.
 -- name: journal_heartbeat_lost
 INSERT INTO leaseq_journal (queue, job_id, at, event, attempt, lease_epoch, reason)
 SELECT queue, id, {now}, {event.heartbeat_lost}, attempts, :lease_epoch,
        replace(replace(replace(:lease_lost, '{lease_epoch}', :lease_epoch),
                        '{job_epoch}', lease_epoch), '{status}', status)
-FROM leaseq_jobs WHERE queue = :queue AND id = :id;
+FROM leaseq_jobs j WHERE queue = :queue AND id = :id
+  AND NOT EXISTS (SELECT 1 FROM leaseq_journal o
+                  WHERE o.queue = j.queue AND o.job_id = j.id
+                    AND o.event = {event.heartbeat_lost} AND o.lease_epoch = :lease_epoch);
 
 -- name: any_ready
 SELECT 1 AS ready FROM leaseq_jobs
