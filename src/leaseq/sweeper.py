@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from leaseq import validate
@@ -58,27 +58,38 @@ class SweepResult:
 
 
 def run_once(store: Store, config: SweeperConfig | None = None,
-             queues: Sequence[str] | None = None) -> list[SweepResult]:
-    """One sweep over every queue of the store (or just ``queues``); one result per queue. A
-    queue whose sweep fails (a purge cut at its deadline, say) is logged and the next queues
-    are swept all the same; the first such error is raised once every queue had its turn."""
+             queues: Sequence[str] | None = None, *, purge: Collection[str] | None = None,
+             on_queue: Callable[[SweepResult], None] | None = None) -> list[SweepResult]:
+    """One sweep over every queue of the store (or just ``queues``); one result per queue.
+    ``purge``: the queues whose retention applies (default: every queue swept): a worker
+    purges only the queues it serves, and another app's jobs stay as long as that app keeps
+    them. ``on_queue`` is called with each queue's result as soon as it is swept. A queue whose
+    sweep fails (a purge cut at its deadline, say) is logged and the next queues are swept all
+    the same; the first such error is raised once every queue had its turn (the queues swept
+    before and after it were told to ``on_queue``)."""
     config = config or SweeperConfig()
     store.prune_workers(config.workers_gone_after_s)
     results, failed = [], []
     for name in queues or store.queues():
-        queue = Queue(store, name)
         try:
-            expired, reclaimed = queue.reclaim_expired()
-            purged = queue.purge(config.retention_s) if config.retention_s else 0
+            result = _sweep_queue(Queue(store, name), config, purge is None or name in purge)
         except LeaseqError as exc:
             log.warning("sweep of queue %s failed; sweeping the others: %s", name,
                         safe_reason(exc))
             failed.append(exc)
             continue
-        results.append(SweepResult(name, expired, reclaimed, purged))
+        results.append(result)
+        if on_queue:
+            on_queue(result)
     if failed:
         raise failed[0]
     return results
+
+
+def _sweep_queue(queue: Queue, config: SweeperConfig, purge: bool) -> SweepResult:
+    expired, reclaimed = queue.reclaim_expired()
+    purged = queue.purge(config.retention_s) if purge and config.retention_s else 0
+    return SweepResult(queue.name, expired, reclaimed, purged)
 
 
 def run_forever(store: Store, config: SweeperConfig | None = None, *,
@@ -86,16 +97,19 @@ def run_forever(store: Store, config: SweeperConfig | None = None, *,
                 on_sweep: Callable[[list[SweepResult]], None] | None = None) -> None:
     """Sweep every ``config.every_s`` until ``stop`` is set. A failed sweep is logged (its
     error through the built-in redactor: no app here) and tried again next time: a database
-    that is briefly away must not end the loop."""
+    that is briefly away must not end the loop. ``on_sweep`` gets each sweep's results, those
+    of the queues swept when another's failed too."""
     config = config or SweeperConfig()
     stop = stop or threading.Event()
     while not stop.is_set():
+        swept: list[SweepResult] = []
+        failed = False
         try:
-            results = run_once(store, config, queues)
+            run_once(store, config, queues, on_queue=swept.append)
         except LeaseqError as exc:
+            failed = True
             log.warning("sweep failed, will try again in %.0f s: %s", config.every_s,
                         safe_reason(exc))
-        else:
-            if on_sweep:
-                on_sweep(results)
+        if on_sweep and (swept or not failed):  # the queues swept, though another failed
+            on_sweep(swept)
         stop.wait(config.every_s)

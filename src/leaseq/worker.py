@@ -363,14 +363,21 @@ class Worker(LeaseClock, Lifecycle):
         return claimed
 
     def sweep(self) -> list[sweeper.SweepResult]:
-        """Run the sweeper once (the loop does every ``sweep_every_s``); failures are logged."""
+        """Run the sweeper once (the loop does every ``sweep_every_s``); failures are logged.
+        It reclaims expired leases in every queue of the store, and purges by ``retention_s``
+        only the queues this worker serves. The queues swept are counted and returned even
+        when another's sweep failed."""
+        results: list[sweeper.SweepResult] = []
+
+        def swept(result: sweeper.SweepResult) -> None:
+            results.append(result)
+            self.metrics.reclaimed(result.queue, result.reclaimed + result.expired)
+
         try:
-            results = sweeper.run_once(self.store, self.config.sweeper_config())
+            sweeper.run_once(self.store, self.config.sweeper_config(),
+                             purge={q.name for q in self.queues}, on_queue=swept)
         except LeaseqError as exc:
             log.warning("sweep failed: %s", self._why(exc), extra=queue_fields("sweep_failed"))
-            return []
-        for result in results:
-            self.metrics.reclaimed(result.queue, result.reclaimed + result.expired)
         return results
 
     # --- jobs --------------------------------------------------------------------------------

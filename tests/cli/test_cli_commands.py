@@ -349,6 +349,27 @@ def test_sweep_once(invoke: Invoke, store: leaseq.Store) -> None:
         "other: reclaimed 0, expired 0, purged 0")
 
 
+def test_sweep_prints_the_queues_swept_before_the_one_that_failed(
+        invoke: Invoke, store: leaseq.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given two queues, and a store whose reclaim of the second fails
+    for name in ("aa", "zz"):
+        store.queue(name).enqueue("j", {})
+    reclaim = type(store).reclaim_expired
+
+    def failing(self: leaseq.Store, queue: str, *args: object, **kwargs: object) -> object:
+        if queue == "zz":
+            raise leaseq.StoreUnavailable("the reclaim was cut at its deadline")
+        return reclaim(self, queue, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(store), "reclaim_expired", failing)
+    # When the sweeper runs once
+    result = invoke("sweep")
+    # Then it tells what it swept, then the failure, and exits 1
+    assert result.exit_code == 1, result.output
+    assert "aa: reclaimed 0, expired 0, purged 0" in result.output
+    assert "cut at its deadline" in result.output
+
+
 @pytest.mark.parametrize("args", [["--retain", "done"], ["--retain", "pending=5"],
                                   ["--retain", "done=x"], ["--every", "0"], ["--every", "nan"]])
 def test_sweep_bad_arguments_exit_2(invoke: Invoke, args: list[str]) -> None:

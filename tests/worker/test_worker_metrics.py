@@ -90,6 +90,57 @@ def test_sweep_counts_reclaimed_leases(app: leaseq.App) -> None:
         "leaseq_reclaimed_total", {"queue": "work"}) == 2
 
 
+def test_a_workers_retention_purges_only_the_queues_it_serves(app: leaseq.App) -> None:
+    # Given a worker of queue "work" that keeps done jobs 60 s, and a done job in its queue and
+    # in another app's queue "orders" of the same store, both older than that
+    from leaseq.worker import Worker, WorkerConfig
+
+    @app.task(queue="work")
+    def ok() -> None: ...
+
+    for name in ("work", "orders"):
+        q = app.queue(name)
+        q.enqueue("old", {})
+        q.complete(q.claim("w", 1)[0])
+        q.enqueue("lapsed", {})
+        q.claim("dead-worker", 1, lease_s=1)
+    app.store.time_offset_s = 120
+    worker = Worker(app, WorkerConfig(retention_s={"done": 60}))
+    # When it sweeps
+    results = {r.queue: (r.reclaimed, r.purged) for r in worker.sweep()}
+    # Then its own queue's done job is purged; the other queue's expired lease is reclaimed
+    # (the sweep reclaims every queue) but its done job is kept: a purged id is forgotten, and
+    # a replay of it would make a second job in an app that never chose this retention
+    assert results == {"work": (1, 1), "orders": (1, 0)}
+    assert app.queue("work").get("old") is None
+    assert app.queue("orders").get("old") is not None
+
+
+def test_a_workers_sweep_counts_the_queues_swept_when_another_fails(
+        app: leaseq.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given expired leases in two queues, and a reclaim of the first that fails
+    from leaseq.worker import Worker, WorkerConfig
+
+    for name in ("aa", "zz"):
+        q = app.queue(name)
+        q.enqueue("j", {})
+        assert q.claim("w", 1, lease_s=1)
+    app.store.time_offset_s = 5
+    reclaim = app.store.reclaim_expired
+
+    def failing(queue: str, *args: object, **kwargs: object) -> object:
+        if queue == "aa":
+            raise StoreUnavailable("the reclaim was cut at its deadline")
+        return reclaim(queue, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.store, "reclaim_expired", failing)
+    worker = Worker(app, WorkerConfig(queues=("aa", "zz")))
+    # When the worker sweeps, Then the other queue's reclaim is returned and counted
+    assert [(r.queue, r.reclaimed) for r in worker.sweep()] == [("zz", 1)]
+    assert worker.metrics.registry.get_sample_value(
+        "leaseq_reclaimed_total", {"queue": "zz"}) == 1
+
+
 def test_store_gauges_are_cached_between_scrapes(app: leaseq.App) -> None:
     @app.task(queue="work")
     def ok() -> None: ...

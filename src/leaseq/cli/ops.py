@@ -20,6 +20,7 @@ from leaseq.cli import (
     url_option,
     warn_of_empty_queues,
 )
+from leaseq.errors import LeaseqError
 from leaseq.metrics import Metrics, snapshot
 from leaseq.signals import StopSignals, stop_event
 
@@ -82,7 +83,14 @@ def sweep(url: str | None, queues: tuple[str, ...], every_s: float | None,
 
     with open_store(url) as store:
         if every_s is None:
-            report(sweeper.run_once(store, config, queues))
+            swept: list[sweeper.SweepResult] = []
+            try:
+                sweeper.run_once(store, config, queues, on_queue=swept.append)
+            except LeaseqError:
+                if swept:  # the queues swept, though another failed; then the error
+                    report(swept)
+                raise
+            report(swept)
             return
         with stop_event() as stop:
             sweeper.run_forever(store, config, queues=queues, stop=stop, on_sweep=report)
