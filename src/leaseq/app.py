@@ -24,7 +24,7 @@ from typing import Any
 
 from leaseq import validate
 from leaseq.aio import AsyncAppMethods, AsyncTaskMethods
-from leaseq.errors import InvalidInput, InvalidPayload
+from leaseq.errors import InvalidInput, InvalidPayload, LeaseqError
 
 # PayloadMismatch lives with the other errors; it is imported from here too, where it was.
 from leaseq.errors import PayloadMismatch as PayloadMismatch
@@ -275,14 +275,26 @@ class App(AsyncAppMethods):
                      on_conflict: OnConflict = "raise", connection: Any = None
                      ) -> list[EnqueueResult]:
         """Enqueue ``Task.spec(...)`` results: one transaction per queue (all of them in the
-        caller's transaction with ``connection=``). Results come back in the order given."""
+        caller's transaction with ``connection=``). Results come back in the order given. When
+        one queue's batch fails, the queues before it stay enqueued (without ``connection=``):
+        the error's note names them, and calling again with the same specs is safe (enqueue is
+        idempotent by id)."""
         by_queue: dict[str, list[tuple[int, JobSpec]]] = {}
         for index, (queue, spec) in enumerate(specs):
             by_queue.setdefault(queue, []).append((index, spec))
         results: dict[int, EnqueueResult] = {}
+        committed: list[str] = []
         for queue, items in by_queue.items():
-            done = self.queue(queue).enqueue_many([s for _, s in items], on_conflict=on_conflict,
-                                                  connection=connection)
+            try:
+                done = self.queue(queue).enqueue_many(
+                    [s for _, s in items], on_conflict=on_conflict, connection=connection)
+            except LeaseqError as exc:
+                if committed and connection is None:
+                    exc.add_note(f"the jobs of queue(s) {', '.join(map(repr, committed))} were "
+                                 f"enqueued before queue {queue!r} failed (one transaction per "
+                                 "queue); calling again with the same specs is safe")
+                raise
+            committed.append(queue)
             results.update(zip((i for i, _ in items), done, strict=True))
         return [results[i] for i in sorted(results)]
 

@@ -62,8 +62,8 @@ class JobConflict(LeaseqError):
         more = f" and {len(job_ids) - 5} more" if len(job_ids) > 5 else ""
         super().__init__(
             f"queue {queue!r}: job id {shown}{more} already exists with a different payload "
-            "and no revision; nothing was written. Pass on_conflict='keep' or 'replace', "
-            "or give a revision."
+            "and no revision; nothing of this batch was written. Pass on_conflict='keep' or "
+            "'replace', or give a revision."
         )
 
 

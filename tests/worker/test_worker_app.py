@@ -141,6 +141,28 @@ def test_enqueue_many_keeps_order_across_queues(app: leaseq.App) -> None:
     assert app.queue_names() == ["a", "b"]
 
 
+def test_enqueue_many_across_queues_says_which_queues_a_conflict_left_enqueued(
+        app: leaseq.App) -> None:
+    # Given a job "2" of queue b already stored with another payload
+    @app.task(queue="a")
+    def one(n: int) -> None: ...
+
+    @app.task(queue="b")
+    def two(n: int) -> None: ...
+
+    two.enqueue(n=0, job_id="2")
+    # When a batch over queues a and b enqueues it again with n=2
+    with pytest.raises(leaseq.JobConflict) as raised:
+        app.enqueue_many([one.spec(n=1, job_id="1"), two.spec(n=2, job_id="2")])
+    # Then queue a's job was enqueued (a transaction per queue), and the error says so: its
+    # message speaks of queue b's batch only, its note names queue a
+    assert app.queue("a").get("1") is not None
+    assert "nothing of this batch was written" in str(raised.value)
+    assert raised.value.__notes__ == [
+        "the jobs of queue(s) 'a' were enqueued before queue 'b' failed (one transaction per "
+        "queue); calling again with the same specs is safe"]
+
+
 def test_enqueue_by_name(app: leaseq.App) -> None:
     @app.task(queue="work")
     def ping(n: int) -> None: ...
