@@ -51,7 +51,7 @@ from leaseq.logfields import job_fields, queue_fields
 from leaseq.metrics import Metrics
 from leaseq.prefetch import FullKeys, Prefetch
 from leaseq.queue import Queue
-from leaseq.redact import traceback_text
+from leaseq.redact import redact_url, traceback_text
 from leaseq.runner import COMPLETING, InFlight, LoopThread, Runner, holds_a_thread
 from leaseq.signals import EXIT_SECOND_SIGNAL as EXIT_SECOND_SIGNAL
 from leaseq.signals import DrainThenExit
@@ -264,7 +264,8 @@ class Worker(LeaseClock, Lifecycle):
             raise
         self._start()
         stop_scheduler = self._start_scheduler()
-        log.info("worker %s serving %s", self.worker_id, ", ".join(q.name for q in self.queues),
+        log.info("worker %s serving %s at %s", self.worker_id,
+                 ", ".join(q.name for q in self.queues), redact_url(self.store.url),
                  extra=queue_fields("worker_started"))
         self.started.set()
         try:

@@ -409,6 +409,60 @@ def test_worker_burst_runs_the_apps_tasks(
     assert store.get("images", "w").result == {"path": "a.png", "width": 256}  # type: ignore[union-attr]
 
 
+def app_naming_its_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module ``named_store_app`` whose App names its store, a SQLite file in ``tmp_path``;
+    the store's URL."""
+    named = f"sqlite:///{tmp_path / 'named.db'}"
+    (tmp_path / "named_store_app.py").write_text(
+        "import leaseq\n"
+        f"app = leaseq.App({named!r})\n"
+        "@app.task(queue='images')\n"
+        "def resize(path: str) -> str:\n"
+        "    return path\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "named_store_app", raising=False)
+    return named
+
+
+def test_the_worker_serves_the_store_its_app_names_whatever_leaseq_url_says(
+    invoke: Invoke, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an app that names its store, a job its producer enqueued there, and $LEASEQ_URL
+    # naming another store (this test's)
+    named = app_naming_its_store(tmp_path, monkeypatch)
+    from named_store_app import app, resize  # type: ignore[import-not-found]
+
+    resize.enqueue(path="a.png", job_id="j")
+    # When its worker runs with no --url
+    result = invoke("worker", "named_store_app:app", "--burst", "--log-level", "warning")
+    # Then it ran the job where the producer put it, and said that $LEASEQ_URL was not used
+    assert result.exit_code == 0, result.output
+    assert app.queue("images").get("j").status == "done"  # type: ignore[union-attr]
+    assert f"$LEASEQ_URL ({url}) is not used" in result.output
+    # And the producer through the command line (enqueue --app) writes there too
+    assert invoke("enqueue", "--app", "named_store_app:app", "--task", "resize",
+                  "--job-id", "k", "--payload", '{"path": "b.png"}').exit_code == 0
+    assert app.queue("images").get("k") is not None
+    with leaseq.connect(url) as other:
+        assert other.get("images", "j") is None and other.get("images", "k") is None
+    assert named in app.store.url
+
+
+def test_a_url_on_the_command_line_serves_another_store_than_the_app_names(
+    invoke: Invoke, store: leaseq.Store, url: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an app that names its store, and a job in another store
+    app_naming_its_store(tmp_path, monkeypatch)
+    store.queue("images").enqueue("j", {"path": "a.png"}, task="resize")
+    # When its worker runs with --url naming the other store, Then it serves that one
+    result = invoke("worker", "named_store_app:app", "--burst", "--url", url,
+                    "--log-level", "warning")
+    assert result.exit_code == 0, result.output
+    assert store.get("images", "j").status == "done"  # type: ignore[union-attr]
+    assert "is not used" not in result.output
+
+
 def test_a_broker_workers_prefix_names_the_topology_it_consumes(
     invoke: Invoke, monkeypatch: pytest.MonkeyPatch
 ) -> None:

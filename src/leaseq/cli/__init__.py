@@ -18,13 +18,17 @@ import functools
 import json
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from leaseq.errors import InvalidInput, InvalidURL, LeaseqError
+from leaseq.redact import redact_url
 from leaseq.stores import DEFAULT_URL, connect
 from leaseq.stores.base import Store
+
+if TYPE_CHECKING:
+    from leaseq.app import App
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -68,6 +72,31 @@ class Seconds(click.FloatRange):
 def url_option(func: Command) -> Command:
     return click.option("--url", envvar="LEASEQ_URL", default=None, metavar="URL",
                         help=f"Store URL (env LEASEQ_URL; default {DEFAULT_URL}).")(func)
+
+
+def app_url_option(func: Command) -> Command:
+    """``--url`` of the commands that load MODULE:APP: see ``url_for_app``."""
+    return click.option("--url", envvar="LEASEQ_URL", default=None, metavar="URL",
+                        help="Store URL in place of the app's own (default: the store the "
+                             "app names; for an app that names none, env LEASEQ_URL, then "
+                             f"{DEFAULT_URL}).")(func)
+
+
+def url_for_app(app: App, url: str | None) -> str | None:
+    """The store a command that loads ``app`` opens in place of the app's own: a ``--url``
+    given on the command line, else None. ``$LEASEQ_URL`` does not override an app that names
+    its store (``App("postgresql://…")``): the app's producers write there, so its worker must
+    serve it, and a different ``$LEASEQ_URL`` is named on stderr. For an app that names none,
+    ``$LEASEQ_URL`` is its store (``App``'s default)."""
+    context = click.get_current_context(silent=True)
+    if not app.url or context is None or (context.get_parameter_source("url")
+                                          is not click.core.ParameterSource.ENVIRONMENT):
+        return url
+    if url and url != app.url:
+        click.echo(f"leaseq: serving the store the app names ({redact_url(app.url)}); "
+                   f"$LEASEQ_URL ({redact_url(url)}) is not used: pass --url to serve another",
+                   err=True)
+    return None
 
 
 def json_option(func: Command) -> Command:

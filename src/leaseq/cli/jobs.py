@@ -22,6 +22,7 @@ from leaseq.cli import (
     json_option,
     open_store,
     render,
+    url_for_app,
     url_option,
     warn_of_empty_queues,
 )
@@ -76,6 +77,7 @@ def _enqueue_through_app(app_ref: str, url: str | None, task_name: str, data: di
                          ) -> tuple[str, EnqueueResult]:
     """Enqueue as the app's task: the payload checked against its signature, into its queue."""
     app = App.from_ref(app_ref)
+    url = url_for_app(app, url)
     if url:
         app.use_store(open_store(url))
     task = app.get_task(task_name)

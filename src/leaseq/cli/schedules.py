@@ -13,7 +13,16 @@ from rich.console import Console
 from rich.table import Table
 
 from leaseq.app import App
-from leaseq.cli import echo_json, errors, json_option, open_store, render, url_option
+from leaseq.cli import (
+    app_url_option,
+    echo_json,
+    errors,
+    json_option,
+    open_store,
+    render,
+    url_for_app,
+    url_option,
+)
 from leaseq.errors import LeaseqError
 from leaseq.ledger import ScheduleState, format_tick
 from leaseq.scheduler.spec import Schedule
@@ -174,7 +183,7 @@ def _say(ctx: click.Context, value: dict[str, Any], text: str) -> None:
 
 @click.command()
 @click.argument("app_ref", metavar="MODULE:APP")
-@url_option
+@app_url_option
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve the schedule gauges for Prometheus here.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
@@ -187,6 +196,7 @@ def scheduler(app_ref: str, url: str | None, metrics_port: int | None, log_level
     logging.basicConfig(level=getattr(logging, log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = App.from_ref(app_ref)
+    url = url_for_app(app, url)
     if url:
         app.use_store(open_store(url))
     if not app.schedules:

@@ -9,13 +9,13 @@ import click
 from click.core import ParameterSource
 
 from leaseq.app import App
-from leaseq.cli import Seconds, errors, open_store, url_option
+from leaseq.cli import Seconds, app_url_option, errors, open_store, url_for_app
 from leaseq.signals import stop_event
 
 
 @click.command()
 @click.argument("app_ref", metavar="MODULE:APP")
-@url_option
+@app_url_option
 @click.option("--queue", "queues", multiple=True, help="Queue to serve (repeat). "
               "Default: every queue the app's tasks use.")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=10, show_default=True,
@@ -66,7 +66,8 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     config = WorkerConfig(queues=queues, concurrency=concurrency, burst=burst,
                           grace_s=grace_s, sweep_every_s=sweep_every_s,
                           metrics_port=metrics_port, scheduler=not no_scheduler)
-    App.from_ref(app_ref)  # a bad MODULE:APP is a usage error, before anything starts
+    # a bad MODULE:APP is a usage error, before anything starts
+    url = url_for_app(App.from_ref(app_ref), url)
     if processes == 1:
         code = run_worker(app_ref, url, config)
     else:
@@ -98,6 +99,7 @@ def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[
         raise click.UsageError("--delivery rabbitmq runs one process and has no --burst; "
                                "start more consumers to scale out")
     app = App.from_ref(app_ref)
+    url = url_for_app(app, url)
     if app.schedules and not no_scheduler:
         logging.getLogger(__name__).warning(
             "--delivery rabbitmq runs no scheduler: the app's schedules (%s) tick only where "
