@@ -409,6 +409,20 @@ def test_worker_burst_runs_the_apps_tasks(
     assert store.get("images", "w").result == {"path": "a.png", "width": 256}  # type: ignore[union-attr]
 
 
+def test_a_worker_queue_no_task_is_declared_on_is_named_on_stderr(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # When a worker of an app whose tasks use "images" is told to serve "imagse" and "images"
+    monkeypatch.syspath_prepend(str(HERE))
+    result = invoke("worker", "cli_tasks:app", "--burst", "--queue", "imagse", "--queue",
+                    "images", "--log-level", "warning")
+    # Then it serves them, and names the one no task is declared on
+    assert result.exit_code == 0, result.output
+    assert result.output.count("no task of the app") == 1
+    assert ("no task of the app is declared on queue 'imagse' (its tasks' queues: images)"
+            in result.output)
+
+
 def app_naming_its_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A module ``named_store_app`` whose App names its store, a SQLite file in ``tmp_path``;
     the store's URL."""

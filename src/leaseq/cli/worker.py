@@ -66,13 +66,24 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     config = WorkerConfig(queues=queues, concurrency=concurrency, burst=burst,
                           grace_s=grace_s, sweep_every_s=sweep_every_s,
                           metrics_port=metrics_port, scheduler=not no_scheduler)
-    # a bad MODULE:APP is a usage error, before anything starts
-    url = url_for_app(App.from_ref(app_ref), url)
+    app = App.from_ref(app_ref)  # a bad MODULE:APP is a usage error, before anything starts
+    url = url_for_app(app, url)
+    warn_of_queues_without_tasks(app, queues)
     if processes == 1:
         code = run_worker(app_ref, url, config)
     else:
         code = run_processes(app_ref, url, config, processes, level)
     sys.exit(code)
+
+
+def warn_of_queues_without_tasks(app: App, queues: tuple[str, ...]) -> None:
+    """Name on stderr each ``--queue`` no task of the app is declared on: a typo would serve an
+    empty queue and exit 0 (its jobs still run if they name a task of the app)."""
+    declared = app.queue_names()
+    for queue in dict.fromkeys(queues):
+        if queue not in declared:
+            click.echo(f"leaseq: no task of the app is declared on queue {queue!r} (its tasks' "
+                       f"queues: {', '.join(declared) or 'none'}); is the name right?", err=True)
 
 
 def _refuse_polling_options(metrics_port: int | None) -> None:
@@ -100,6 +111,7 @@ def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[
                                "start more consumers to scale out")
     app = App.from_ref(app_ref)
     url = url_for_app(app, url)
+    warn_of_queues_without_tasks(app, queues)
     if app.schedules and not no_scheduler:
         logging.getLogger(__name__).warning(
             "--delivery rabbitmq runs no scheduler: the app's schedules (%s) tick only where "
