@@ -110,8 +110,13 @@ class App(AsyncAppMethods):
             target: Any = importlib.import_module(module_name)
         except ImportError as exc:
             raise InvalidInput(f"cannot import module {module_name!r}: {exc}") from None
-        for part in attribute.split("."):
-            target = getattr(target, part, None)
+        parts = attribute.split(".")
+        for depth, part in enumerate(parts):
+            if not hasattr(target, part):
+                owner = (f"module {module_name!r}" if depth == 0
+                         else repr(f"{module_name}:{'.'.join(parts[:depth])}"))
+                raise InvalidInput(f"cannot find {ref!r}: {owner} has no attribute {part!r}")
+            target = getattr(target, part)
         if not isinstance(target, cls):
             raise InvalidInput(f"{ref!r} is not a leaseq.App (got {type(target).__name__})")
         return target

@@ -32,7 +32,10 @@ def test_finds_the_app_by_module_and_attribute(tasks_module: types.ModuleType) -
     (":app", "expected MODULE:APP"),
     ("no_such_module_xyz:app", "cannot import module"),
     ("fromref_tasks:not_an_app", "is not a leaseq.App (got int)"),
-    ("fromref_tasks:missing", "is not a leaseq.App (got NoneType)"),
+    ("fromref_tasks:missing",
+     "cannot find 'fromref_tasks:missing': module 'fromref_tasks' has no attribute 'missing'"),
+    ("fromref_tasks:app.missing",
+     "cannot find 'fromref_tasks:app.missing': 'fromref_tasks:app' has no attribute 'missing'"),
 ])
 def test_a_bad_reference_is_invalid_input(tasks_module: types.ModuleType, ref: str,
                                           message: str) -> None:
