@@ -54,6 +54,17 @@ def test_enqueue_payload_from_stdin_with_revision_and_delay(
     assert store.ready("default") == 0
 
 
+def test_an_enqueue_conflict_is_told_in_the_commands_words(invoke: Invoke) -> None:
+    # Given a job "x" stored with one payload
+    assert invoke("enqueue", "--task", "t", "--job-id", "x", "--payload", '{"n": 1}'
+                  ).exit_code == 0
+    # When it is enqueued again with another and no revision
+    result = invoke("enqueue", "--task", "t", "--job-id", "x", "--payload", '{"n": 2}')
+    # Then it fails (1) saying what to pass on the command line, not the Python API's options
+    assert result.exit_code == 1
+    assert "Give --revision R" in result.output and "on_conflict" not in result.output
+
+
 def test_enqueue_checks_the_payload_against_the_app(
     invoke: Invoke, store: leaseq.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

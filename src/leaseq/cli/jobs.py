@@ -26,7 +26,7 @@ from leaseq.cli import (
     url_option,
     warn_of_empty_queues,
 )
-from leaseq.errors import JobNotFound
+from leaseq.errors import JobConflict, JobNotFound
 from leaseq.job import EnqueueResult
 from leaseq.queue import Queue
 from leaseq.stores.base import Store
@@ -59,13 +59,19 @@ def enqueue(url: str | None, queue: str, task_name: str, payload: str | None,
     # Only a missing --job-id gets a new one: --job-id "$ID" with $ID empty is refused, not a
     # new job on every replay
     job_id = uuid.uuid4().hex if job_id is None else job_id
-    if app_ref:
-        queue, result = _enqueue_through_app(app_ref, url, task_name, data, job_id, revision,
-                                             delay_s)
-    else:
-        with open_store(url) as store:
-            result = Queue(store, queue).enqueue(job_id, data, task=task_name,
-                                                 revision=revision, delay_s=delay_s)
+    try:
+        if app_ref:
+            queue, result = _enqueue_through_app(app_ref, url, task_name, data, job_id,
+                                                 revision, delay_s)
+        else:
+            with open_store(url) as store:
+                result = Queue(store, queue).enqueue(job_id, data, task=task_name,
+                                                     revision=revision, delay_s=delay_s)
+    except JobConflict as exc:  # its own advice names the Python API's options
+        raise Failed(f"queue {exc.queue!r}: job {job_id[:80]!r} already exists with a "
+                     "different payload and no revision; nothing was written. Give "
+                     "--revision R when the payload is a new version of the job, or another "
+                     "--job-id.") from None
     if as_json:
         echo_json({"queue": queue, "job_id": result.job_id, "outcome": result.outcome.value})
     else:
