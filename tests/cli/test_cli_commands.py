@@ -195,6 +195,7 @@ def test_inspect_tells_the_story(invoke: Invoke, store: leaseq.Store) -> None:
                   "ConnectionError: timed out", "redelivered", "finished", "done"):
         assert words in story.output, words
     assert "secret-path" not in story.output  # the payload is summarised, never shown
+    assert '{"ok": true}' in story.output  # the result as the JSON it is, not a Python repr
     data = json.loads(invoke("inspect", "s", "--queue", "images", "--json").output)
     assert data["job"]["status"] == "done" and data["job"]["attempts"] == 2
     assert [e["event"] for e in data["journal"]] == [

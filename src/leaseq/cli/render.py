@@ -118,7 +118,8 @@ def record_table(job: Job) -> Table:
         if name == "payload":
             value = f"{len(json.dumps(value))} bytes, keys: {', '.join(sorted(value)) or '-'}"
         if value not in (None, "", False) or name in ALWAYS_SHOWN:
-            table.add_row(name, shown(str(value)))
+            text = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
+            table.add_row(name, shown(str(text)))
     return table
 
 
