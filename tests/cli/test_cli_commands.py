@@ -334,7 +334,8 @@ def test_cancel(invoke: Invoke, store: leaseq.Store) -> None:
     result = invoke("cancel", "c")
     assert result.exit_code == 0, result.output
     assert store.get("images", "c").status == "cancelled"  # type: ignore[union-attr]
-    assert invoke("cancel", "c").exit_code == 1  # already finished
+    again = invoke("cancel", "c")
+    assert again.exit_code == 1 and "job 'c' is cancelled already" in again.output
     assert invoke("cancel", "missing").exit_code == 1
     assert invoke("cancel").exit_code == 2
 

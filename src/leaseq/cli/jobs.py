@@ -182,7 +182,7 @@ REQUEUE_HELP = "Put a terminal job (or, with --all-failed, the whole quarantine)
 
 
 @click.command(help=REQUEUE_HELP)
-@click.argument("job_id", metavar="JOB", required=False)
+@click.argument("job_id", metavar="[JOB]", required=False)
 @url_option
 @click.option("--queue", default=None, help="The job's queue (found by id when omitted); "
               "with --all-failed, only this queue.")
@@ -235,7 +235,9 @@ def cancel(job_id: str, url: str | None, queue: str | None) -> None:
     with open_store(url, create=False) as store:
         q = find_queue(store, job_id, queue)
         if not q.cancel(job_id):
-            raise Failed(f"job {job_id!r} has already finished; nothing to cancel")
+            job = q.get(job_id)
+            status = job.status if job is not None else "gone"
+            raise Failed(f"job {job_id!r} is {status} already; nothing to cancel")
     click.echo(f"cancelled: job {job_id} in queue {q.name}")
 
 
