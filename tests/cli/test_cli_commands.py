@@ -383,6 +383,25 @@ def test_sweep_prints_the_queues_swept_before_the_one_that_failed(
     assert "cut at its deadline" in result.output
 
 
+def test_sweep_names_a_retained_status_no_job_has(invoke: Invoke, store: leaseq.Store) -> None:
+    # Given a queue with a done job
+    q = store.queue("images")
+    q.enqueue("a", {})
+    q.complete(q.claim("w", 1)[0])
+    # When the sweep is told to purge "faild" jobs (a typo), and "done" ones
+    result = invoke("sweep", "--retain", "faild=0", "--retain", "done=3600")
+    # Then it sweeps, and says that no job has the status "faild"
+    assert result.exit_code == 0, result.output
+    assert "no job has status 'faild' (is the name right?)" in result.output
+    assert "'done'" not in result.output
+
+
+def test_sweep_refuses_to_retain_by_a_live_status(invoke: Invoke) -> None:
+    result = invoke("sweep", "--retain", "pending=0")
+    assert result.exit_code == 2
+    assert "'pending' is a live status: retention purges ended jobs" in result.output
+
+
 @pytest.mark.parametrize("args", [["--retain", "done"], ["--retain", "pending=5"],
                                   ["--retain", "done=x"], ["--every", "0"], ["--every", "nan"]])
 def test_sweep_bad_arguments_exit_2(invoke: Invoke, args: list[str]) -> None:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import click
 from rich.console import Console
 
 from leaseq import sweeper, validate
+from leaseq.browse import SUMMARY_STATUSES
 from leaseq.cli import (
     Seconds,
     echo_json,
@@ -21,8 +23,10 @@ from leaseq.cli import (
     warn_of_empty_queues,
 )
 from leaseq.errors import LeaseqError
+from leaseq.job import LIVE_STATUSES
 from leaseq.metrics import Metrics, snapshot
 from leaseq.signals import StopSignals, stop_event
+from leaseq.stores.base import Store
 
 
 @click.command()
@@ -54,7 +58,21 @@ def _retention(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
             sep = ""
         if not sep or not status:
             raise click.BadParameter(f"expected STATUS=SECONDS (e.g. done=604800), got {value!r}")
+        if status in LIVE_STATUSES:
+            raise click.BadParameter(f"{status!r} is a live status: retention purges ended jobs "
+                                     "(done, failed, cancelled, or an app's own status)")
     return rules
+
+
+def _warn_of_statuses_no_job_has(store: Store, queues: Sequence[str],
+                                 retention: dict[str, float]) -> None:
+    """Name on stderr each ``--retain`` status that no job of the queues swept ends with and
+    is not one of leaseq's: a typo (``faild=0``) would purge nothing without a word."""
+    present = {status for name in (queues or store.queues()) for status in store.counts(name)}
+    unknown = sorted(set(retention) - present - set(SUMMARY_STATUSES))
+    if unknown:
+        click.echo(f"leaseq: no job has status {', '.join(map(repr, unknown))} (is the name "
+                   "right?)", err=True)
 
 
 @click.command()
@@ -82,6 +100,7 @@ def sweep(url: str | None, queues: tuple[str, ...], every_s: float | None,
             click.echo("no queues yet")
 
     with open_store(url) as store:
+        _warn_of_statuses_no_job_has(store, queues, retention)
         if every_s is None:
             swept: list[sweeper.SweepResult] = []
             try:
