@@ -343,6 +343,21 @@ def test_cancel(invoke: Invoke, store: leaseq.Store) -> None:
 # --- upkeep -----------------------------------------------------------------------------------
 
 
+def test_status_printed_to_a_pipe_keeps_long_queue_names_whole(
+    invoke: Invoke, store: leaseq.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a queue with a long name, and output that is not a terminal, with no $COLUMNS
+    monkeypatch.delenv("COLUMNS", raising=False)
+    name = "thumbnails-for-the-customer-portal-in-europe-west"
+    store.queue(name).enqueue("a", {})
+    # When the status is printed, Then its name and every header are whole (80 columns cut
+    # them to "thumb…" and "pendi…")
+    result = invoke("status")
+    assert result.exit_code == 0, result.output
+    assert name in result.output
+    assert "pending" in result.output and "processing" in result.output
+
+
 def test_sweep_once(invoke: Invoke, store: leaseq.Store) -> None:
     # Given a job whose worker died with a 1 ms lease, and a done job
     q = store.queue("images")

@@ -10,7 +10,6 @@ import uuid
 from typing import Any
 
 import click
-from rich.console import Console
 
 from leaseq import validate
 from leaseq.app import App
@@ -129,7 +128,7 @@ def inspect(job_id: str, url: str | None, queue: str | None, as_json: bool) -> N
         echo_json({"job": job.to_dict(), "journal": [e.to_dict() for e in entries],
                    **render.attempt_rows(entries, now)})
         return
-    console = Console()
+    console = render.console()
     console.print(render.record_table(job))
     console.print(f"\n[bold]story of {render.shown(job.id)}[/bold]")
     for line in render.story(entries, now):
@@ -172,7 +171,7 @@ def failed(url: str | None, queues: tuple[str, ...], limit: int, as_json: bool) 
     if as_json:
         echo_json(render.quarantine_rows(jobs))
     else:
-        Console().print(render.quarantine_table(jobs))
+        render.console().print(render.quarantine_table(jobs))
 
 
 # --- operators -------------------------------------------------------------------------------

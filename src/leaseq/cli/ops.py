@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
-from rich.console import Console
 
 from leaseq import sweeper, validate
 from leaseq.browse import SUMMARY_STATUSES
@@ -44,7 +43,7 @@ def status(url: str | None, queues: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         echo_json({"url": store.url, "queues": render.status_rows(snaps)})
     else:
-        Console().print(render.status_table(store.url, snaps) if snaps else "no jobs yet")
+        render.console().print(render.status_table(store.url, snaps) if snaps else "no jobs yet")
 
 
 def _retention(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]

@@ -4,11 +4,13 @@ a job's journal told as a story."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -23,6 +25,20 @@ STATUS_COLUMNS = ["pending", "processing", "done", "failed", "cancelled"]
 #: Control characters but line feed and tab (C0, DEL, C1): an ESC in an error text could
 #: retitle, clear or recolour the operator's terminal, or fake a line of output.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+#: How wide the tables may grow when printed to a pipe or a file (``leaseq status | cat``, a CI
+#: log): rich's default there, 80 columns, cut queue names and headers short.
+PIPE_WIDTH = 240
+
+
+def console() -> Console:
+    """Where a command prints its tables: the terminal's width on a terminal; on a pipe or a
+    file, ``$COLUMNS`` when set, else ``PIPE_WIDTH``."""
+    out = Console()
+    if out.is_terminal or "COLUMNS" in os.environ:
+        return out
+    return Console(width=PIPE_WIDTH)
 
 
 def shown(text: str) -> str:

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from leaseq.app import App
@@ -45,7 +44,7 @@ def schedules(ctx: click.Context, url: str | None, as_json: bool) -> None:
     if as_json:
         echo_json({"url": store.url, "schedules": rows})
     else:
-        Console().print(_table(rows) if rows else "no schedules in the ledger")
+        render.console().print(_table(rows) if rows else "no schedules in the ledger")
 
 
 def _rows(store: Store) -> list[dict[str, Any]]:
@@ -155,7 +154,7 @@ def history(ctx: click.Context, name: str, url: str | None, as_json: bool) -> No
         echo_json({"schedule": name, "journal": [e.to_dict() for e in entries]})
     else:
         for line in render.schedule_story(entries) or ["no events"]:
-            Console().print(line)
+            render.console().print(line)
 
 
 def _options(ctx: click.Context, url: str | None, as_json: bool) -> click.Context:
