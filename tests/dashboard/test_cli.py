@@ -115,3 +115,6 @@ def test_read_only_refuses_every_action(store: Store, served: list[Any]) -> None
                                       "--user", "ops", "--password", "pw", "--read-only"])
     assert result.exit_code == 0, result.output
     assert seen == [403]
+    # And it said where it serves, and as whom, never the password
+    assert re.search(r"open http://0\.0\.0\.0:\d+/ \(basic auth, as ops\)", result.output)
+    assert "pw" not in result.output

@@ -45,14 +45,15 @@ def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str 
         # Bound before the login URL is printed: it names the port really served (--port 0
         # picks one), and a port already taken is one line, not a URL that leads nowhere.
         listening = _listen(host, port)
+        where = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        served = f"http://{where}:{listening.getsockname()[1]}"
         auth: BasicAuth | LoginToken
         if user is not None and password is not None:
             auth = BasicAuth({user: password})
+            click.echo(f"open {served}/ (basic auth, as {user})")
         else:
             auth = LoginToken(secrets.token_urlsafe(24))
-            where = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
-            click.echo(f"open http://{where}:{listening.getsockname()[1]}/login?token="
-                       f"{auth.token}")
+            click.echo(f"open {served}/login?token={auth.token}")
         app = create_app(store, auth=auth, permissions="read_only" if read_only else "all")
         with listening:
             serve(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2),
