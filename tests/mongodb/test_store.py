@@ -573,6 +573,25 @@ def test_enqueue_in_a_callers_transaction_writes_through_it():
     assert db.of("leaseq_journal", "bulk_write")[0][1]["session"] is session
 
 
+def test_a_conflict_in_a_callers_transaction_is_found_before_any_write():
+    # Given a replica set, a caller's transaction, and a stored job the batch's second spec
+    # would change without a revision
+    db = FakeDB({"setName": "rs0", "localTime": T0})
+    store = MongoStore(db)
+    session = mock.MagicMock(spec=ClientSession, in_transaction=True)
+    db[Q].answer("find", [{"_id": "b", "status": "done", "x": 1}])
+    # When the batch is enqueued through the caller's session
+    with pytest.raises(JobConflict) as raised:
+        store.enqueue_many("q", [spec("a", {"x": 1}), spec("b", {"x": 2})],
+                           connection=session)
+    # Then the conflict was found by a read in that session, and nothing was written in it:
+    # a caller that catches JobConflict and commits keeps none of the batch
+    assert raised.value.job_ids == ["b"]
+    assert db.sequence(Q) == ["find"]
+    assert db.of(Q, "find")[0][1]["session"] is session
+    assert db.of("leaseq_journal", "bulk_write") == []
+
+
 def test_on_a_replica_set_a_batch_runs_in_one_transaction():
     db, session, store = replica_set()
     store.enqueue_many("q", [spec("a", {"x": 1})])

@@ -280,6 +280,8 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         upserts.refuse_wide_integers(specs)
         if connection is not None:
             self._check_session(connection)
+            if on_conflict == "raise":  # the caller may catch JobConflict and commit
+                self._refuse_conflicts(queue, specs, connection)
             return self._enqueue(connection, queue, specs, on_conflict)
         if not self.supports_transactions and on_conflict == "raise":
             self._refuse_conflicts(queue, specs)
@@ -326,14 +328,20 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
                     raise
         return _OUTCOMES[upserts.upsert_outcome(before, payload, spec.revision, on_conflict)]
 
-    def _refuse_conflicts(self, queue: str, specs: Sequence[JobSpec]) -> None:
-        """Without transactions, ``raise`` must find its conflicts before the first write.
+    def _refuse_conflicts(self, queue: str, specs: Sequence[JobSpec],
+                          session: Any = None) -> None:
+        """``raise`` finds its conflicts before the first write where nothing would undo
+        that write: without transactions, and in a caller's transaction (``session``), which
+        the caller may commit after catching ``JobConflict``.
 
-        A producer racing in between can still make a conflict appear later; the pipeline
-        never writes one, but the jobs of the batch written before it stay written.
+        In a caller's transaction the read is in its snapshot, so a producer that changes one
+        of the jobs afterwards makes our write a write conflict, not a silent overwrite.
+        Without transactions a producer racing in between can still make a conflict appear
+        later; the pipeline never writes one, but the jobs of the batch written before it
+        stay written.
         """
         ids = list({spec.job_id for spec in specs})
-        stored = self._coll(queue).find({"_id": {"$in": ids}})
+        stored = self._coll(queue).find({"_id": {"$in": ids}}, session=session)
         conflicts = upserts.batch_conflicts({d["_id"]: d for d in stored}, specs)
         if conflicts:
             raise JobConflict(queue, conflicts)
