@@ -99,3 +99,17 @@ def test_a_status_walk_goes_past_documents_without_updated_at(store: MongoStore,
     assert query == {"status": "failed", "updated_at": None, "_id": {"$lt": "b"}}
     dated, _ = walk_query(JobFilter("q", status="failed"), AT.isoformat(), "a")
     assert {"updated_at": None} in dated["$or"]
+
+
+def test_the_summarys_oldest_ready_age_is_the_oldest_whatever_its_priority(
+        store: MongoStore, db: FakeDB) -> None:
+    # Given ready jobs whose oldest by not-before (an hour) is not the first in claim order
+    # (a fresh job of a higher priority): the ready aggregation answers the $min over all
+    db[Q].answer("aggregate", [{"n": 7, "age_ms": 3_600_000}])
+    # When the summary is read with a cap below the ready count
+    summary = store.queue_summary("q", cap=5)
+    # Then the age is the oldest ready job's, from the aggregation ready_stats reads (as the
+    # SQL stores: by not-before, not by priority), and its count stops at the cap
+    assert summary.oldest_ready_s == 3600.0
+    assert (summary.ready.n, summary.ready.exact) == (5, False)
+    assert db.of(Q, "aggregate")[0][0][0] == documents.ready(0)

@@ -30,7 +30,6 @@ from leaseq.stores.watch import FINISH_POLL_S
 Q = "leaseq_q"
 WORKERS = "leaseq__workers"
 HOUR = datetime(2024, 5, 1, 10, tzinfo=UTC)
-LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
 LEASE = Lease("j1", 3, "w")
 
 
@@ -242,8 +241,8 @@ CALLS: dict[str, tuple[Callable[[FakeDB], Any], Callable[[MongoStore, FakeDB], A
                            {"_id": "quarantined", "n": 2}, {"_id": "result_saved", "n": 5}]),
                        lambda s, db: s.journal_counts("q", 3600),
                        {"quarantined": 2, "result_saved": 5}),
-    "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 5, 2),
-                                  db[Q].answer("find", [{"_id": "a", "lease_until": LONG_AGO}])),
+    "queue_summary": (lambda db: (db[Q].answer("count_documents", 3, 0, 5, 0, 0, 2),
+                                  db[Q].answer("aggregate", [{"n": 6, "age_ms": 60_000}])),
                       lambda s, db: (lambda r: ({k: str(c) for k, c in r.counts.items()},
                                                 str(r.ready), r.oldest_ready_s > 0,
                                                 str(r.lapsed)))(

@@ -56,6 +56,7 @@ class OperatorTools(OffsetClock):
     _prefix: str
     _journal: Any
     _coll: Callable[[str], Any]
+    _ready: Callable[[str], dict[str, Any]]
     _log: JournalWriter
     _create_indexes: Callable[..., None]
     _indexes_on_use: bool
@@ -155,15 +156,13 @@ class OperatorTools(OffsetClock):
         coll = self._coll(queue)
         counts = {status: _count(coll.count_documents({"status": status}, limit=cap), cap)
                   for status in SUMMARY_STATUSES}
-        claimable = documents.claimable(self._off)
-        ready = _count(coll.count_documents(claimable, limit=cap), cap)
-        first = list(coll.find(claimable, {"lease_until": 1, "created_at": 1},
-                               sort=documents.CLAIM_SORT, limit=1))
-        since = records.dt(first[0].get("lease_until") or first[0].get("created_at")) \
-            if first else None
-        age = (self.server_now() - since).total_seconds() if since else 0.0
+        # The oldest ready job by not-before, whatever its priority: no index yields that
+        # order (the claim index sorts by priority first), so the $min of ready_stats'
+        # aggregation, which counts the ready jobs on the way
+        stats = self._ready(queue)
+        ready = _count(min(int(stats["n"]), cap), cap)
         lapsed = _count(coll.count_documents(documents.lapsed(self._off), limit=cap), cap)
-        return QueueSummary(queue, counts, ready, max(age, 0.0), lapsed)
+        return QueueSummary(queue, counts, ready, records.ready_age_s(stats), lapsed)
 
     # --- the worker registry ----------------------------------------------------------------
 

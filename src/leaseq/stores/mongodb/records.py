@@ -37,6 +37,13 @@ def dt(value: Any) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def ready_age_s(stats: Mapping[str, Any]) -> float:
+    """The oldest ready job's age in seconds from ``documents.ready``'s row (0 when none is
+    ready, or its not-before is ahead of the server clock)."""
+    age_ms = stats.get("age_ms")
+    return max(float(age_ms) / 1000.0, 0.0) if age_ms is not None else 0.0
+
+
 def job(queue: str, doc: Mapping[str, Any]) -> Job:
     """A job from its document; fields an adopted document lacks take their defaults."""
     result = doc.get("result")

@@ -500,8 +500,7 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
     @guarded
     def ready_stats(self, queue: str) -> tuple[int, float]:
         stats = self._ready(queue)
-        age_ms = stats.get("age_ms")
-        return int(stats["n"]), max(float(age_ms) / 1000.0, 0.0) if age_ms is not None else 0.0
+        return int(stats["n"]), records.ready_age_s(stats)
 
     @guarded
     def in_flight(self, queue: str) -> int:
