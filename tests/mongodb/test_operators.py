@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from unittest import mock
 
 import pytest
-from mongo_fakes import FakeDB
+from mongo_fakes import REPLICA_SET, FakeDB
 from pipeline_model import run
 
 from leaseq.browse import BulkAction, JobFilter
@@ -113,3 +113,52 @@ def test_the_summarys_oldest_ready_age_is_the_oldest_whatever_its_priority(
     assert summary.oldest_ready_s == 3600.0
     assert (summary.ready.n, summary.ready.exact) == (5, False)
     assert db.of(Q, "aggregate")[0][0][0] == documents.ready(0)
+
+
+def sessions_of(db: FakeDB, collection: str, method: str) -> list[object]:
+    return [kwargs.get("session") for _, kwargs in db.of(collection, method)]
+
+
+def test_on_a_replica_set_an_edit_and_its_journal_are_one_transaction() -> None:
+    # Given a replica set and a failed job
+    db = FakeDB(dict(REPLICA_SET))
+    store = MongoStore(db)
+    db[Q].answer("find_one_and_update", {"_id": "j", "status": "pending", "lease_epoch": 2})
+    # When an operator edits and requeues it
+    assert store.requeue_edited("q", "j", '{"x": 1}', "me") is True
+    # Then the change and its two entries committed in one transaction: neither stands alone
+    assert db.client.transactions == ["start", "commit", "end_session"]
+    (change,) = sessions_of(db, Q, "find_one_and_update")
+    assert change is not None and sessions_of(db, "leaseq_journal", "bulk_write") == [change]
+
+
+def test_on_a_replica_set_each_job_of_a_bulk_action_commits_with_its_entry() -> None:
+    # Given a replica set, one cancellable job and one that is not
+    db = FakeDB(dict(REPLICA_SET))
+    store = MongoStore(db)
+    db[Q].answer("find_one_and_update", {"_id": "a", "status": "cancelled"}, None)
+    # When an operator cancels both
+    result = store.act_on_jobs("q", BulkAction.CANCEL, ["a", "b"], "me")
+    # Then each job's change ran in a transaction of its own (one job's write conflict with
+    # a worker cannot abort the others), the entry of the one cancelled in the same one
+    assert (result.acted, result.skipped) == (["a"], ["b"])
+    assert db.client.transactions == ["start", "commit", "end_session"] * 2
+    first, second = sessions_of(db, Q, "find_one_and_update")
+    assert None not in (first, second) and first is not second
+    assert sessions_of(db, "leaseq_journal", "bulk_write") == [first]
+
+
+def test_on_a_replica_set_a_bulk_delete_and_its_entries_are_one_transaction() -> None:
+    # Given a replica set and two terminal jobs
+    db = FakeDB(dict(REPLICA_SET))
+    store = MongoStore(db)
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}], [])
+    db[Q].answer("delete_many", mock.Mock(deleted_count=2))
+    # When an operator deletes them
+    assert store.act_on_jobs("q", BulkAction.DELETE, ["a", "b"], "me").acted == ["a", "b"]
+    # Then the batch's reads, its delete and its entries share one transaction
+    assert db.client.transactions == ["start", "commit", "end_session"]
+    shared = (sessions_of(db, Q, "find") + sessions_of(db, Q, "delete_many")
+              + sessions_of(db, "leaseq_journal", "bulk_write"))
+    assert len(shared) == 4 and shared[0] is not None
+    assert all(session is shared[0] for session in shared)

@@ -5,7 +5,8 @@ Mixed into ``MongoStore``, whose plumbing (``_coll``, ``_log``, ``_journal``, ``
 Filters the indexes do not bound (task beside a status, id prefix, error text, time range) are
 checked here on the walked documents, at most ``SCAN_CAP`` per page (``browse.walk``). A bulk
 action changes each job with its own guarded ``find_one_and_update``: atomic per job, as
-every write of this store.
+every write of this store, and committed with its journal entry where the deployment has
+transactions.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ AFTER = ReturnDocument.AFTER
 #: What a page walk reads of each document: enough to decide the filters, never the payload.
 WALK_PROJECTION = {"_id": 1, "updated_at": 1, "task": 1, "error": 1}
 RECENT_SORT = [("updated_at", -1), ("_id", -1)]
+#: The journal entries of one job's change, from its document after the change.
+Entries = Callable[[Mapping[str, Any]], list[Event]]
 
 
 class OperatorTools(OffsetClock):
@@ -58,6 +61,7 @@ class OperatorTools(OffsetClock):
     _coll: Callable[[str], Any]
     _ready: Callable[[str], dict[str, Any]]
     _log: JournalWriter
+    _transaction: Callable[[Callable[[Any], Any]], Any]
     _create_indexes: Callable[..., None]
     _indexes_on_use: bool
     server_now: Callable[[], Any]
@@ -91,47 +95,85 @@ class OperatorTools(OffsetClock):
         action = BulkAction(action)
         reason = actor_reason(actor)
         acted: list[str] = []
+
+        def entry(doc: Mapping[str, Any]) -> list[Event]:
+            return [Event(queue, doc["_id"], ACTION_EVENTS[action], records.moved(doc, reason))]
+
         for batch in batches(job_ids):
-            changed = (self._delete_terminal(queue, batch) if action is BulkAction.DELETE
-                       else self._move_each(queue, action, batch))
-            self._log([Event(queue, d["_id"], ACTION_EVENTS[action], records.moved(d, reason))
-                       for d in changed])
+            changed = (self._delete_terminal(queue, batch, entry)
+                       if action is BulkAction.DELETE
+                       else self._move_each(queue, action, batch, entry))
             acted.extend(d["_id"] for d in changed)
         return BulkResult.of(job_ids, acted)
 
-    def _move_each(self, queue: str, action: BulkAction, ids: list[str]) -> list[Any]:
-        coll = self._coll(queue)
+    def _move_each(self, queue: str, action: BulkAction, ids: list[str],
+                   entry: Entries) -> list[Any]:
+        """Each job in a transaction of its own: in one for the batch, a write conflict with
+        any one job's worker would abort every job's change."""
         guard, update = ((documents.operator_requeueable, documents.operator_requeue(self._off))
                          if action is BulkAction.REQUEUE
                          else (documents.cancellable, documents.operator_cancel(self._off)))
-        moved = (coll.find_one_and_update(guard(job_id), update, return_document=AFTER)
-                 for job_id in ids)
+        moved = (self._change_logged(queue, guard(job_id), update, entry) for job_id in ids)
         return [doc for doc in moved if doc is not None]
 
-    def _delete_terminal(self, queue: str, ids: list[str]) -> list[Any]:
-        coll = self._coll(queue)
+    def _delete_terminal(self, queue: str, ids: list[str], entry: Entries) -> list[Any]:
+        """One batch's delete and its entries in one transaction where the deployment has
+        them, as on the SQL stores (one statement deletes the batch)."""
+        coll = self._coll(queue)  # indexes before any transaction
         query = {"_id": {"$in": ids}, "status": {"$nin": [documents.PENDING, documents.PROCESSING]}}
-        found = list(coll.find(query, {"_id": 1, "attempts": 1, "lease_epoch": 1}))
-        if not found:
-            return []
-        coll.delete_many({**query, "_id": {"$in": [d["_id"] for d in found]}})
-        left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
-        return [d for d in found if d["_id"] not in left]
+
+        def work(session: Any) -> list[Any]:
+            found = list(coll.find(query, {"_id": 1, "attempts": 1, "lease_epoch": 1},
+                                   session=session))
+            if not found:
+                return []
+            coll.delete_many({**query, "_id": {"$in": [d["_id"] for d in found]}},
+                             session=session)
+            left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1},
+                                                session=session)}
+            gone = [d for d in found if d["_id"] not in left]
+            self._log([e for d in gone for e in entry(d)], session)
+            return gone
+
+        return list(self._transaction(work))
 
     @guarded
     def requeue_edited(self, queue: str, job_id: str, payload_json: str, actor: str) -> bool:
-        coll = self._coll(queue)
         update = edit_payload(json.loads(payload_json), self._off)
-        doc = coll.find_one_and_update(documents.operator_requeueable(job_id), update,
-                                       return_document=AFTER)
-        if doc is None:
-            if coll.find_one({"_id": job_id}, {"_id": 1}) is None:
-                raise JobNotFound(queue, job_id)
-            return False
-        fields = records.moved(doc, actor_reason(actor))
-        self._log([Event(queue, job_id, JournalEvent.EDITED, fields),
-                   Event(queue, job_id, JournalEvent.REQUEUED, fields)])
-        return True
+
+        def entries(doc: Mapping[str, Any]) -> list[Event]:
+            fields = records.moved(doc, actor_reason(actor))
+            return [Event(queue, job_id, JournalEvent.EDITED, fields),
+                    Event(queue, job_id, JournalEvent.REQUEUED, fields)]
+
+        return self._changed_or_missing(queue, job_id, self._change_logged(
+            queue, documents.operator_requeueable(job_id), update, entries))
+
+    def _change_logged(self, queue: str, query: Mapping[str, Any],
+                       update: list[dict[str, Any]], entries: Entries) -> Any:
+        """An operator's change of one job (the document after it, None when ``query``
+        matched nothing) and its journal ``entries``, in one transaction where the
+        deployment has them, as every state change (DESIGN.md §8): a failure between the
+        two must not leave a job changed with no word of it in its story."""
+        coll = self._coll(queue)  # indexes before any transaction
+
+        def work(session: Any) -> Any:
+            doc = coll.find_one_and_update(query, update, return_document=AFTER,
+                                           session=session)
+            if doc is not None:
+                self._log(entries(doc), session)
+            return doc
+
+        return self._transaction(work)
+
+    def _changed_or_missing(self, queue: str, job_id: str, doc: Any) -> bool:
+        """True when the operator's change was made; False when the job is there but the
+        change does not fit it; ``JobNotFound`` when there is no such job."""
+        if doc is not None:
+            return True
+        if self._coll(queue).find_one({"_id": job_id}, {"_id": 1}) is None:
+            raise JobNotFound(queue, job_id)
+        return False
 
     # --- journal per hour -----------------------------------------------------------------
 

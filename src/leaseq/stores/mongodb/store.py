@@ -28,7 +28,6 @@ from leaseq.errors import (
     InvalidQueueName,
     InvalidURL,
     JobConflict,
-    JobNotFound,
     UnsupportedOperation,
 )
 from leaseq.job import (
@@ -433,24 +432,10 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
 
     def _operator(self, queue: str, job_id: str, query: dict[str, Any],
                   update: list[dict[str, Any]], event: str) -> bool:
-        """An operator's change and its journal entry, in one transaction where the
-        deployment has them (as every other state change): a failure between the two must
-        not leave a job requeued or cancelled with no word of it in its story."""
-        coll = self._coll(queue)  # indexes before any transaction
-
-        def work(session: Any) -> bool:
-            doc = coll.find_one_and_update(query, update, return_document=AFTER,
-                                           session=session)
-            if doc is None:
-                if coll.find_one({"_id": job_id}, {"_id": 1}, session=session) is None:
-                    raise JobNotFound(queue, job_id)
-                return False
-            self._log([Event(queue, job_id, event, {"attempt": doc.get("attempts", 0),
-                                                    "lease_epoch": doc.get("lease_epoch", 0),
-                                                    "reason": OPERATOR})], session)
-            return True
-
-        return bool(self._transaction(work))
+        doc = self._change_logged(queue, query, update, lambda d: [Event(
+            queue, job_id, event, {"attempt": d.get("attempts", 0),
+                                   "lease_epoch": d.get("lease_epoch", 0), "reason": OPERATOR})])
+        return self._changed_or_missing(queue, job_id, doc)
 
     # --- broker outbox --------------------------------------------------------------------
 
