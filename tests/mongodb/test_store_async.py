@@ -12,7 +12,7 @@ from mongo_fakes import FakeAsyncDB, FakeDB
 from pymongo.errors import ExecutionTimeout, OperationFailure, ServerSelectionTimeoutError
 
 from leaseq.deadline import within
-from leaseq.errors import StoreUnavailable
+from leaseq.errors import StoreRefused, StoreUnavailable
 from leaseq.job import JobSpec
 from leaseq.queue import Queue
 from leaseq.stores.mongodb import MongoStore
@@ -120,6 +120,18 @@ def test_an_async_read_the_server_refuses_raises_its_error(db: FakeDB) -> None:
     db[Q].answer("find_one", OperationFailure("bad value", code=2))
     with pytest.raises(OperationFailure, match="bad value"):
         asyncio.run(store.aget("mail", "j1"))
+
+
+@pytest.mark.parametrize("code", [13, 18], ids=["unauthorized", "authentication"])
+def test_an_async_read_by_a_user_the_server_refuses_is_store_refused(db: FakeDB,
+                                                                     code: int) -> None:
+    # Given a server that refuses the URL's user (a role granted too little, a wrong password)
+    store, _ = store_with_async(db)
+    db[Q].answer("find_one", OperationFailure("not authorized on db as u:pw", code=code))
+    # When an async read meets it, Then it is StoreRefused, as the blocking read's, masked
+    with pytest.raises(StoreRefused, match="refused leaseq's call") as caught:
+        asyncio.run(store.aget("mail", "j1"))
+    assert "pw" not in str(caught.value)
 
 
 def test_the_url_opener_makes_a_lazy_async_client() -> None:

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import pymongo
 from pymongo import ReadPreference
-from pymongo.errors import ConfigurationError, ConnectionFailure, PyMongoError
+from pymongo.errors import PyMongoError
 
 from leaseq import deadline
 from leaseq.job import Job, JournalEntry
 from leaseq.stores.mongodb import documents, records
-from leaseq.stores.mongodb.connection import unavailable
+from leaseq.stores.mongodb.connection import translated
 
 if TYPE_CHECKING:
     from leaseq.stores.mongodb.store import MongoStore
@@ -73,17 +73,16 @@ class AsyncMongo:
 
     async def _guard(self, pending: Any) -> Any:
         """Await a driver call within the caller's ``leaseq.deadline`` (pymongo's own
-        ``timeout``), as the blocking calls do (``connection.guarded``); connection errors and
-        timeouts as ``StoreUnavailable``, secrets masked."""
+        ``timeout``), its errors mapped to leaseq's as the blocking calls' are
+        (``connection.translated``)."""
         remaining = deadline.remaining_s()
         try:
             if remaining is None:
                 return await pending
             with pymongo.timeout(max(remaining, 0.001)):
                 return await pending
-        except (ConnectionFailure, ConfigurationError) as exc:
-            raise unavailable(self._store, exc) from None
         except PyMongoError as exc:
-            if exc.timeout:  # the server's maxTimeMS, or the deadline client-side
-                raise unavailable(self._store, exc) from None
-            raise
+            mapped = translated(self._store, exc)
+            if mapped is None:
+                raise
+            raise mapped from None

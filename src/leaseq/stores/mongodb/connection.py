@@ -183,36 +183,43 @@ class OffsetClock:
 
 
 def guarded(method: F) -> F:
-    """Map pymongo's connection errors and timeouts to ``StoreUnavailable`` (password masked),
-    a transaction on a standalone server to ``UnsupportedOperation``, a refused user to
-    ``StoreRefused`` and a document over MongoDB's size limit to ``InvalidPayload``; run the
-    call within the caller's ``leaseq.deadline`` when there is one (pymongo's own
-    ``timeout``)."""
+    """Map pymongo's errors to leaseq's (``translated``); run the call within the caller's
+    ``leaseq.deadline`` when there is one (pymongo's own ``timeout``)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return _within_callers_deadline(method, self, *args, **kwargs)
-        except DocumentTooLarge as exc:  # found by the driver, before anything was sent
-            raise too_large(exc) from None
-        except OperationFailure as exc:
-            if document_too_large(exc):
-                raise too_large(exc) from None
-            if exc.code == NO_TRANSACTIONS:
-                raise UnsupportedOperation(no_transactions_message(self.url)) from None
-            if exc.code in _REFUSAL_CODES:
-                raise refused(self, exc) from None
-            if exc.timeout:  # the server ran out of the operation's time (maxTimeMS)
-                raise unavailable(self, exc) from None
-            raise
-        except (ConnectionFailure, ConfigurationError) as exc:
-            raise unavailable(self, exc) from None
-        except PyMongoError as exc:
-            if exc.timeout:  # timeoutMS or the caller's deadline ran out client-side
-                raise unavailable(self, exc) from None
-            raise
+        except (DocumentTooLarge, PyMongoError) as exc:
+            mapped = translated(self, exc)
+            if mapped is None:
+                raise
+            raise mapped from None
 
     return wrapper  # type: ignore[return-value]  # functools.wraps keeps the signature
+
+
+def translated(store: Any, exc: Exception) -> Exception | None:
+    """pymongo's ``exc`` as leaseq's error, secrets masked, for the blocking calls
+    (``guarded``) and the async reads (aio.py) alike; None when it passes through as it is.
+
+    A document over MongoDB's size limit is ``InvalidPayload``, a transaction on a standalone
+    server ``UnsupportedOperation``, a refused user ``StoreRefused``, and connection errors
+    and timeouts (the server's maxTimeMS, or timeoutMS or the caller's deadline client-side)
+    ``StoreUnavailable``."""
+    if isinstance(exc, DocumentTooLarge):  # found by the driver, before anything was sent
+        return too_large(exc)
+    if isinstance(exc, OperationFailure):
+        if document_too_large(exc):
+            return too_large(exc)
+        if exc.code == NO_TRANSACTIONS:
+            return UnsupportedOperation(no_transactions_message(store.url))
+        if exc.code in _REFUSAL_CODES:
+            return refused(store, exc)
+    if isinstance(exc, ConnectionFailure | ConfigurationError) or (
+            isinstance(exc, PyMongoError) and exc.timeout):
+        return unavailable(store, exc)
+    return None
 
 
 def opening_bound(client: Any) -> contextlib.AbstractContextManager[Any]:
