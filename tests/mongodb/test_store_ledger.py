@@ -13,7 +13,7 @@ from mongo_fakes import FakeDB
 from pipeline_model import run
 from pymongo.errors import DuplicateKeyError
 
-from leaseq.errors import ScheduleConflict, StoreUnavailable
+from leaseq.errors import InvalidPayload, ScheduleConflict, StoreUnavailable
 from leaseq.job import JobSpec
 from leaseq.ledger import REVIVE_GRACE_S, TickAdvance
 from leaseq.stores.mongodb import MongoStore
@@ -212,6 +212,56 @@ def test_a_crash_after_the_cas_leaves_the_intent_and_the_next_reader_writes_it(
     assert state is not None and state.intent == () and state.version == 5
     assert [a[0] for a, _ in db.of(Q, "find_one_and_update")][-1] == {"_id": SPEC.job_id}
     assert db.of(LEDGER, "find_one_and_update")[-1][0][1] == {"$unset": {"intent": ""}}
+
+
+def unstorable(payload: dict[str, Any]) -> JobSpec:
+    return JobSpec(SPEC.job_id, payload, json.dumps(payload), task="t", max_attempts=3)
+
+
+#: A tick's job MongoDB cannot store: an integer wider than BSON's, a document over 16 MiB
+#: (its upsert carries the payload in each branch of the pipeline).
+UNSTORABLE = [unstorable({"n": 2**70}), unstorable({"s": "x" * (5 * 1024 * 1024)})]
+
+
+@pytest.mark.parametrize("spec", UNSTORABLE, ids=["wide-integer", "too-large"])
+def test_an_advance_whose_tick_cannot_be_stored_is_refused_before_the_cas(
+        store, db, spec) -> None:
+    # Given a planned tick whose job MongoDB cannot store
+    # When the advance is written, Then it is refused before the compare-and-set: no intent
+    # is left that no reader could ever settle, and the cursor has not moved
+    with pytest.raises(InvalidPayload):
+        store.advance_schedule("hourly", 4, TickAdvance(TICK, jobs=[(TICK, spec)]))
+    assert db.of(LEDGER, "find_one_and_update") == [] and journaled(db) == []
+
+
+@pytest.mark.parametrize("spec", UNSTORABLE, ids=["wide-integer", "too-large"])
+def test_a_manual_tick_that_cannot_be_stored_is_refused_before_the_record(
+        store, db, spec) -> None:
+    # When an operator triggers a job MongoDB cannot store, Then nothing is written: not
+    # the record's last job either
+    with pytest.raises(InvalidPayload):
+        store.trigger_schedule("hourly", "q", spec)
+    assert db.of(LEDGER, "find_one_and_update") == [] and db.of(Q, "find_one_and_update") == []
+
+
+def test_an_intent_whose_job_cannot_be_stored_is_settled_without_it(store, db) -> None:
+    # Given an intent left by older code: a good tick and one whose payload BSON cannot hold
+    bad = {"tick": AT, "id": "hourly@bad", "task": "t", "payload": json.dumps({"n": 2**70}),
+           "max_attempts": 3}
+    stuck = {"version": 5, "jobs": [bad, *intent()["jobs"]]}
+    db[LEDGER].answer("find_one", doc(version=5, intent=stuck))
+    db[LEDGER].answer("find_one_and_update", doc(version=5))
+    # When a scheduler reads the record
+    state = store.schedule_state("hourly")
+    # Then the good tick's job is written, the bad one journalled as missed with why, and
+    # the intent cleared: the schedule goes on (every read raised InvalidPayload before)
+    assert state is not None and state.intent == ()
+    assert [a[0] for a, _ in db.of(Q, "find_one_and_update")] == [{"_id": SPEC.job_id}]
+    assert db.of(LEDGER, "find_one_and_update")[-1][0][1] == {"$unset": {"intent": ""}}
+    assert [e[:2] for e in journaled(db)] == [("ticks_missed", "schedule:hourly"),
+                                               ("enqueued", SPEC.job_id)]
+    assert journaled(db)[0][2] == {"count": 1, "first": "2024-01-02T03:00:00Z",
+                                    "last": "2024-01-02T03:00:00Z", "job": "hourly@bad"}
 
 
 def test_an_intent_cleared_by_another_reader_is_shown_without_it(store, db) -> None:

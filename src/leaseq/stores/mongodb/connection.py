@@ -208,10 +208,10 @@ def translated(store: Any, exc: Exception) -> Exception | None:
     and timeouts (the server's maxTimeMS, or timeoutMS or the caller's deadline client-side)
     ``StoreUnavailable``."""
     if isinstance(exc, DocumentTooLarge):  # found by the driver, before anything was sent
-        return too_large(exc)
+        return too_large(type(exc).__name__)
     if isinstance(exc, OperationFailure):
         if document_too_large(exc):
-            return too_large(exc)
+            return too_large(type(exc).__name__)
         if exc.code == NO_TRANSACTIONS:
             return UnsupportedOperation(no_transactions_message(store.url))
         if exc.code in _REFUSAL_CODES:
@@ -268,12 +268,13 @@ def document_too_large(exc: OperationFailure) -> bool:
     return exc.code in _TOO_LARGE_CODES
 
 
-def too_large(exc: Exception) -> InvalidPayload:
+def too_large(found_by: str) -> InvalidPayload:
     """A write whose job document would be over MongoDB's limit: a typed refusal (the write,
-    or the transaction it was part of, did not happen). Its text names no value."""
+    or the transaction it was part of, did not happen). ``found_by`` says who found it (the
+    driver's or server's error, or leaseq's check); the text names no value."""
     return InvalidPayload(
         f"the job's document would be over MongoDB's limit of {MAX_DOCUMENT_BYTES} bytes "
-        f"({type(exc).__name__}); nothing was written. Keep the payload and the result "
+        f"({found_by}); nothing was written. Keep the payload and the result "
         "smaller (a large result can live elsewhere, named by result_key)")
 
 

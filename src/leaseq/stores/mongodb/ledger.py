@@ -13,6 +13,7 @@ two jobs: the CAS lets one advance through, and the upserts are keyed by the tic
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
+from leaseq.errors import InvalidPayload, InvalidQueueName
 from leaseq.job import JobSpec
 from leaseq.journal import OPERATOR, SCHEDULE_CHANGED, SCHEDULE_GONE, SCHEDULE_REGISTERED
 from leaseq.ledger import (
@@ -27,17 +29,22 @@ from leaseq.ledger import (
     ScheduleEvent,
     ScheduleState,
     TickAdvance,
+    format_tick,
     owned,
     schedule_changes,
     schedule_journal_id,
 )
-from leaseq.stores.mongodb import records
+from leaseq.stores.mongodb import records, upserts
 from leaseq.stores.mongodb.connection import OffsetClock, guarded
 from leaseq.stores.mongodb.documents import lit, now
 from leaseq.stores.mongodb.records import Event, JournalWriter
 
 AFTER, BEFORE = ReturnDocument.AFTER, ReturnDocument.BEFORE
 Doc = dict[str, Any]
+#: What enqueue raises for a job it will never take, whatever is stored.
+_NEVER_STORED = (InvalidPayload, InvalidQueueName)
+
+log = logging.getLogger(__name__)
 
 
 class ScheduleLedger(OffsetClock):
@@ -104,11 +111,34 @@ class ScheduleLedger(OffsetClock):
     def _settle(self, doc: Doc) -> Doc:
         """Write the jobs an advance promised (idempotent by id), then clear its intent."""
         intent = doc["intent"]
-        self.enqueue_many(doc["queue"], [_spec(j) for j in intent["jobs"]], on_conflict="keep")
+        try:
+            self.enqueue_many(doc["queue"], [_spec(j) for j in intent["jobs"]],
+                              on_conflict="keep")
+        except _NEVER_STORED:
+            self._settle_each(doc["queue"], doc["_id"], intent["jobs"])
         cleared = self._ledger.find_one_and_update(
             {"_id": doc["_id"], "intent.version": intent["version"]},
             {"$unset": {"intent": ""}}, return_document=AFTER)
         return cleared or {**doc, "intent": None}
+
+    def _settle_each(self, queue: str, name: str, jobs: Sequence[Doc]) -> None:
+        """An intent the store refuses a job of (one left by code that did not check the
+        ticks before the CAS): each job on its own, and a refused one dropped, journalled
+        ``ticks_missed`` with why and logged. Kept, it would be refused again at every read
+        and stop the schedule for good; the jobs of the other ticks are still written."""
+        for job in jobs:
+            try:
+                self.enqueue_many(queue, [_spec(job)], on_conflict="keep")
+            except _NEVER_STORED as exc:
+                # a date: _intent_job writes each job's tick
+                tick = format_tick(records.dt(job["tick"]))  # type: ignore[arg-type]
+                log.error("schedule %s: tick %s dropped, its job %s cannot be stored: %s",
+                          name, tick, job["id"], exc, extra={
+                              "action": "schedule_tick_dropped", "schedule": name,
+                              "job_id": job["id"]})
+                self._log_schedule(queue, name, ScheduleEvent.TICKS_MISSED,
+                                   f"the store cannot take the tick's job: {exc}"[:500],
+                                   {"count": 1, "first": tick, "last": tick, "job": job["id"]})
 
     @guarded
     def schedules(self) -> list[ScheduleState]:
@@ -116,6 +146,8 @@ class ScheduleLedger(OffsetClock):
 
     @guarded
     def advance_schedule(self, name: str, version: int, advance: TickAdvance) -> bool:
+        # Before the CAS: an intent the store refuses would be retried at every read
+        upserts.refuse_unstorable([spec for _, spec in advance.jobs])
         last_tick, last_job = advance.last or (None, None)
         jobs = [_intent_job(tick, spec) for tick, spec in advance.jobs]
         doc = self._ledger.find_one_and_update(
@@ -140,6 +172,7 @@ class ScheduleLedger(OffsetClock):
 
     @guarded
     def trigger_schedule(self, name: str, queue: str, spec: JobSpec) -> bool:
+        upserts.refuse_unstorable([spec])  # else the record would name a job never written
         # The record first: a crash before the job leaves a last job that is not live
         if self._ledger.find_one_and_update(
                 {"_id": name, "queue": queue},

@@ -9,8 +9,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import bson
+
 from leaseq.errors import InvalidPayload
 from leaseq.job import JobSpec
+from leaseq.stores.mongodb.connection import MAX_DOCUMENT_BYTES, too_large
 from leaseq.stores.mongodb.documents import (
     PENDING,
     PROCESSING,
@@ -163,6 +166,22 @@ def _bson_equal(a: Any, b: Any) -> bool:
 #: BSON's widest integer is 8 bytes; a JSON number of 19 digits or more may not fit in one.
 _LONG_DIGITS = re.compile(r"\d{19,}")
 INT64 = range(-(2**63), 2**63)
+
+
+def refuse_unstorable(specs: Sequence[JobSpec]) -> None:
+    """``InvalidPayload`` for a job enqueue would refuse whatever the stored state: an
+    integer wider than BSON's, or an upsert over MongoDB's limit on one document (it carries
+    the payload once in each branch of its pipeline, so that limit binds first), which the
+    driver or the server refuse. For a caller that must not write before the enqueue (the
+    schedule ledger's intent); it encodes each upsert once more, so not enqueue's own path."""
+    refuse_wide_integers(specs)
+    for spec in specs:
+        command = {"q": {"_id": spec.job_id}, "u": upsert(
+            json.loads(spec.payload_json), spec.task, spec.revision, spec.max_attempts,
+            spec.delay_s, "keep", 0.0, spec.priority, spec.concurrency_key)}
+        size = len(bson.encode(command))
+        if size > MAX_DOCUMENT_BYTES:
+            raise too_large(f"job {spec.job_id[:200]!r}: its upsert is {size} bytes")
 
 
 def refuse_wide_integers(specs: Sequence[JobSpec]) -> None:
