@@ -99,6 +99,16 @@ def test_a_client_pymongo_refuses_is_an_invalid_url_with_the_password_masked():
     assert "pw9" not in str(raised.value)
 
 
+@pytest.mark.parametrize("port", ["99999", "abc"])
+def test_a_bad_port_is_an_invalid_url_with_the_password_masked(port):
+    # Given a URL whose port pymongo refuses with a bare ValueError
+    url = f"mongodb://u:pw9@h:{port}/db"
+    # When it is opened, Then it is InvalidURL, naming the URL with its password masked
+    with pytest.raises(InvalidURL, match=r"mongodb://u:\*\*\*@h") as raised:
+        connection.open_client(url)
+    assert "pw9" not in str(raised.value) and "Port" in str(raised.value)
+
+
 def test_other_operation_failures_pass_through_the_guard(db, store):
     db[Q].answer("find_one", OperationFailure("bad value", code=2))
     with pytest.raises(OperationFailure):

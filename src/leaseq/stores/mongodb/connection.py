@@ -132,7 +132,8 @@ def open_client(url: str) -> tuple[MongoOptions, MongoClient[Any]]:
     parsed = parse_url(url)
     try:
         return parsed, MongoClient(parsed.mongo_url, **parsed.client_options)
-    except ConfigurationError as exc:  # InvalidURI, SRV lookup failures
+    # InvalidURI, SRV lookup failures; a bare ValueError for a port out of range or not digits
+    except (ConfigurationError, ValueError) as exc:
         text = mask(str(exc), secrets_of(url))
         raise InvalidURL(f"cannot use {validate.redact_url(url)}: {text[:300]}") from None
 
