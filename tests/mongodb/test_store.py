@@ -461,6 +461,23 @@ def test_purge_deletes_jobs_and_their_journal(db, store):
     assert journal == {"queue": "q", "job_id": {"$in": ["a"]}}  # b survived: keep its journal
 
 
+def test_on_a_replica_set_each_purge_batch_and_its_journal_are_one_transaction():
+    # Given a replica set and two old done jobs, one of which went live again meanwhile
+    db = FakeDB({"setName": "rs0", "localTime": T0})
+    store = MongoStore(db)
+    db[Q].answer("find", [{"_id": "a"}, {"_id": "b"}], [{"_id": "b"}], [])
+    db[Q].answer("delete_many", Deleted(1))
+    # When they are purged
+    assert store.purge("q", {"done": 60}) == 1
+    # Then the batch's delete, the read of what is left and the journal's delete committed
+    # together (as on the SQL stores): no job is gone with its story left, nor the reverse
+    assert db.client.transactions == ["start", "commit", "end_session"]
+    batch = [db.of(Q, "delete_many")[0], db.of(Q, "find")[1],
+             db.of("leaseq_journal", "delete_many")[0]]
+    session = batch[0][1]["session"]
+    assert session is not None and all(kwargs["session"] is session for _, kwargs in batch)
+
+
 # --- operators -----------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ follows the change; docs/mongodb.md says what happens when that write fails.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -409,14 +410,25 @@ class MongoStore(WorkerWrites, LimitedClaims, ScheduleLedger, OperatorTools, Sto
         for status, age in older_than_s.items():
             query = documents.purgeable(status, age, self._off)
             while ids := [d["_id"] for d in coll.find(query, {"_id": 1}, limit=PURGE_BATCH)]:
-                gone = coll.delete_many({**query, "_id": {"$in": ids}}).deleted_count
-                left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1})}
-                self._journal.delete_many({"queue": queue,
-                                           "job_id": {"$in": [i for i in ids if i not in left]}})
+                gone = self._transaction(functools.partial(self._purge_batch, queue, query, ids))
                 deleted += gone
                 if not gone:
                     break
         return deleted
+
+    def _purge_batch(self, queue: str, query: dict[str, Any], ids: list[str],
+                     session: Any) -> int:
+        """Delete the jobs of ``ids`` still ``query`` finds, then the journal of those gone
+        (not of one that went live in between), in one transaction where the deployment has
+        them, as the SQL stores do: neither a job without its story nor the reverse."""
+        coll = self._coll(queue)
+        gone = int(coll.delete_many({**query, "_id": {"$in": ids}}, session=session)
+                   .deleted_count)
+        left = {d["_id"] for d in coll.find({"_id": {"$in": ids}}, {"_id": 1}, session=session)}
+        self._journal.delete_many({"queue": queue,
+                                   "job_id": {"$in": [i for i in ids if i not in left]}},
+                                  session=session)
+        return gone
 
     # --- operators -------------------------------------------------------------------------
 
