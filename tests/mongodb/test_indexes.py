@@ -166,6 +166,7 @@ def test_the_journal_query_is_served_by_the_journal_index():
     journal = [keys for keys, _ in indexes.journal_indexes()]
     query = documents.journal_of("q", "j")
     assert indexes.unserved(query, documents.JOURNAL_SORT, journal) == []
+    assert indexes.unserved(documents.journals_of("q", ["a", "b"]), [], journal) == []
     assert indexes.unserved(query, documents.JOURNAL_SORT, [OLD_INDEX]) != []
 
 

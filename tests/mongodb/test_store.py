@@ -255,6 +255,24 @@ def test_heartbeat_names_the_lost_leases_in_order_and_journals_existing_ones(db,
     assert journal_events(db) == [("b", "heartbeat_lost")]
 
 
+def test_a_lost_lease_already_journaled_is_not_journaled_again(db, store):
+    # Given two lost leases, the loss of b's lease at epoch 2 already journaled (an earlier
+    # beat), and a's at another epoch only
+    db[Q].answer("update_many", Updated(0))
+    db[Q].answer("find", [doc("a", lease_epoch=3), doc("b", lease_epoch=9)])
+    db["leaseq_journal"].answer("find", [
+        {"job_id": "b", "event": "heartbeat_lost", "lease_epoch": 2},
+        {"job_id": "a", "event": "heartbeat_lost", "lease_epoch": 1},
+        {"job_id": "a", "event": "claimed", "lease_epoch": 2}])
+    # When they beat again
+    lost = store.heartbeat_many("q", [Lease("a", 2), Lease("b", 2)], 60)
+    # Then both are lost, and only a's loss at epoch 2 is journaled, once
+    assert lost == ["a", "b"]
+    assert journal_events(db) == [("a", "heartbeat_lost")]
+    ((args, _),) = db.of("leaseq_journal", "find")
+    assert args[0] == documents.journals_of("q", ["a", "b"])
+
+
 def test_heartbeat_of_a_job_enqueued_again_and_claimed_by_another_worker_is_lost(db, store):
     # Given a job deleted while W1 ran it, enqueued again and claimed by W2 at the same epoch
     db[Q].answer("update_many", Updated(0))

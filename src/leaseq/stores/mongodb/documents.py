@@ -368,6 +368,12 @@ def journal_of(queue: str, job_id: str) -> Doc:
     return {"queue": queue, "job_id": job_id}
 
 
+def journals_of(queue: str, job_ids: Sequence[str]) -> Doc:
+    """These jobs' journals (``JOURNAL_INDEX``: an equality on the event would be read and
+    dropped all the same, and no index holds it)."""
+    return {"queue": queue, "job_id": {"$in": list(job_ids)}}
+
+
 # --- pipeline updates ----------------------------------------------------------------------
 
 

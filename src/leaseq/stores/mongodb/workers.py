@@ -32,6 +32,7 @@ class WorkerWrites(OffsetClock):
     supports_transactions: bool
     _coll: Callable[[str], Any]
     _log: JournalWriter
+    _journal: Any
     _transaction: Callable[[Callable[[Any], Any]], Any]
     _enqueue: Callable[..., Any]
     _claim_limited: Callable[..., list[Job]]
@@ -134,9 +135,19 @@ class WorkerWrites(OffsetClock):
                                               documents.FENCE_PROJECTION)}
         lost = [lease for lease in leases if not records.holds(now.get(lease.job_id), lease)]
         self._log([Event(queue, lease.job_id, JournalEvent.HEARTBEAT_LOST,
-                    records.lost_fields(now[lease.job_id], lease))
-                   for lease in lost if lease.job_id in now])
+                         records.lost_fields(now[lease.job_id], lease))
+                   for lease in self._untold(queue, lost) if lease.job_id in now])
         return [lease.job_id for lease in lost]
+
+    def _untold(self, queue: str, lost: Sequence[Lease]) -> list[Lease]:
+        """The lost leases not journaled ``heartbeat_lost`` yet, once each: as on the SQL
+        stores, a lease beaten again after its loss (a write retried) adds no entry."""
+        told = {(e["job_id"], e.get("lease_epoch")) for e in self._journal.find(
+            documents.journals_of(queue, sorted({x.job_id for x in lost})),
+            {"job_id": 1, "event": 1, "lease_epoch": 1})
+                if e.get("event") == JournalEvent.HEARTBEAT_LOST}
+        return list({(x.job_id, x.lease_epoch): x for x in lost
+                     if (x.job_id, x.lease_epoch) not in told}.values())
 
     def _finish(self, queue: str, lease: Lease, update: list[dict[str, Any]],
                 session: Any) -> tuple[dict[str, Any], bool]:
