@@ -109,6 +109,18 @@ def test_a_bad_port_is_an_invalid_url_with_the_password_masked(port):
     assert "pw9" not in str(raised.value) and "Port" in str(raised.value)
 
 
+@pytest.mark.parametrize(("option", "said"), [
+    ("readPreference=nearestx", "read preference"), ("timeoutMS=-5", "timeoutms"),
+    ("connectTimeoutMS=abc", "connecttimeoutms"), ("wtimeoutms=1&retryWritez=true", "Unknown")])
+def test_an_option_pymongo_cannot_read_is_an_invalid_url_not_a_warning(option, said):
+    # Given a URL with an option the client would warn of and then go without
+    url = f"mongodb://u:pw9@h/db?{option}"
+    # When it is opened, Then it is InvalidURL saying why, the password masked
+    with pytest.raises(InvalidURL, match=said) as raised:
+        connection.open_client(url)
+    assert "pw9" not in str(raised.value)
+
+
 def test_other_operation_failures_pass_through_the_guard(db, store):
     db[Q].answer("find_one", OperationFailure("bad value", code=2))
     with pytest.raises(OperationFailure):

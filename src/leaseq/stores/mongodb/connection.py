@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 import pymongo
-from pymongo import MongoClient
+from pymongo import MongoClient, uri_parser
 from pymongo.errors import (
     BulkWriteError,
     ConfigurationError,
@@ -131,8 +131,12 @@ def open_client(url: str) -> tuple[MongoOptions, MongoClient[Any]]:
     """The parsed options and a client (it connects lazily; SRV names resolve here)."""
     parsed = parse_url(url)
     try:
+        # Strictly first: the client only warns of an option it cannot read (a misspelled
+        # name, readPreference=nearestx, timeoutMS=-5) and then goes without it
+        uri_parser.parse_uri(parsed.mongo_url, warn=False)
         return parsed, MongoClient(parsed.mongo_url, **parsed.client_options)
-    # InvalidURI, SRV lookup failures; a bare ValueError for a port out of range or not digits
+    # InvalidURI, SRV lookup failures, an option it cannot read; a bare ValueError for a port
+    # out of range or not digits, or an option's value
     except (ConfigurationError, ValueError) as exc:
         text = mask(str(exc), secrets_of(url))
         raise InvalidURL(f"cannot use {validate.redact_url(url)}: {text[:300]}") from None
