@@ -116,24 +116,31 @@ def test_a_workers_retention_purges_only_the_queues_it_serves(app: leaseq.App) -
     assert app.queue("orders").get("old") is not None
 
 
-def test_a_workers_sweep_counts_the_queues_swept_when_another_fails(
-        app: leaseq.App, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given expired leases in two queues, and a reclaim of the first that fails
-    from leaseq.worker import Worker, WorkerConfig
-
+def two_lapsed_leases_and_a_failing_step(app: leaseq.App, monkeypatch: pytest.MonkeyPatch,
+                                         step: str) -> None:
+    """Queues "aa" and "zz" with a lease that ran out in each, and the store's ``step``
+    (``reclaim_expired``, ``purge``) failing for "aa" as one cut at its deadline."""
     for name in ("aa", "zz"):
         q = app.queue(name)
         q.enqueue("j", {})
         assert q.claim("w", 1, lease_s=1)
     app.store.time_offset_s = 5
-    reclaim = app.store.reclaim_expired
+    real = getattr(app.store, step)
 
     def failing(queue: str, *args: object, **kwargs: object) -> object:
         if queue == "aa":
-            raise StoreUnavailable("the reclaim was cut at its deadline")
-        return reclaim(queue, *args, **kwargs)  # type: ignore[arg-type]
+            raise StoreUnavailable(f"the {step} was cut at its deadline")
+        return real(queue, *args, **kwargs)
 
-    monkeypatch.setattr(app.store, "reclaim_expired", failing)
+    monkeypatch.setattr(app.store, step, failing)
+
+
+def test_a_workers_sweep_counts_the_queues_swept_when_another_fails(
+        app: leaseq.App, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given expired leases in two queues, and a reclaim of the first that fails
+    from leaseq.worker import Worker, WorkerConfig
+
+    two_lapsed_leases_and_a_failing_step(app, monkeypatch, "reclaim_expired")
     worker = Worker(app, WorkerConfig(queues=("aa", "zz")))
     # When the worker sweeps, Then the other queue's reclaim is returned and counted
     assert [(r.queue, r.reclaimed) for r in worker.sweep()] == [("zz", 1)]
@@ -286,19 +293,7 @@ def test_a_queue_whose_sweep_fails_leaves_the_others_swept(
         app: leaseq.App, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given two queues with a lease that ran out in each, and a purge of the first that fails
     # (cut at its deadline on a big table, say)
-    for name in ("aa", "zz"):
-        q = app.queue(name)
-        q.enqueue("j", {})
-        assert q.claim("w", 1, lease_s=1)
-    app.store.time_offset_s = 5
-    purge = app.store.purge
-
-    def failing(queue: str, *args: object, **kwargs: object) -> int:
-        if queue == "aa":
-            raise StoreUnavailable("the purge was cut at its deadline")
-        return purge(queue, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(app.store, "purge", failing)
+    two_lapsed_leases_and_a_failing_step(app, monkeypatch, "purge")
     # When a sweep runs, Then it raises the failure, but only once the other queue is swept
     with pytest.raises(StoreUnavailable, match="cut at its deadline"):
         sweeper.run_once(app.store, sweeper.SweeperConfig(retention_s={"done": 60}))
