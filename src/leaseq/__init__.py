@@ -3,6 +3,7 @@
 from leaseq.app import App, Finish
 from leaseq.deprecated import module_getattr
 from leaseq.errors import (
+    BrokerUnavailable,
     InvalidInput,
     InvalidJobId,
     InvalidPayload,
@@ -48,6 +49,7 @@ __getattr__ = module_getattr(__name__, {"Outcome": "EnqueueOutcome"}, globals())
 
 __all__ = [
     "App",
+    "BrokerUnavailable",
     "EnqueueOutcome",
     "EnqueueResult",
     "Failure",

@@ -155,3 +155,9 @@ class UnsupportedOperation(LeaseqError):
 
 class TopologyError(LeaseqError):
     """The broker's queues or exchanges are missing or were declared with other arguments."""
+
+
+class BrokerUnavailable(LeaseqError):
+    """RabbitMQ could not be connected to: nothing listens there, it refused the login, the
+    vhost does not exist. The message names the URL (password masked) and the cause. A
+    dispatcher or consumer keeps trying, as it does while a store is unavailable."""

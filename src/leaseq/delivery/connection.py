@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import re
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from leaseq import validate
-from leaseq.errors import InvalidJobId, InvalidURL, LeaseqError, StoreUnavailable
+from leaseq.errors import (
+    BrokerUnavailable,
+    InvalidJobId,
+    InvalidURL,
+    LeaseqError,
+    StoreUnavailable,
+)
 from leaseq.job import safe_reason
 from leaseq.redact import ENCODE_HINT, Redact, redact, refuse_ambiguous_userinfo, traceback_text
 from leaseq.validate import redact_url
@@ -47,8 +54,10 @@ def is_fatal(exc: BaseException) -> bool:
     connection would meet them again. A store outage is not, and nothing pika raises is
     either: on a connection that dropped, pika raises its own errors but also ``ValueError``
     ("Timeout closed before call"), ``AssertionError`` or ``AttributeError`` from a closed
-    ioloop, depending on where the drop caught it."""
-    return isinstance(exc, LeaseqError) and not isinstance(exc, StoreUnavailable)
+    ioloop, depending on where the drop caught it. Nor is a broker that cannot be connected
+    to: an operator may start it, create its vhost or fix the user while the loop waits."""
+    return isinstance(exc, LeaseqError) and not isinstance(exc,
+                                                           (StoreUnavailable, BrokerUnavailable))
 
 
 #: Bounds every leaseq connection to RabbitMQ gets unless its URL sets them (pika reads
@@ -62,10 +71,38 @@ CONNECTION_DEFAULTS: dict[str, float] = {"heartbeat": 15, "blocked_connection_ti
 
 
 def open_connection(amqp_url: str, *, name: str = "leaseq") -> BlockingConnection:
-    """A blocking connection; ``InvalidURL`` (password masked) when the URL is unusable."""
+    """A blocking connection; ``InvalidURL`` (password masked) when the URL is unusable,
+    ``BrokerUnavailable`` (password masked, and why) when RabbitMQ cannot be connected to."""
     import pika
+    from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
-    return pika.BlockingConnection(connection_parameters(amqp_url, name=name))
+    params = connection_parameters(amqp_url, name=name)
+    try:
+        return pika.BlockingConnection(params)
+    except (pika.exceptions.AMQPConnectionError, AMQPConnectorException, OSError) as exc:
+        raise BrokerUnavailable(f"cannot connect to RabbitMQ at {redact_url(amqp_url)}: "
+                                f"{connect_cause(exc)}") from None
+
+
+def connect_cause(exc: BaseException) -> str:
+    """Why a connect failed, in a few words: pika's own errors name neither the cause nor
+    the address (a refused port is a bare ``AMQPConnectionError``), and quote the broker."""
+    from pika.exceptions import AuthenticationError, ProbableAccessDeniedError
+    from pika.exceptions import ProbableAuthenticationError as ProbableLogin
+
+    if isinstance(exc, (AuthenticationError, ProbableLogin)):
+        return "login refused"
+    if isinstance(exc, ProbableAccessDeniedError):
+        return "vhost not found" if "not found" in str(exc) else "access to the vhost refused"
+    # A refused or timed-out socket: pika wraps the OSError in its connector's error.
+    inner = getattr(exc.args[0], "exception", None) if exc.args else None
+    if isinstance(inner, OSError):
+        exc = inner
+    if isinstance(exc, socket.gaierror):
+        return "unknown host"
+    if isinstance(exc, OSError):
+        return (exc.strerror or type(exc).__name__).lower()
+    return safe_reason(exc, 200)
 
 
 def connection_parameters(amqp_url: str, *, name: str = "leaseq") -> Any:
@@ -138,7 +175,7 @@ def _log_lost(what: str, exc: Exception, backoff: float, redact: Redact) -> None
     """One warning per lost session, the error redacted; its traceback (``traceback_text``,
     redacted too) only for what is not a known broker or store error (a closed ioloop's
     ``ValueError``, or a defect worth reading about)."""
-    expected = isinstance(exc, (*amqp_errors(), StoreUnavailable))
+    expected = isinstance(exc, (*amqp_errors(), StoreUnavailable, BrokerUnavailable))
     log.warning("%s: session lost (%s); reconnecting in %.1f s%s", what,
                 safe_reason(exc, 300, redact), backoff,
                 "" if expected else "\n" + traceback_text(exc, redact))
