@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -101,6 +103,36 @@ def url_for_app(app: App, url: str | None) -> str | None:
 
 def json_option(func: Command) -> Command:
     return click.option("--json", "as_json", is_flag=True, help="Machine output.")(func)
+
+
+#: What the CLI logs with (``--log-level``, or ``-v`` for info).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+#: pika's loggers and their level unless ``--log-level debug``. At INFO pika narrates each
+#: channel it opens and closes (a pair per passive declare), and its connection loggers report
+#: each failed connect at ERROR with a traceback: leaseq says the same in one line
+#: (``BrokerUnavailable``: the masked URL and the cause), so those are heard only when CRITICAL.
+QUIET_LOGGERS = {
+    "pika": logging.WARNING,
+    "pika.adapters.blocking_connection": logging.CRITICAL,
+    "pika.adapters.utils.connection_workflow": logging.CRITICAL,
+    "pika.adapters.utils.io_services_utils": logging.CRITICAL,
+    "pika.connection": logging.CRITICAL,
+}
+
+
+def log_level_option(default: str) -> Callable[[Command], Command]:
+    return click.option("--log-level", type=click.Choice(LOG_LEVELS), default=default,
+                        show_default=True, help="What to log (debug: pika's own log too).")
+
+
+def setup_logging(level: str) -> None:
+    """The CLI's logging, on stderr: ``level`` (one of ``LOG_LEVELS``) for leaseq, pika at
+    ``QUIET_LOGGERS`` unless it is debug."""
+    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name, quiet in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "debug" else quiet)
 
 
 def open_store(url: str | None, *, create: bool = True) -> Store:

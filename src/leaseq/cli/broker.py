@@ -6,13 +6,10 @@ light.
 
 from __future__ import annotations
 
-import logging
-import sys
-
 import click
 
 from leaseq.app import App
-from leaseq.cli import Seconds, errors, open_store, url_option
+from leaseq.cli import Seconds, errors, log_level_option, open_store, setup_logging, url_option
 from leaseq.signals import stop_event
 
 _amqp = click.option("--amqp-url", envvar="LEASEQ_AMQP_URL", required=True,
@@ -26,10 +23,11 @@ _no_declare = click.option("--no-declare", is_flag=True,
                            help="Only check the topology; never create anything.")
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pika").setLevel(logging.WARNING)
+_verbose = click.option("-v", "--verbose", is_flag=True, help="= --log-level info.")
+
+
+def _logging(verbose: bool, log_level: str) -> None:
+    setup_logging("info" if verbose and log_level == "warning" else log_level)
 
 
 @click.command("dispatch")
@@ -45,16 +43,17 @@ def _logging(verbose: bool) -> None:
 @click.option("--discover-every-s", type=Seconds(0), default=5.0, show_default=True,
               help="Without --queue: read the store's queues again this often, and serve "
                    "the new ones.")
-@click.option("-v", "--verbose", is_flag=True)
+@log_level_option("warning")
+@_verbose
 @errors
 def dispatch(url: str | None, amqp_url: str, queues: tuple[str, ...], prefix: str,
              no_declare: bool, batch_size: int, poll_interval_s: float, reclaim_every_s: float,
-             discover_every_s: float, verbose: bool) -> None:
+             discover_every_s: float, log_level: str, verbose: bool) -> None:
     """Publish ready, unpublished jobs to RabbitMQ (the outbox) until SIGTERM: of each
     --queue, or else of every queue of the store, those made later included."""
     from leaseq.delivery.rabbitmq import DispatcherConfig, Topology, run_dispatcher
 
-    _logging(verbose)
+    _logging(verbose, log_level)
     config = DispatcherConfig(batch_size=batch_size, poll_interval_s=poll_interval_s,
                               reclaim_every_s=reclaim_every_s,
                               discover_every_s=discover_every_s)
@@ -80,14 +79,16 @@ def rabbitmq() -> None:
 @click.option("--concurrency", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="Jobs in flight (and unacked deliveries per queue), as `leaseq worker`'s.")
 @click.option("--grace-s", type=Seconds(0), default=30.0, show_default=True)
-@click.option("-v", "--verbose", is_flag=True)
+@log_level_option("warning")
+@_verbose
 @errors
 def consume(app_ref: str, url: str | None, amqp_url: str, queues: tuple[str, ...],
-            prefix: str, concurrency: int, grace_s: float, verbose: bool) -> None:
+            prefix: str, concurrency: int, grace_s: float, log_level: str,
+            verbose: bool) -> None:
     """Run MODULE:APP's tasks on RabbitMQ deliveries (= leaseq worker --delivery rabbitmq)."""
     from leaseq.delivery.rabbitmq import Topology, run_app_consumer
 
-    _logging(verbose)
+    _logging(verbose, log_level)
     app = App.from_ref(app_ref)
     with open_store(url) as store, stop_event() as stop:
         run_app_consumer(app, amqp_url, queues=queues, store=store,
@@ -108,6 +109,7 @@ def topology(amqp_url: str, queues: tuple[str, ...], prefix: str, no_declare: bo
 
     if not queues:
         raise click.UsageError("give at least one --queue")
+    setup_logging("warning")
     topo = Topology(prefix=prefix)
     limited = declare_topology(queues, amqp_url, topology=topo, declare=not no_declare)
     for name in queues:
@@ -133,6 +135,7 @@ def quarantine(amqp_url: str, queue: str, prefix: str, limit: int) -> None:
     from leaseq.delivery.quarantine import peek
     from leaseq.delivery.rabbitmq import Topology
 
+    setup_logging("warning")
     count, items = peek(amqp_url, Topology(prefix=prefix), queue, limit)
     click.echo(f"{count} message(s) in {Topology(prefix=prefix).quarantine_queue(queue)}")
     for item in items:

@@ -4,7 +4,6 @@ MODULE:APP`` runs the scheduler alone (workers run one too unless ``--no-schedul
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
@@ -17,8 +16,10 @@ from leaseq.cli import (
     echo_json,
     errors,
     json_option,
+    log_level_option,
     open_store,
     render,
+    setup_logging,
     url_for_app,
     url_option,
 )
@@ -185,15 +186,13 @@ def _say(ctx: click.Context, value: dict[str, Any], text: str) -> None:
 @app_url_option
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve the schedule gauges for Prometheus here.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              default="info", show_default=True)
+@log_level_option("info")
 @errors
 def scheduler(app_ref: str, url: str | None, metrics_port: int | None, log_level: str) -> None:
     """Run only the scheduler of the App at MODULE:APP (until SIGTERM / Ctrl-C)."""
     from leaseq.scheduler.service import Scheduler
 
-    logging.basicConfig(level=getattr(logging, log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     app = App.from_ref(app_ref)
     url = url_for_app(app, url)
     if url:

@@ -9,7 +9,15 @@ import click
 from click.core import ParameterSource
 
 from leaseq.app import App
-from leaseq.cli import Seconds, app_url_option, errors, open_store, url_for_app
+from leaseq.cli import (
+    Seconds,
+    app_url_option,
+    errors,
+    log_level_option,
+    open_store,
+    setup_logging,
+    url_for_app,
+)
 from leaseq.signals import stop_event
 
 
@@ -31,8 +39,7 @@ from leaseq.signals import stop_event
               show_default=True, help="How often to reclaim expired leases.")
 @click.option("--no-scheduler", is_flag=True, help="Do not run the app's schedules here "
               "(by default every worker runs them; each tick is still one job).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              default="info", show_default=True)
+@log_level_option("info")
 @click.option("--delivery", type=click.Choice(["poll", "rabbitmq"]), default="poll",
               show_default=True, help="poll: claim from the store; rabbitmq: take deliveries "
               "from RabbitMQ (fed by `leaseq dispatch`).")
@@ -50,8 +57,7 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     from leaseq.supervisor import run_processes, run_worker
     from leaseq.worker import WorkerConfig
 
-    level = getattr(logging, log_level.upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     if delivery == "rabbitmq":
         _refuse_polling_options(metrics_port)
         _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes,
@@ -72,7 +78,8 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     if processes == 1:
         code = run_worker(app_ref, url, config)
     else:
-        code = run_processes(app_ref, url, config, processes, level)
+        code = run_processes(app_ref, url, config, processes,
+                             getattr(logging, log_level.upper()))
     sys.exit(code)
 
 
