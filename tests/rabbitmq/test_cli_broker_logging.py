@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from leaseq.redact import redact_url
 from leaseq.testing.harness import wait_until
 
 HERE = Path(__file__).parent
@@ -88,3 +90,45 @@ def test_a_refused_login_is_retried_without_a_traceback(
     # Then no try printed a traceback (pika's or leaseq's), nor the password
     assert "Traceback" not in text, text
     assert SECRET not in text
+
+
+def refused_port(amqp_url: str) -> str:
+    with socket.socket() as sock:  # a port nobody listens on once it is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    parts = urlsplit(amqp_url)
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:{SECRET}@127.0.0.1:{port}"))
+
+
+@pytest.mark.parametrize("name, what", [("dispatch", "dispatcher"), ("consume", "consumer"),
+                                        ("worker", "consumer")])
+@pytest.mark.parametrize("broken, cause", [(refused_port, "connection refused"),
+                                           (wrong_password, "login refused")],
+                         ids=["refused", "login"])
+def test_each_retry_names_the_masked_url_and_the_cause(
+        amqp_url: str, tmp_path: Path, started, name: str, what: str, broken, cause) -> None:
+    # Given a broker command whose RabbitMQ cannot be connected to
+    url = broken(amqp_url)
+    args = broker_commands(f"sqlite:///{tmp_path / 'jobs.db'}", url)[name]
+    started.append(command := Command(tmp_path, *args))
+    # When it has tried twice
+    wait_until(lambda: command.text().count("reconnecting in") >= 2, "two retries",
+               timeout_s=60)
+    text = command.stop()
+    # Then each try is one line naming the URL, its password masked, and the cause
+    masked = redact_url(url)
+    retries = [line for line in text.splitlines() if "reconnecting in" in line]
+    expected = f"{what}: cannot connect to RabbitMQ at {masked}: {cause}; reconnecting in"
+    assert all(expected in line for line in retries), text
+    assert SECRET not in text
+
+
+def test_a_missing_vhost_is_named_as_such(amqp_url: str, tmp_path: Path, started) -> None:
+    # Given a dispatcher pointed at a vhost that does not exist (the right password)
+    url = urlunsplit(urlsplit(amqp_url)._replace(path="/no-such-vhost"))
+    started.append(command := Command(
+        tmp_path, *broker_commands(f"sqlite:///{tmp_path / 'jobs.db'}", url)["dispatch"]))
+    # When it has tried once
+    wait_until(lambda: "reconnecting in" in command.text(), "a retry", timeout_s=60)
+    # Then the line says the vhost was not found
+    assert f"at {redact_url(url)}: vhost not found; reconnecting in" in command.stop()

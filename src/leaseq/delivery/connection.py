@@ -174,8 +174,13 @@ def reconnecting(run: Callable[[], None], stop: threading.Event, what: str,
 def _log_lost(what: str, exc: Exception, backoff: float, redact: Redact) -> None:
     """One warning per lost session, the error redacted; its traceback (``traceback_text``,
     redacted too) only for what is not a known broker or store error (a closed ioloop's
-    ``ValueError``, or a defect worth reading about)."""
-    expected = isinstance(exc, (*amqp_errors(), StoreUnavailable, BrokerUnavailable))
+    ``ValueError``, or a defect worth reading about). A session that never opened says where
+    and why (``BrokerUnavailable``'s message)."""
+    if isinstance(exc, BrokerUnavailable):
+        log.warning("%s: %s; reconnecting in %.1f s", what, safe_reason(str(exc), 300, redact),
+                    backoff)
+        return
+    expected = isinstance(exc, (*amqp_errors(), StoreUnavailable))
     log.warning("%s: session lost (%s); reconnecting in %.1f s%s", what,
                 safe_reason(exc, 300, redact), backoff,
                 "" if expected else "\n" + traceback_text(exc, redact))
