@@ -15,6 +15,7 @@ draws tables and the journal's story.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import logging
 import math
@@ -54,6 +55,21 @@ def errors(func: Command) -> Command:
                 raise click.UsageError(str(exc), click.get_current_context()) from None
             raise Failed(str(exc)) from None
     return cast(Command, wrapper)
+
+
+def need_extra(extra: str, what: str, *modules: str) -> None:
+    """Fail in one line when one of ``modules``, which ``pip install 'leaseq[extra]'``
+    installs, cannot be imported. Called first: before a store is opened, or created."""
+    try:
+        for module in modules:
+            importlib.import_module(module)
+    except ImportError:
+        raise Failed(f"{what} needs its extra: pip install 'leaseq[{extra}]'") from None
+
+
+def need_rabbitmq() -> None:
+    """The check of every command that speaks to RabbitMQ."""
+    need_extra("rabbitmq", "broker delivery", "pika")
 
 
 class Seconds(click.FloatRange):

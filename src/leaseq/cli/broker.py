@@ -9,7 +9,15 @@ from __future__ import annotations
 import click
 
 from leaseq.app import App
-from leaseq.cli import Seconds, errors, log_level_option, open_store, setup_logging, url_option
+from leaseq.cli import (
+    Seconds,
+    errors,
+    log_level_option,
+    need_rabbitmq,
+    open_store,
+    setup_logging,
+    url_option,
+)
 from leaseq.signals import stop_event
 
 _amqp = click.option("--amqp-url", envvar="LEASEQ_AMQP_URL", required=True,
@@ -51,6 +59,7 @@ def dispatch(url: str | None, amqp_url: str, queues: tuple[str, ...], prefix: st
              discover_every_s: float, log_level: str, verbose: bool) -> None:
     """Publish ready, unpublished jobs to RabbitMQ (the outbox) until SIGTERM: of each
     --queue, or else of every queue of the store, those made later included."""
+    need_rabbitmq()
     from leaseq.delivery.rabbitmq import DispatcherConfig, Topology, run_dispatcher
 
     _logging(verbose, log_level)
@@ -86,6 +95,7 @@ def consume(app_ref: str, url: str | None, amqp_url: str, queues: tuple[str, ...
             prefix: str, concurrency: int, grace_s: float, log_level: str,
             verbose: bool) -> None:
     """Run MODULE:APP's tasks on RabbitMQ deliveries (= leaseq worker --delivery rabbitmq)."""
+    need_rabbitmq()
     from leaseq.delivery.rabbitmq import Topology, run_app_consumer
 
     _logging(verbose, log_level)
@@ -104,6 +114,7 @@ def consume(app_ref: str, url: str | None, amqp_url: str, queues: tuple[str, ...
 @errors
 def topology(amqp_url: str, queues: tuple[str, ...], prefix: str, no_declare: bool) -> None:
     """Declare leaseq's exchanges and queues (idempotent) or, with --no-declare, check them."""
+    need_rabbitmq()
     from leaseq.delivery.rabbitmq import Topology, declare_topology
     from leaseq.delivery.topology import RABBITMQ_DEFAULT_DELIVERY_LIMIT
 
@@ -132,6 +143,7 @@ def topology(amqp_url: str, queues: tuple[str, ...], prefix: str, no_declare: bo
 @errors
 def quarantine(amqp_url: str, queue: str, prefix: str, limit: int) -> None:
     """Show the dead-lettered messages of a queue (job id and x-death), leaving them there."""
+    need_rabbitmq()
     from leaseq.delivery.quarantine import peek
     from leaseq.delivery.rabbitmq import Topology
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from leaseq.cli import Failed, errors, open_store, url_option
+from leaseq.cli import errors, need_extra, open_store, url_option
 
 
 @click.command()
@@ -28,12 +28,11 @@ from leaseq.cli import Failed, errors, open_store, url_option
 def dashboard(url: str | None, host: str, port: int, read_only: bool, user: str | None,
               password: str | None) -> None:
     """Serve the web dashboard: queues, jobs, a job's story, quarantine, workers, health."""
-    try:
-        import uvicorn
+    need_extra("dashboard", "the dashboard", "uvicorn", "leaseq.dashboard")
+    import uvicorn
 
-        from leaseq.dashboard import BasicAuth, LoginToken, create_app
-    except ImportError:
-        raise Failed("the dashboard needs its extra: pip install 'leaseq[dashboard]'") from None
+    from leaseq.dashboard import BasicAuth, LoginToken, create_app
+
     if (user is None) != (password is None):
         raise click.UsageError("give both --user and --password, or neither")
     if user == "" or password == "":  # an unset shell variable: a login anyone could give

@@ -14,6 +14,7 @@ from leaseq.cli import (
     app_url_option,
     errors,
     log_level_option,
+    need_rabbitmq,
     open_store,
     setup_logging,
     url_for_app,
@@ -59,6 +60,7 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
 
     setup_logging(log_level)
     if delivery == "rabbitmq":
+        need_rabbitmq()
         _refuse_polling_options(metrics_port)
         _consume(app_ref, url, amqp_url, queues, concurrency, grace_s, burst, processes,
                  prefix or "leaseq", no_scheduler)
