@@ -117,6 +117,35 @@ def url_for_app(app: App, url: str | None) -> str | None:
     return None
 
 
+def concurrency_option(func: Command) -> Command:
+    return click.option("--concurrency", type=click.IntRange(1, 10_000), default=10,
+                        show_default=True, help="Jobs in flight per process (with RabbitMQ, "
+                        "also the unacked deliveries of each queue).")(func)
+
+
+def grace_option(func: Command) -> Command:
+    return click.option("--grace-s", type=Seconds(0), default=30.0, show_default=True,
+                        help="On SIGTERM, how long in-flight jobs may finish before being "
+                             "given back.")(func)
+
+
+def no_scheduler_option(func: Command) -> Command:
+    return click.option("--no-scheduler", is_flag=True, help="Do not run the app's schedules "
+                        "here (by default every polling worker runs them, and a broker "
+                        "consumer warns that it does not; each tick is still one job)."
+                        )(func)
+
+
+def warn_of_queues_without_tasks(app: App, queues: tuple[str, ...]) -> None:
+    """Name on stderr each ``--queue`` no task of the app is declared on: a typo would serve an
+    empty queue and exit 0 (its jobs still run if they name a task of the app)."""
+    declared = app.queue_names()
+    for queue in dict.fromkeys(queues):
+        if queue not in declared:
+            click.echo(f"leaseq: no task of the app is declared on queue {queue!r} (its tasks' "
+                       f"queues: {', '.join(declared) or 'none'}); is the name right?", err=True)
+
+
 def json_option(func: Command) -> Command:
     return click.option("--json", "as_json", is_flag=True, help="Machine output.")(func)
 

@@ -6,17 +6,25 @@ light.
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from leaseq.app import App
 from leaseq.cli import (
     Seconds,
+    app_url_option,
+    concurrency_option,
     errors,
+    grace_option,
     log_level_option,
     need_rabbitmq,
+    no_scheduler_option,
     open_store,
     setup_logging,
+    url_for_app,
     url_option,
+    warn_of_queues_without_tasks,
 )
 from leaseq.signals import stop_event
 
@@ -81,27 +89,43 @@ def rabbitmq() -> None:
 
 @rabbitmq.command("consume")
 @click.argument("app_ref", metavar="MODULE:APP")
-@url_option
+@app_url_option
 @_amqp
 @_queues
 @_prefix
-@click.option("--concurrency", type=click.IntRange(1, 1000), default=10, show_default=True,
-              help="Jobs in flight (and unacked deliveries per queue), as `leaseq worker`'s.")
-@click.option("--grace-s", type=Seconds(0), default=30.0, show_default=True)
+@concurrency_option
+@grace_option
+@no_scheduler_option
 @log_level_option("warning")
 @_verbose
 @errors
 def consume(app_ref: str, url: str | None, amqp_url: str, queues: tuple[str, ...],
-            prefix: str, concurrency: int, grace_s: float, log_level: str,
+            prefix: str, concurrency: int, grace_s: float, no_scheduler: bool, log_level: str,
             verbose: bool) -> None:
     """Run MODULE:APP's tasks on RabbitMQ deliveries (= leaseq worker --delivery rabbitmq)."""
     need_rabbitmq()
+    _logging(verbose, log_level)
+    consume_app(app_ref, url, amqp_url, queues, concurrency=concurrency, grace_s=grace_s,
+                prefix=prefix, no_scheduler=no_scheduler)
+
+
+def consume_app(app_ref: str, url: str | None, amqp_url: str, queues: tuple[str, ...], *,
+                concurrency: int, grace_s: float, prefix: str, no_scheduler: bool) -> None:
+    """The one broker consumer of both ``leaseq rabbitmq consume`` and ``leaseq worker
+    --delivery rabbitmq``: the app's tasks and outcomes, deliveries pushed by RabbitMQ, on
+    ``url``'s store or else the app's own."""
     from leaseq.delivery.rabbitmq import Topology, run_app_consumer
 
-    _logging(verbose, log_level)
     app = App.from_ref(app_ref)
-    with open_store(url) as store, stop_event() as stop:
-        run_app_consumer(app, amqp_url, queues=queues, store=store,
+    url = url_for_app(app, url)
+    warn_of_queues_without_tasks(app, queues)
+    if app.schedules and not no_scheduler:
+        logging.getLogger(__name__).warning(
+            "a broker consumer runs no scheduler: the app's schedules (%s) tick only where "
+            "`leaseq scheduler %s` or a polling `leaseq worker` runs (--no-scheduler silences "
+            "this)", ", ".join(sorted(app.schedules)), app_ref)
+    with stop_event() as stop:
+        run_app_consumer(app, amqp_url, queues=queues, store=open_store(url) if url else None,
                          concurrency=concurrency, grace_s=grace_s, stop=stop,
                          topology=Topology(prefix=prefix))
 

@@ -12,14 +12,17 @@ from leaseq.app import App
 from leaseq.cli import (
     Seconds,
     app_url_option,
+    concurrency_option,
     errors,
+    grace_option,
     log_level_option,
     need_rabbitmq,
-    open_store,
+    no_scheduler_option,
     setup_logging,
     url_for_app,
+    warn_of_queues_without_tasks,
 )
-from leaseq.signals import stop_event
+from leaseq.cli.broker import consume_app
 
 
 @click.command()
@@ -27,19 +30,16 @@ from leaseq.signals import stop_event
 @app_url_option
 @click.option("--queue", "queues", multiple=True, help="Queue to serve (repeat). "
               "Default: every queue the app's tasks use.")
-@click.option("--concurrency", type=click.IntRange(1, 10_000), default=10, show_default=True,
-              help="Jobs in flight per process.")
+@concurrency_option
 @click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Worker processes (each with --concurrency slots).")
 @click.option("--burst", is_flag=True, help="Exit 0 once nothing is claimable or in flight.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics here (process i of --processes uses PORT+i).")
-@click.option("--grace-s", type=Seconds(0), default=30.0, show_default=True,
-              help="On SIGTERM, how long in-flight jobs may finish before being given back.")
+@grace_option
 @click.option("--sweep-every-s", type=Seconds(0, min_open=True), default=30.0,
               show_default=True, help="How often to reclaim expired leases.")
-@click.option("--no-scheduler", is_flag=True, help="Do not run the app's schedules here "
-              "(by default every worker runs them; each tick is still one job).")
+@no_scheduler_option
 @log_level_option("info")
 @click.option("--delivery", type=click.Choice(["poll", "rabbitmq"]), default="poll",
               show_default=True, help="poll: claim from the store; rabbitmq: take deliveries "
@@ -85,16 +85,6 @@ def worker(app_ref: str, url: str | None, queues: tuple[str, ...], concurrency: 
     sys.exit(code)
 
 
-def warn_of_queues_without_tasks(app: App, queues: tuple[str, ...]) -> None:
-    """Name on stderr each ``--queue`` no task of the app is declared on: a typo would serve an
-    empty queue and exit 0 (its jobs still run if they name a task of the app)."""
-    declared = app.queue_names()
-    for queue in dict.fromkeys(queues):
-        if queue not in declared:
-            click.echo(f"leaseq: no task of the app is declared on queue {queue!r} (its tasks' "
-                       f"queues: {', '.join(declared) or 'none'}); is the name right?", err=True)
-
-
 def _refuse_polling_options(metrics_port: int | None) -> None:
     """The options only the polling worker has: given with ``--delivery rabbitmq`` they would
     do nothing, and a deployment moved to push delivery must not lose them without a word."""
@@ -109,27 +99,15 @@ def _refuse_polling_options(metrics_port: int | None) -> None:
 def _consume(app_ref: str, url: str | None, amqp_url: str | None, queues: tuple[str, ...],
              concurrency: int, grace_s: float, burst: bool, processes: int,
              prefix: str, no_scheduler: bool) -> None:
-    """``--delivery rabbitmq``: the same tasks and outcomes, deliveries pushed by RabbitMQ."""
-    from leaseq.delivery.rabbitmq import run_app_consumer
-    from leaseq.delivery.topology import Topology
-
+    """``--delivery rabbitmq``: what the polling worker has and a consumer has not is refused,
+    then it is ``leaseq rabbitmq consume``."""
     if not amqp_url:
         raise click.UsageError("--delivery rabbitmq needs --amqp-url (or LEASEQ_AMQP_URL)")
     if burst or processes != 1:
         raise click.UsageError("--delivery rabbitmq runs one process and has no --burst; "
                                "start more consumers to scale out")
-    app = App.from_ref(app_ref)
-    url = url_for_app(app, url)
-    warn_of_queues_without_tasks(app, queues)
-    if app.schedules and not no_scheduler:
-        logging.getLogger(__name__).warning(
-            "--delivery rabbitmq runs no scheduler: the app's schedules (%s) tick only where "
-            "`leaseq scheduler %s` or a polling `leaseq worker` runs (--no-scheduler silences "
-            "this)", ", ".join(sorted(app.schedules)), app_ref)
-    with stop_event() as stop:
-        run_app_consumer(app, amqp_url, queues=queues, store=open_store(url) if url else None,
-                         concurrency=concurrency, grace_s=grace_s, stop=stop,
-                         topology=Topology(prefix=prefix))
+    consume_app(app_ref, url, amqp_url, queues, concurrency=concurrency, grace_s=grace_s,
+                prefix=prefix, no_scheduler=no_scheduler)
 
 
 COMMANDS = [worker]
