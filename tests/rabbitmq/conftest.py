@@ -29,6 +29,13 @@ def broker_ok() -> None:
 
 
 @pytest.fixture
+def broker_url(broker_ok: None) -> str:
+    """The broker's own URL (its default vhost), for a test whose commands never get as far as
+    declaring anything (a refused port, login or vhost made from it): no vhost to make."""
+    return base_url()
+
+
+@pytest.fixture
 def amqp_url(broker_ok: None) -> Iterator[str]:
     """A fresh vhost with full rights for the URL's user; deleted after the test."""
     vhost = f"leaseq-test-{uuid.uuid4().hex[:10]}"

@@ -79,9 +79,9 @@ def test_a_consumer_logs_no_pika_chatter(amqp_url: str, tmp_path: Path, started)
 
 @pytest.mark.parametrize("name", ["worker", "consume", "dispatch"])
 def test_a_refused_login_is_retried_without_a_traceback(
-        amqp_url: str, tmp_path: Path, started, name: str) -> None:
+        broker_url: str, tmp_path: Path, started, name: str) -> None:
     # Given a broker command whose RabbitMQ refuses its login
-    args = broker_commands(f"sqlite:///{tmp_path / 'jobs.db'}", wrong_password(amqp_url))
+    args = broker_commands(f"sqlite:///{tmp_path / 'jobs.db'}", wrong_password(broker_url))
     started.append(command := Command(tmp_path, *args[name]))
     # When it has tried to connect twice
     wait_until(lambda: command.text().count("reconnecting in") >= 2, "two retries",
@@ -106,9 +106,9 @@ def refused_port(amqp_url: str) -> str:
                                            (wrong_password, "login refused")],
                          ids=["refused", "login"])
 def test_each_retry_names_the_masked_url_and_the_cause(
-        amqp_url: str, tmp_path: Path, started, name: str, what: str, broken, cause) -> None:
+        broker_url: str, tmp_path: Path, started, name: str, what: str, broken, cause) -> None:
     # Given a broker command whose RabbitMQ cannot be connected to
-    url = broken(amqp_url)
+    url = broken(broker_url)
     args = broker_commands(f"sqlite:///{tmp_path / 'jobs.db'}", url)[name]
     started.append(command := Command(tmp_path, *args))
     # When it has tried twice
@@ -123,9 +123,9 @@ def test_each_retry_names_the_masked_url_and_the_cause(
     assert SECRET not in text
 
 
-def test_a_missing_vhost_is_named_as_such(amqp_url: str, tmp_path: Path, started) -> None:
+def test_a_missing_vhost_is_named_as_such(broker_url: str, tmp_path: Path, started) -> None:
     # Given a dispatcher pointed at a vhost that does not exist (the right password)
-    url = urlunsplit(urlsplit(amqp_url)._replace(path="/no-such-vhost"))
+    url = urlunsplit(urlsplit(broker_url)._replace(path="/no-such-vhost"))
     started.append(command := Command(
         tmp_path, *broker_commands(f"sqlite:///{tmp_path / 'jobs.db'}", url)["dispatch"]))
     # When it has tried once

@@ -49,9 +49,9 @@ def no_vhost(amqp_url: str) -> tuple[str, str]:
 @pytest.mark.parametrize("case", [refused, bad_login, no_vhost],
                          ids=["refused", "login", "vhost"])
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
-def test_a_broker_that_cannot_be_used_is_one_line(amqp_url: str, case, args) -> None:
+def test_a_broker_that_cannot_be_used_is_one_line(broker_url: str, case, args) -> None:
     # Given a RabbitMQ URL that cannot be used, for the reason the case makes
-    url, cause = case(amqp_url)
+    url, cause = case(broker_url)
     # When a broker command that connects once is run with it
     result = CliRunner().invoke(cli, [*args, "--amqp-url", url])
     # Then it exits 1 with one line naming the masked URL and the cause, and no traceback
