@@ -170,3 +170,45 @@ def test_a_closed_store_refuses_an_enqueue_and_opens_no_pool(schema_url: str) ->
     with pytest.raises(StoreUnavailable, match=r"not open|closed"):
         store.queue("q").enqueue("j2", {})
     assert store._session._generic_pool is None
+
+
+def test_a_store_opened_while_the_server_restarts_waits_it_out(
+        schema_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a server that is restarting when the store first connects: it says it is shutting
+    # down, then refuses the connection (the gap before it is up again), then answers
+    real = psycopg.connect
+    answers = [psycopg.OperationalError(
+                   'connection failed: FATAL:  the database system is shutting down'),
+               psycopg.OperationalError('connection failed: Connection refused')]
+    tries: list[str] = []
+
+    def restarting_server(*args: object, **kwargs: object) -> psycopg.Connection:
+        tries.append("try")
+        if answers:
+            raise answers.pop(0)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(psycopg, "connect", restarting_server)
+    store = PostgresStore.from_url(schema_url)
+    try:
+        # When it is first used, Then it waits the restart out and migrates
+        assert store.migrate() == VERSIONS[-1]
+        assert len(tries) >= 3
+    finally:
+        store.close()
+
+
+def test_a_refused_connection_with_no_restart_seen_fails_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a server that refuses the connection (no server there: a typo in the port)
+    tries: list[str] = []
+
+    def refused(*args: object, **kwargs: object) -> psycopg.Connection:
+        tries.append("try")
+        raise psycopg.OperationalError("connection failed: Connection refused")
+
+    monkeypatch.setattr(psycopg, "connect", refused)
+    # When a store is opened, Then it fails on the first try, not after reconnect_s
+    with pytest.raises(StoreUnavailable, match="Connection refused"):
+        leaseq.stores.connect("postgresql://app@127.0.0.1:1/jobs?reconnect_s=30")
+    assert tries == ["try"]

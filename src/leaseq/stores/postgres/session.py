@@ -137,7 +137,29 @@ class Session:
         bad password), where a pool would only time out. It has the pool's session settings
         before its first statement: under a database's default of REPEATABLE READ the
         migration's snapshot would predate the migration lock it waits for, and it would
-        apply again what the lock's holder had just applied."""
+        apply again what the lock's holder had just applied.
+
+        A server that is restarting (shutting down, starting up, or ending the session under
+        the migration: ``restarting``) is waited out for ``reconnect_s``, as every later call
+        rides out a restart; from then on a refused connection is the restart's gap, waited
+        out too. The migration's transaction was rolled back with its session, and it runs
+        under its lock, so trying it again is safe."""
+        deadline = time.monotonic() + self._options.reconnect_s
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                return self._first_use_once(work)
+            except StoreUnavailable as exc:
+                cause = exc.__context__
+                if not isinstance(cause, psycopg.OperationalError) or not (
+                        restarting(cause) or pause > FIRST_PAUSE_S):
+                    raise
+                if self._closed or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+
+    def _first_use_once(self, work: Callable[[psycopg.Connection], object]) -> None:
         conn = self._connect_directly()
         with conn:
             try:
@@ -544,6 +566,19 @@ def _direct(conn: psycopg.Connection, client_port: int | None, server_port: int)
 #: libpq's words for an option value it does not take, said before it connects: "invalid
 #: sslmode value", "invalid port number", "invalid integer value … for connection option".
 _REFUSED_OPTION = re.compile(r"\binvalid (\w+ value|port number|integer value)\b")
+
+
+#: What a server says while it restarts: a session ended by its shutdown (57P01), by a crash
+#: of another backend (57P02), or a connection it cannot take yet (57P03, "the database system
+#: is starting up / shutting down"; libpq's FATAL at connect carries no SQLSTATE, only text).
+_RESTARTING = re.compile(r"database system is (starting up|shutting down|in recovery mode)|"
+                         r"terminating connection|server closed the connection unexpectedly")
+
+
+def restarting(exc: psycopg.OperationalError) -> bool:
+    """Whether ``exc`` is a server restarting under the connection, or refusing it while it
+    restarts."""
+    return exc.sqlstate in ("57P01", "57P02", "57P03") or bool(_RESTARTING.search(str(exc)))
 
 
 def _refused_option(exc: psycopg.OperationalError) -> bool:
